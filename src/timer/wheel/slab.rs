@@ -1,0 +1,197 @@
+//! A generational slab: the storage behind every wheel entry.
+//!
+//! Entries live in one `Vec` and are addressed by a [`Key`] = (index, generation). Freeing a
+//! slot bumps its generation, so a key kept after its entry was removed no longer matches the
+//! slot even once the index is reused: it is *stale*, and every operation on a stale key is a
+//! no-op that reports `None`. That is what makes a timer token safe to keep forever.
+//!
+//! Invariants:
+//! - `free_head` chains every vacant slot exactly once (through `Vacant::next_free`).
+//! - `len` is the number of occupied slots.
+//! - A key is live iff `entries[key.index]` is occupied *and* has generation `key.generation`.
+//!
+//! This module must never hand out a reference to a vacant slot or reuse an index without
+//! bumping its generation.
+
+/// Marks the end of the free list.
+const NIL: u32 = u32::MAX;
+
+/// The address of one slab entry. Cheap to copy, inert once stale.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct Key {
+    index: u32,
+    generation: u32,
+}
+
+impl Key {
+    /// The slot index (stable for the entry's lifetime, reused afterwards).
+    #[must_use]
+    pub fn index(self) -> u32 {
+        self.index
+    }
+
+    /// The generation the slot had when this key was issued.
+    #[must_use]
+    pub fn generation(self) -> u32 {
+        self.generation
+    }
+}
+
+struct Slot<T> {
+    generation: u32,
+    state: State<T>,
+}
+
+enum State<T> {
+    Vacant { next_free: u32 },
+    Occupied(T),
+}
+
+pub(crate) struct Slab<T> {
+    entries: Vec<Slot<T>>,
+    free_head: u32,
+    len: usize,
+}
+
+impl<T> Slab<T> {
+    pub(crate) fn new() -> Self {
+        Slab {
+            entries: Vec::new(),
+            free_head: NIL,
+            len: 0,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Stores `value` and returns its key. Reuses the most recently freed slot first, which
+    /// keeps the working set small and warm.
+    pub(crate) fn insert(&mut self, value: T) -> Key {
+        self.len += 1;
+        if self.free_head != NIL {
+            let index = self.free_head;
+            let slot = &mut self.entries[index as usize];
+            if let State::Vacant { next_free } = slot.state {
+                self.free_head = next_free;
+            }
+            slot.state = State::Occupied(value);
+            return Key {
+                index,
+                generation: slot.generation,
+            };
+        }
+        // u32::MAX is reserved for NIL; 4 billion live timers is far beyond memory anyway.
+        let index = u32::try_from(self.entries.len())
+            .ok()
+            .filter(|&i| i != NIL)
+            .expect("timer slab is full: more than 4 294 967 294 live entries");
+        self.entries.push(Slot {
+            generation: 0,
+            state: State::Occupied(value),
+        });
+        Key {
+            index,
+            generation: 0,
+        }
+    }
+
+    pub(crate) fn get(&self, key: Key) -> Option<&T> {
+        match self.entries.get(key.index as usize) {
+            Some(Slot {
+                generation,
+                state: State::Occupied(value),
+            }) if *generation == key.generation => Some(value),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self, key: Key) -> Option<&mut T> {
+        match self.entries.get_mut(key.index as usize) {
+            Some(Slot {
+                generation,
+                state: State::Occupied(value),
+            }) if *generation == key.generation => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The entry at `index` whatever its generation, with the key that currently addresses it.
+    /// Used by the wheel's slot lists, which identify an entry by index plus its own stamp.
+    pub(crate) fn get_by_index(&self, index: u32) -> Option<(Key, &T)> {
+        match self.entries.get(index as usize) {
+            Some(Slot {
+                generation,
+                state: State::Occupied(value),
+            }) => Some((
+                Key {
+                    index,
+                    generation: *generation,
+                },
+                value,
+            )),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn get_by_index_mut(&mut self, index: u32) -> Option<&mut T> {
+        match self.entries.get_mut(index as usize) {
+            Some(Slot {
+                state: State::Occupied(value),
+                ..
+            }) => Some(value),
+            _ => None,
+        }
+    }
+
+    /// Removes the entry and makes `key` (and every copy of it) stale.
+    pub(crate) fn remove(&mut self, key: Key) -> Option<T> {
+        let slot = self.entries.get_mut(key.index as usize)?;
+        if slot.generation != key.generation || matches!(slot.state, State::Vacant { .. }) {
+            return None;
+        }
+        let old = std::mem::replace(
+            &mut slot.state,
+            State::Vacant {
+                next_free: self.free_head,
+            },
+        );
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free_head = key.index;
+        self.len -= 1;
+        match old {
+            State::Occupied(value) => Some(value),
+            State::Vacant { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_key_is_inert_after_reuse() {
+        let mut slab = Slab::new();
+        let a = slab.insert("a");
+        assert_eq!(slab.remove(a), Some("a"));
+        let b = slab.insert("b");
+        assert_eq!(a.index(), b.index(), "the freed slot is reused");
+        assert_ne!(a, b);
+        assert_eq!(slab.get(a), None);
+        assert_eq!(slab.remove(a), None);
+        assert_eq!(slab.get(b), Some(&"b"));
+        assert_eq!(slab.len(), 1);
+    }
+
+    #[test]
+    fn foreign_key_is_inert() {
+        let mut slab: Slab<u8> = Slab::new();
+        let mut other = Slab::new();
+        let k = other.insert(1u8);
+        assert_eq!(slab.get(k), None);
+        assert_eq!(slab.remove(k), None);
+        assert_eq!(slab.get_mut(k), None);
+    }
+}

@@ -1,0 +1,285 @@
+//! Unit tests of the wheel: level boundaries, offsets, range, cancel and stale keys.
+//! The randomised comparison with a reference model lives in `tests/wheel_model.rs`.
+
+use super::*;
+
+/// Polls up to `now` and returns every (tick, value) yielded, removing fired entries.
+fn drain<T: Copy>(wheel: &mut Wheel<T>, now: u64) -> Vec<(u64, T)> {
+    let mut out = Vec::new();
+    while let Some(e) = wheel.poll(now) {
+        let value = wheel.remove(e.key).expect("a yielded key is live");
+        out.push((e.tick, value));
+    }
+    out
+}
+
+/// Inserts one entry `delay` ticks after `offset` and checks it fires exactly at its tick,
+/// neither a tick early nor a tick late, whether the wheel is polled tick by tick or jumps.
+fn fires_exactly(offset: u64, delay: u64) {
+    // Polling tick by tick is what the loop does; beyond a few thousand ticks the jump
+    // variant (and the model test) cover it at a fraction of the cost.
+    for step_by_step in [delay <= 20_000, false] {
+        let mut wheel = Wheel::new();
+        assert!(drain(&mut wheel, offset).is_empty());
+        let due = offset + delay;
+        wheel.insert(due, ());
+        if step_by_step {
+            for tick in offset + 1..due {
+                assert!(
+                    drain(&mut wheel, tick).is_empty(),
+                    "offset {offset} delay {delay}: fired early at {tick}"
+                );
+            }
+        } else {
+            assert!(drain(&mut wheel, due - 1).is_empty(), "early (jump)");
+        }
+        assert_eq!(
+            drain(&mut wheel, due),
+            vec![(due, ())],
+            "offset {offset} delay {delay}"
+        );
+        assert!(wheel.is_empty());
+    }
+}
+
+#[test]
+fn level_boundaries_fire_exactly_from_several_offsets() {
+    // One ring of each level, exact multiples of each upper resolution, and one either side —
+    // the C# wheel fired exact multiples one upper resolution early from non-zero offsets.
+    let offsets = [0, 1, 5, 63, 64, 65, 100, 4095, 4096, 4097, 262_143, 262_145];
+    for level in 1..=3u32 {
+        let resolution = 64u64.pow(level);
+        for multiple in [1, 2, 3, 63, 64] {
+            for delta in [-1i64, 0, 1] {
+                let delay = (resolution * multiple).saturating_add_signed(delta);
+                for &offset in &offsets {
+                    fires_exactly(offset, delay);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn upper_levels_fire_exactly_when_jumping() {
+    for level in 4..NUM_LEVELS as u32 {
+        let resolution = 64u64.pow(level);
+        for offset in [0, 7, 64 * 64 + 3, resolution - 1, resolution + 9] {
+            for delay in [resolution - 1, resolution, resolution + 1, resolution * 2] {
+                let mut wheel = Wheel::new();
+                drain(&mut wheel, offset);
+                let due = offset + delay;
+                wheel.insert(due, 1u8);
+                assert!(
+                    drain(&mut wheel, due - 1).is_empty(),
+                    "early at level {level}"
+                );
+                assert_eq!(drain(&mut wheel, due), vec![(due, 1)]);
+            }
+        }
+    }
+}
+
+#[test]
+fn zero_delay_goes_to_the_next_tick() {
+    let mut wheel = Wheel::new();
+    wheel.insert(0, 'a');
+    assert_eq!(wheel.next_due(), Some(1));
+    assert_eq!(drain(&mut wheel, 1), vec![(1, 'a')]);
+    drain(&mut wheel, 50);
+    wheel.insert(50, 'b');
+    wheel.insert(3, 'c');
+    assert_eq!(drain(&mut wheel, 51), vec![(51, 'b'), (51, 'c')]);
+}
+
+#[test]
+fn maximum_delay_is_exact_and_larger_saturates() {
+    let mut wheel = Wheel::new();
+    drain(&mut wheel, 1000);
+    let exact = wheel.insert(1000 + MAX_DELAY, "max");
+    let saturated = wheel.insert(u64::MAX, "beyond");
+    assert_eq!(wheel.due(exact), Some(1000 + MAX_DELAY));
+    assert_eq!(wheel.due(saturated), Some(1000 + MAX_DELAY));
+    // 2^38 ms at an 8 ms tick.
+    let eight_years = wheel.insert(1000 + (1 << 35), "2^38 ms");
+    assert!(drain(&mut wheel, 1000 + (1 << 35) - 1).is_empty());
+    assert_eq!(
+        drain(&mut wheel, 1000 + (1 << 35)),
+        vec![(1000 + (1 << 35), "2^38 ms")]
+    );
+    assert_eq!(wheel.due(eight_years), None);
+    assert!(drain(&mut wheel, 1000 + MAX_DELAY - 1).is_empty());
+    assert_eq!(
+        drain(&mut wheel, 1000 + MAX_DELAY),
+        vec![(1000 + MAX_DELAY, "max"), (1000 + MAX_DELAY, "beyond")]
+    );
+}
+
+#[test]
+fn wraps_across_the_top_level() {
+    // A delay that crosses a 2^42 boundary folds into the top level's ring.
+    let mut wheel = Wheel::new();
+    let start = (1u64 << 42) - 10;
+    drain(&mut wheel, start);
+    wheel.insert(start + 100, 'a');
+    wheel.insert(start + MAX_DELAY, 'z');
+    wheel.insert(start + 5, 'b');
+    assert_eq!(wheel.next_due(), Some(start + 5));
+    assert_eq!(drain(&mut wheel, start + 5), vec![(start + 5, 'b')]);
+    assert!(drain(&mut wheel, start + 99).is_empty());
+    assert_eq!(drain(&mut wheel, start + 100), vec![(start + 100, 'a')]);
+    assert_eq!(wheel.next_due(), Some(start + MAX_DELAY));
+    assert!(drain(&mut wheel, start + MAX_DELAY - 1).is_empty());
+    assert_eq!(
+        drain(&mut wheel, start + MAX_DELAY),
+        vec![(start + MAX_DELAY, 'z')]
+    );
+}
+
+#[test]
+fn near_the_end_of_u64_nothing_panics() {
+    let mut wheel = Wheel::new();
+    drain(&mut wheel, u64::MAX - 3);
+    wheel.insert(u64::MAX, 1);
+    wheel.insert(5, 2);
+    assert_eq!(
+        drain(&mut wheel, u64::MAX),
+        vec![(u64::MAX - 2, 2), (u64::MAX, 1)]
+    );
+}
+
+#[test]
+fn same_tick_is_fifo_including_cascaded_entries() {
+    let mut wheel = Wheel::new();
+    // 'a' goes to level 2, 'b' to level 1, 'c' lands on level 0 once the wheel is close.
+    wheel.insert(5000, 'a');
+    wheel.insert(5000, 'b');
+    drain(&mut wheel, 4990);
+    wheel.insert(5000, 'c');
+    let mid = wheel.insert(4999, 'x');
+    wheel.reschedule(mid, 5000);
+    assert_eq!(
+        drain(&mut wheel, 6000),
+        vec![(5000, 'a'), (5000, 'b'), (5000, 'c'), (5000, 'x')]
+    );
+}
+
+#[test]
+fn cancel_of_an_entry_due_in_the_tick_being_drained() {
+    let mut wheel = Wheel::new();
+    let a = wheel.insert(10, 'a');
+    let b = wheel.insert(10, 'b');
+    let c = wheel.insert(10, 'c');
+    let first = wheel.poll(10).expect("a is due");
+    assert_eq!(first.key, a);
+    // "a's callback" cancels c, which is already in this tick's batch.
+    assert_eq!(wheel.remove(c), Some('c'));
+    assert_eq!(wheel.poll(10).map(|e| e.key), Some(b));
+    assert_eq!(wheel.poll(10), None);
+    assert_eq!(wheel.remove(c), None, "c stays cancelled");
+}
+
+#[test]
+fn inserts_during_a_drain_wait_for_a_later_tick() {
+    let mut wheel = Wheel::new();
+    wheel.insert(10, 0u32);
+    let first = wheel.poll(20).expect("due");
+    assert_eq!(first.tick, 10);
+    // Inserted while tick 10 is drained, due "now" or earlier: tick 11 at the soonest.
+    let late = wheel.insert(10, 1);
+    let earlier = wheel.insert(2, 2);
+    assert_eq!(wheel.due(late), Some(11));
+    assert_eq!(wheel.due(earlier), Some(11));
+    wheel.remove(first.key);
+    assert_eq!(drain(&mut wheel, 20), vec![(11, 1), (11, 2)]);
+}
+
+#[test]
+fn a_fired_entry_can_be_rescheduled_with_the_same_key() {
+    let mut wheel = Wheel::new();
+    let key = wheel.insert(3, "repeat");
+    let mut fired = Vec::new();
+    while fired.len() < 4 {
+        let tick = wheel.next_due().expect("scheduled");
+        while let Some(e) = wheel.poll(tick) {
+            assert_eq!(e.key, key);
+            assert!(!wheel.is_pending(key));
+            fired.push(e.tick);
+            wheel.reschedule(key, e.tick + 3);
+        }
+    }
+    assert_eq!(fired, vec![3, 6, 9, 12]);
+}
+
+#[test]
+fn stale_keys_are_inert_after_slot_reuse() {
+    let mut wheel = Wheel::new();
+    let old = wheel.insert(100, 'o');
+    assert_eq!(wheel.remove(old), Some('o'));
+    let new = wheel.insert(100, 'n');
+    assert_eq!(old.index(), new.index(), "the slab slot is reused");
+    assert_eq!(wheel.remove(old), None);
+    assert!(!wheel.reschedule(old, 5));
+    assert_eq!(wheel.get(old), None);
+    assert_eq!(wheel.due(old), None);
+    assert_eq!(drain(&mut wheel, 100), vec![(100, 'n')]);
+
+    let mut other: Wheel<char> = Wheel::new();
+    assert_eq!(other.remove(new), None, "foreign key");
+}
+
+#[test]
+fn cancelling_every_entry_empties_the_slot_at_once() {
+    let mut wheel = Wheel::new();
+    let keys: Vec<_> = (0..10).map(|i| wheel.insert(1000, i)).collect();
+    let lone = wheel.insert(3000, 99);
+    for k in keys {
+        wheel.remove(k);
+    }
+    assert_eq!(
+        wheel.next_due(),
+        Some(3000),
+        "no wake for a slot of cancelled entries"
+    );
+    wheel.remove(lone);
+    assert_eq!(wheel.next_due(), None);
+}
+
+#[test]
+fn repeated_reschedules_do_not_grow_garbage_without_bound() {
+    let mut wheel = Wheel::new();
+    let anchor = wheel.insert(70_000, 0u32);
+    let moving = wheel.insert(70_001, 1);
+    let (level, slot) = (2, wheel.levels[2].slot_for(70_000));
+    for i in 0..10_000 {
+        wheel.reschedule(moving, 70_001 + (i % 7));
+    }
+    assert!(wheel.garbage_in(level, slot) <= 2 * 2 + 16 + 1);
+    assert_eq!(drain(&mut wheel, 80_000).len(), 2);
+    assert!(wheel.get(anchor).is_none());
+}
+
+#[test]
+fn next_due_skips_empty_ranges() {
+    let mut wheel = Wheel::new();
+    assert_eq!(wheel.next_due(), None);
+    wheel.insert(1 << 30, ());
+    wheel.insert(70, ());
+    assert_eq!(wheel.next_due(), Some(70));
+    drain(&mut wheel, 70);
+    assert_eq!(wheel.next_due(), Some(1 << 30));
+    // A long jump lands exactly: one cascade per level, no empty tick visited.
+    assert_eq!(drain(&mut wheel, u64::MAX / 2), vec![(1 << 30, ())]);
+}
+
+#[test]
+fn level_for_picks_the_highest_differing_digit() {
+    assert_eq!(level_for(0, 0), 0);
+    assert_eq!(level_for(0, 63), 0);
+    assert_eq!(level_for(0, 64), 1);
+    assert_eq!(level_for(63, 64), 1);
+    assert_eq!(level_for(64, 127), 0);
+    assert_eq!(level_for(0, 4096), 2);
+    assert_eq!(level_for(0, MAX_DELAY), NUM_LEVELS - 1);
+    assert_eq!(level_for(0, u64::MAX), NUM_LEVELS - 1);
+}
