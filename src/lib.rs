@@ -1,6 +1,28 @@
 //! shardloop: the core of a game shard — one thread, one deterministic event loop that runs
 //! timers, packet handlers and game logic written as `async fn`s.
 //!
-//! See `docs/` for the guides and `DESIGN.md` in the project's shared folder for the contract.
+//! ```no_run
+//! use shardloop::{EventLoop, timer};
+//!
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() {
+//!     let mut event_loop = EventLoop::new();
+//!     event_loop
+//!         .run_until(async {
+//!             timer::pause(5000).await;
+//!             println!("five seconds later, on the loop thread");
+//!         })
+//!         .await;
+//! }
+//! ```
+//!
+//! See `docs/` for the guides: `timers.md`, `threading-model.md`, `performance.md`.
 
+pub mod runtime;
+mod slab;
 pub mod timer;
+
+pub use runtime::{
+    EventLoop, EventLoopBuilder, JoinError, JoinHandle, LoopClosed, LoopContext, LoopStats,
+    Verdict, spawn,
+};

@@ -1,3 +1,93 @@
-//! Timers: the wheel (a pure data structure) and, on top of it, the game-facing timer API.
+//! Timers for game logic: `pause(ms).await` in async code, callbacks with `after`/`every`.
+//!
+//! ```ignore
+//! async fn bark(npc: Npc) {
+//!     loop {
+//!         pause(rand(5000..8000)).await;
+//!         npc.say("Fresh bread!");
+//!     }
+//! }
+//!
+//! let token = timer::every(Duration::from_secs(60)).start(|| spawner.refill());
+//! ```
+//!
+//! Everything here runs on the loop thread and counts in ticks (8 ms by default) from the
+//! loop's epoch: a timer runs on the first tick boundary at or after its due instant — never
+//! earlier — in the order timers were started (rules T1–T12 in `docs/timers.md`).
+//!
+//! The [`wheel`] is the data structure underneath: pure, tick-based, no clock. This module
+//! turns instants into ticks and must never block or touch tokio's scheduler.
 
+mod dump;
+pub(crate) mod job;
+mod pause;
+mod token;
 pub mod wheel;
+
+pub use dump::TimerDump;
+pub use pause::Pause;
+pub use token::{TimerBuilder, TimerToken};
+
+use tokio::time::{Duration, Instant};
+
+use crate::runtime::context::core;
+
+/// A future that completes `ms` milliseconds from now (rounded up to a tick boundary).
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn pause(ms: u64) -> Pause {
+    Pause::new(Duration::from_millis(ms))
+}
+
+/// [`pause`] with a `Duration`. `Duration::MAX` saturates to the wheel's range (~1 115 years
+/// at 8 ms ticks).
+#[track_caller]
+pub fn pause_for(delay: Duration) -> Pause {
+    Pause::new(delay)
+}
+
+/// A timer that runs once, `delay` from now. Add `.every(..)` / `.times(..)`, then `.start(..)`.
+#[must_use = "a TimerBuilder does nothing until .start() is called"]
+pub fn after(delay: Duration) -> TimerBuilder {
+    TimerBuilder::new(delay)
+}
+
+/// A timer that repeats every `interval`, the first run one interval from now.
+/// Same as `after(interval).every(interval)`.
+#[must_use = "a TimerBuilder does nothing until .start() is called"]
+pub fn every(interval: Duration) -> TimerBuilder {
+    TimerBuilder::new(interval).every(interval)
+}
+
+/// Inside a timer callback, the token of the timer being run; `None` elsewhere.
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn current() -> Option<TimerToken> {
+    let core = core("timer::current");
+    core.current_timer
+        .get()
+        .map(|key| TimerToken::new(key, core.shared.id))
+}
+
+/// The loop's logical time: during timer callbacks the boundary being processed, elsewhere
+/// this iteration's clock reading (T5). Durations measured from it never drift.
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn now() -> Instant {
+    core("timer::now").logical_now.get()
+}
+
+/// Every live timer and pause, grouped by where it was started.
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn dump() -> TimerDump {
+    TimerDump::collect(&core("timer::dump"))
+}

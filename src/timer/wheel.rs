@@ -40,11 +40,10 @@
 //! This module must never depend on time, I/O or the runtime.
 
 mod level;
-mod slab;
 
+pub use crate::slab::Key;
+use crate::slab::Slab;
 use level::{Expiration, LEVEL_SLOTS, Level, Placement, SLOT_BITS};
-pub use slab::Key;
-use slab::Slab;
 
 /// Number of levels.
 const NUM_LEVELS: usize = 7;
@@ -187,6 +186,11 @@ impl<T> Wheel<T> {
     #[must_use]
     pub fn get_mut(&mut self, key: Key) -> Option<&mut T> {
         self.slab.get_mut(key).map(|e| &mut e.value)
+    }
+
+    /// Every live entry with its key and due tick, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (Key, u64, &T)> {
+        self.slab.iter().map(|(key, e)| (key, e.due, &e.value))
     }
 
     /// The tick a live entry is (or was, once fired) due at.

@@ -1,4 +1,4 @@
-//! A generational slab: the storage behind every wheel entry.
+//! A generational slab: the storage behind every timer-wheel entry and every local task.
 //!
 //! Entries live in one `Vec` and are addressed by a [`Key`] = (index, generation). Freeing a
 //! slot bumps its generation, so a key kept after its entry was removed no longer matches the
@@ -24,6 +24,12 @@ pub struct Key {
 }
 
 impl Key {
+    /// A key no slab ever issues (index `u32::MAX` is never allocated): a safe sentinel.
+    pub(crate) const RESERVED: Key = Key {
+        index: NIL,
+        generation: u32::MAX,
+    };
+
     /// The slot index (stable for the entry's lifetime, reused afterwards).
     #[must_use]
     pub fn index(self) -> u32 {
@@ -64,6 +70,22 @@ impl<T> Slab<T> {
 
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The key the next [`Slab::insert`] will return.
+    pub(crate) fn next_key(&self) -> Key {
+        if self.free_head != NIL {
+            let generation = self.entries[self.free_head as usize].generation;
+            Key {
+                index: self.free_head,
+                generation,
+            }
+        } else {
+            Key {
+                index: self.entries.len() as u32,
+                generation: 0,
+            }
+        }
     }
 
     /// Stores `value` and returns its key. Reuses the most recently freed slot first, which
@@ -143,6 +165,23 @@ impl<T> Slab<T> {
             }) => Some(value),
             _ => None,
         }
+    }
+
+    /// Every occupied entry with its current key, in index order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Key, &T)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter_map(|(index, slot)| match &slot.state {
+                State::Occupied(value) => Some((
+                    Key {
+                        index: index as u32,
+                        generation: slot.generation,
+                    },
+                    value,
+                )),
+                State::Vacant { .. } => None,
+            })
     }
 
     /// Removes the entry and makes `key` (and every copy of it) stale.

@@ -1,0 +1,372 @@
+//! Which loop this thread runs, and the handle other threads use to reach it.
+//!
+//! Two halves:
+//! - [`Core`]: everything the loop thread owns (wheel, tasks, counters). It is `!Send`, lives
+//!   in an `Rc`, and is found through a thread-local set when the loop is built. `timer::*`,
+//!   `spawn` and token methods reach it from there, and panic with advice elsewhere.
+//! - [`Shared`]: the part other threads may touch — the post queue, remote task wakes, the
+//!   one-shot "wake the loop" signal, and the counters those paths update. [`LoopContext`] is
+//!   a cloneable `Arc` of it.
+//!
+//! The wake signal is *sticky and single*: the first post or remote wake after the loop last
+//! looked sets `notified` and wakes the loop; later ones see the flag and elide their wake.
+//! The loop clears the flag before it drains, so a post is never lost and never leaves the
+//! loop signalled once handled.
+//!
+//! This module must never run game code: it only stores and hands over.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::fmt;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures::task::AtomicWaker;
+use tokio::time::{Duration, Instant};
+
+use crate::slab::Key;
+use crate::timer::job::Job;
+use crate::timer::wheel::Wheel;
+
+use super::executor::Executor;
+use super::stats::Counters;
+
+/// A closure posted to the loop.
+pub(crate) type Posted = Box<dyn FnOnce() + Send + 'static>;
+
+/// Identifies one loop for the lifetime of the process.
+pub(crate) type LoopId = u64;
+
+static NEXT_LOOP_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The loop's half that other threads may touch.
+pub(crate) struct Shared {
+    pub(crate) id: LoopId,
+    posted: Mutex<VecDeque<Posted>>,
+    /// Tasks woken from other threads, in wake order.
+    remote_ready: Mutex<Vec<Key>>,
+    notified: AtomicBool,
+    waker: AtomicWaker,
+    closed: AtomicBool,
+    /// True while the loop thread is inside an iteration (not parked, not yielded to tokio).
+    /// Only the loop thread touches it.
+    running: AtomicBool,
+    pub(crate) wakes_issued: AtomicU64,
+    pub(crate) wakes_elided: AtomicU64,
+    pub(crate) posts: AtomicU64,
+}
+
+/// A posted job could not be delivered: the loop has shut down (or was dropped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopClosed;
+
+impl fmt::Display for LoopClosed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the event loop has shut down; the job was not queued")
+    }
+}
+
+impl std::error::Error for LoopClosed {}
+
+impl Shared {
+    fn new() -> Self {
+        Shared {
+            id: NEXT_LOOP_ID.fetch_add(1, Ordering::Relaxed),
+            posted: Mutex::new(VecDeque::new()),
+            remote_ready: Mutex::new(Vec::new()),
+            notified: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
+            closed: AtomicBool::new(false),
+            running: AtomicBool::new(false),
+            wakes_issued: AtomicU64::new(0),
+            wakes_elided: AtomicU64::new(0),
+            posts: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.notify();
+    }
+
+    pub(crate) fn push_posted(&self, job: Posted) -> Result<(), LoopClosed> {
+        {
+            let mut queue = lock(&self.posted);
+            // Checked under the lock so that a post racing with shutdown is either queued
+            // before the loop's final drain or refused.
+            if self.is_closed() {
+                return Err(LoopClosed);
+            }
+            queue.push_back(job);
+        }
+        self.posts.fetch_add(1, Ordering::Relaxed);
+        self.notify();
+        Ok(())
+    }
+
+    /// Moves up to `max` posted closures into `out`, oldest first.
+    pub(crate) fn take_posted(&self, out: &mut VecDeque<Posted>, max: usize) {
+        let mut queue = lock(&self.posted);
+        let n = queue.len().min(max);
+        out.extend(queue.drain(..n));
+    }
+
+    pub(crate) fn has_posted(&self) -> bool {
+        !lock(&self.posted).is_empty()
+    }
+
+    /// Discards what is still queued (after shutdown, when the loop is dropped).
+    pub(crate) fn clear_posted(&self) -> VecDeque<Posted> {
+        std::mem::take(&mut *lock(&self.posted))
+    }
+
+    pub(crate) fn push_remote_wake(&self, task: Key) {
+        lock(&self.remote_ready).push(task);
+        self.notify();
+    }
+
+    pub(crate) fn take_remote_wakes(&self, out: &mut Vec<Key>) {
+        let mut ready = lock(&self.remote_ready);
+        if out.is_empty() {
+            std::mem::swap(&mut *ready, out);
+        } else {
+            out.append(&mut ready);
+        }
+    }
+
+    /// Wakes the loop if it may be parked. From inside an iteration this is elided: the loop
+    /// checks its queues before it parks. (Another future on the loop thread, polled by
+    /// tokio while the loop is parked, still wakes it.)
+    pub(crate) fn notify(&self) {
+        let in_iteration = is_loop_thread(self.id) && self.running.load(Ordering::Relaxed);
+        if in_iteration || self.notified.swap(true, Ordering::AcqRel) {
+            self.wakes_elided.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.wakes_issued.fetch_add(1, Ordering::Relaxed);
+        self.waker.wake();
+    }
+
+    pub(crate) fn set_running(&self, running: bool) {
+        self.running.store(running, Ordering::Relaxed);
+    }
+
+    /// Called by the loop before it drains the cross-thread queues: anything pushed after
+    /// this raises the signal again.
+    pub(crate) fn clear_notified(&self) {
+        self.notified.store(false, Ordering::Release);
+    }
+
+    /// Registers the loop future's waker, then reports whether a wake is already pending.
+    /// Registering first closes the race with a notifier that runs in between.
+    pub(crate) fn register_and_check(&self, waker: &std::task::Waker) -> bool {
+        self.waker.register(waker);
+        self.notified.load(Ordering::Acquire)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Queues stay consistent even if a thread panicked while holding the lock: every
+    // critical section here is a single push or drain.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The fixed facts of a loop's clock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Clock {
+    /// Tick 0.
+    pub(crate) epoch: Instant,
+    pub(crate) tick: Duration,
+}
+
+impl Clock {
+    fn tick_nanos(&self) -> u128 {
+        self.tick.as_nanos()
+    }
+
+    /// The last boundary at or before `instant` (tick index).
+    pub(crate) fn tick_at(&self, instant: Instant) -> u64 {
+        let since = instant.saturating_duration_since(self.epoch).as_nanos();
+        u64::try_from(since / self.tick_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The first boundary at or after `epoch + offset` (tick index), saturating.
+    pub(crate) fn tick_ceil(&self, offset: Duration) -> u64 {
+        u64::try_from(offset.as_nanos().div_ceil(self.tick_nanos())).unwrap_or(u64::MAX)
+    }
+
+    /// The instant of boundary `tick`, saturating far in the future.
+    pub(crate) fn boundary(&self, tick: u64) -> Instant {
+        let nanos = u128::from(tick) * self.tick_nanos();
+        let offset = Duration::new(
+            u64::try_from(nanos / 1_000_000_000).unwrap_or(u64::MAX / 4),
+            (nanos % 1_000_000_000) as u32,
+        );
+        self.epoch
+            .checked_add(offset)
+            .unwrap_or_else(|| self.epoch + Duration::from_secs(u64::MAX / 4_000_000_000))
+    }
+}
+
+/// Everything the loop thread owns.
+pub(crate) struct Core {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) clock: Clock,
+    pub(crate) wheel: RefCell<Wheel<Job>>,
+    /// `timer::now()`: the boundary being processed during Timers, else this iteration's
+    /// clock reading (T5).
+    pub(crate) logical_now: Cell<Instant>,
+    /// The timer whose callback is running, for `timer::current()`.
+    pub(crate) current_timer: Cell<Option<Key>>,
+    pub(crate) executor: Executor,
+    pub(crate) counters: Counters,
+}
+
+impl Core {
+    pub(crate) fn new(clock: Clock) -> Rc<Self> {
+        Rc::new(Core {
+            shared: Arc::new(Shared::new()),
+            clock,
+            wheel: RefCell::new(Wheel::new()),
+            logical_now: Cell::new(clock.epoch),
+            current_timer: Cell::new(None),
+            executor: Executor::new(),
+            counters: Counters::default(),
+        })
+    }
+
+    /// Offset of `timer::now()` from the epoch.
+    pub(crate) fn logical_offset(&self) -> Duration {
+        self.logical_now
+            .get()
+            .saturating_duration_since(self.clock.epoch)
+    }
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<Core>>> = const { RefCell::new(None) };
+    static CURRENT_ID: Cell<LoopId> = const { Cell::new(0) };
+}
+
+/// Makes `core` this thread's loop (a later loop on the same thread replaces an earlier one).
+pub(crate) fn install(core: &Rc<Core>) {
+    CURRENT.with(|c| *c.borrow_mut() = Some(core.clone()));
+    CURRENT_ID.with(|id| id.set(core.shared.id));
+}
+
+/// Undoes [`install`] if `core` is still this thread's loop.
+pub(crate) fn uninstall(core: &Rc<Core>) {
+    let _ = CURRENT.try_with(|c| {
+        let mut c = c.borrow_mut();
+        if c.as_ref().is_some_and(|cur| Rc::ptr_eq(cur, core)) {
+            *c = None;
+            CURRENT_ID.with(|id| id.set(0));
+        }
+    });
+}
+
+pub(crate) fn is_loop_thread(id: LoopId) -> bool {
+    CURRENT_ID.try_with(|c| c.get() == id).unwrap_or(false)
+}
+
+pub(crate) fn try_core() -> Option<Rc<Core>> {
+    CURRENT.try_with(|c| c.borrow().clone()).ok().flatten()
+}
+
+/// This thread's loop, or a panic that says what went wrong and what to do.
+#[track_caller]
+pub(crate) fn core(what: &str) -> Rc<Core> {
+    try_core().unwrap_or_else(|| {
+        panic!(
+            "{what} must be called on the event loop's thread (the thread that built the \
+             EventLoop); from another thread, use LoopContext::post or LoopContext::spawn"
+        )
+    })
+}
+
+/// A handle to a loop, usable from any thread: post closures, spawn `Send` futures, shut
+/// it down.
+#[derive(Clone)]
+pub struct LoopContext {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for LoopContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoopContext")
+            .field("loop", &self.shared.id)
+            .field("closed", &self.shared.is_closed())
+            .finish()
+    }
+}
+
+impl LoopContext {
+    /// The context of the loop this thread runs.
+    ///
+    /// # Panics
+    /// Off a loop thread, with a message saying how to get a context there.
+    #[track_caller]
+    pub fn current() -> LoopContext {
+        Self::try_current().unwrap_or_else(|| {
+            panic!(
+                "LoopContext::current() called off the event loop's thread: clone the \
+                 context on the loop thread (EventLoop::context) and move it here"
+            )
+        })
+    }
+
+    /// The context of the loop this thread runs, if any.
+    #[must_use]
+    pub fn try_current() -> Option<LoopContext> {
+        try_core().map(|core| LoopContext {
+            shared: core.shared.clone(),
+        })
+    }
+
+    /// Runs `job` on the loop thread, after what was posted before it (FIFO per sender).
+    /// Wakes a parked loop at once; from the loop thread itself no wake is needed.
+    pub fn post(&self, job: impl FnOnce() + Send + 'static) -> Result<(), LoopClosed> {
+        self.shared.push_posted(Box::new(job))
+    }
+
+    /// Runs a `Send` future as a task on the loop.
+    #[track_caller]
+    pub fn spawn(
+        &self,
+        future: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), LoopClosed> {
+        let site = std::panic::Location::caller();
+        self.post(move || super::executor::spawn_detached(future, site))
+    }
+
+    /// Builds a future on the loop thread and runs it there: `make` crosses threads, the
+    /// future it returns never does (so it may hold `Rc`s, entity handles, …).
+    #[track_caller]
+    pub fn spawn_with<F, Fut>(&self, make: F) -> Result<(), LoopClosed>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let site = std::panic::Location::caller();
+        self.post(move || super::executor::spawn_detached(make(), site))
+    }
+
+    /// Asks the loop to stop: `EventLoop::run` returns at the end of the current iteration
+    /// and later posts fail with [`LoopClosed`]. Idempotent, callable from any thread.
+    pub fn shutdown(&self) {
+        self.shared.close();
+    }
+
+    /// True once [`LoopContext::shutdown`] was called.
+    #[must_use]
+    pub fn is_shut_down(&self) -> bool {
+        self.shared.is_closed()
+    }
+}

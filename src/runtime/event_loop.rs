@@ -1,0 +1,422 @@
+//! `EventLoop`: one iteration runs the phases in a fixed order, then parks if nothing is left.
+//!
+//! ```text
+//! 1 Timers   read the clock once; turn the wheel through every elapsed tick; run callbacks,
+//!            wake pauses
+//! 2 Network  slot handlers (filled by the shard)
+//! 3 Tasks    poll woken local tasks, in wake order, each at most once
+//! 4 Posted   run closures from other threads, FIFO, bounded
+//! 5 Deltas   slot handlers
+//! 6 Flush    slot handlers
+//! 7 Park     only if all of the above left nothing pending
+//! ```
+//!
+//! The loop is one future, driven by a current-thread tokio runtime. It never hands game
+//! futures to tokio: tokio provides the clock, the reactor and the blocking pool, and the
+//! loop decides what runs and in which order.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::pin;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker};
+
+use tokio::time::{Duration, Instant};
+
+use super::context::{Clock, Core, LoopContext, Posted, install, uninstall};
+use super::executor::{TaskWaker, panic_message};
+use super::health::{self, Health};
+use super::park::{Park, Woken};
+use super::stats::{Counters, LoopStats};
+use crate::timer::job::fire;
+
+/// Default longest idle block when no timer is due. The loop wakes for due ticks, posts and
+/// I/O anyway; this cap only bounds how long an entirely idle loop stays asleep.
+pub const DEFAULT_IDLE_WAIT: Duration = Duration::from_secs(1);
+/// Default tick: timer resolution.
+pub const DEFAULT_TICK: Duration = Duration::from_millis(8);
+/// Default late wakes per second tolerated before sleeping backs off.
+pub const DEFAULT_LATE_WAKE_THRESHOLD: u32 = 1;
+/// Default share of sleeps (percent) that must be late, too, before sleeping backs off.
+pub const DEFAULT_LATE_WAKE_PERCENT: u32 = 25;
+/// Posted closures run per iteration at most; the rest wait for the next iteration.
+const POSTED_PER_ITERATION: usize = 4096;
+
+/// A phase the shard fills with handlers (network, entity deltas, socket flush).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Slot {
+    /// Phase 2: accept connections, handle received packets.
+    Network,
+    /// Phase 5: drain the entity delta queues.
+    Deltas,
+    /// Phase 6: hand outgoing buffers to the writers.
+    Flush,
+}
+
+/// A slot handler: does its bounded share of work and returns true if it left work pending
+/// (which keeps the loop from parking).
+type Handler = Box<dyn FnMut() -> bool>;
+
+/// Configures an [`EventLoop`]. Defaults equal the configuration defaults.
+#[must_use]
+pub struct EventLoopBuilder {
+    idle_wait: Duration,
+    late_wake_threshold: u32,
+    late_wake_percent: u32,
+    tick: Duration,
+    probe_host: bool,
+    handlers: Vec<(Slot, Handler)>,
+}
+
+impl fmt::Debug for EventLoopBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventLoopBuilder")
+            .field("idle_wait", &self.idle_wait)
+            .field("late_wake_threshold", &self.late_wake_threshold)
+            .field("late_wake_percent", &self.late_wake_percent)
+            .field("tick", &self.tick)
+            .field("probe_host", &self.probe_host)
+            .field("handlers", &self.handlers.len())
+            .finish()
+    }
+}
+
+impl Default for EventLoopBuilder {
+    fn default() -> Self {
+        EventLoopBuilder {
+            idle_wait: DEFAULT_IDLE_WAIT,
+            late_wake_threshold: DEFAULT_LATE_WAKE_THRESHOLD,
+            late_wake_percent: DEFAULT_LATE_WAKE_PERCENT,
+            tick: DEFAULT_TICK,
+            probe_host: false,
+            handlers: Vec::new(),
+        }
+    }
+}
+
+impl EventLoopBuilder {
+    /// Longest idle block; `Duration::ZERO` never sleeps (spins, yielding to tokio).
+    pub fn idle_wait(mut self, idle_wait: Duration) -> Self {
+        self.idle_wait = idle_wait;
+        self
+    }
+
+    /// Late wakes per second the host may have before sleeping backs off.
+    pub fn late_wake_threshold(mut self, threshold: u32) -> Self {
+        self.late_wake_threshold = threshold;
+        self
+    }
+
+    /// Share of sleeps (percent) that must also be late before sleeping backs off.
+    pub fn late_wake_percent(mut self, percent: u32) -> Self {
+        self.late_wake_percent = percent;
+        self
+    }
+
+    /// Timer resolution (default 8 ms). Must not be zero.
+    pub fn tick(mut self, tick: Duration) -> Self {
+        self.tick = tick;
+        self
+    }
+
+    /// Run the startup host probe (25 short real sleeps) when the loop first runs.
+    pub fn probe_host(mut self, probe: bool) -> Self {
+        self.probe_host = probe;
+        self
+    }
+
+    /// Adds a handler to a phase slot; handlers of one slot run in the order added.
+    pub fn slot(mut self, slot: Slot, handler: impl FnMut() -> bool + 'static) -> Self {
+        self.handlers.push((slot, Box::new(handler)));
+        self
+    }
+
+    /// Builds the loop and makes it this thread's loop. Does no I/O. The epoch (tick 0) is
+    /// `tokio::time::Instant::now()` at this call (T12).
+    ///
+    /// # Panics
+    /// If the tick is zero.
+    pub fn build(self) -> EventLoop {
+        assert!(
+            !self.tick.is_zero(),
+            "EventLoopBuilder::tick must be greater than zero (the default is 8 ms)"
+        );
+        let epoch = Instant::now();
+        let core = Core::new(Clock {
+            epoch,
+            tick: self.tick,
+        });
+        install(&core);
+        let spin = self.idle_wait.is_zero();
+        EventLoop {
+            health: Health::new(
+                epoch,
+                self.late_wake_threshold,
+                self.late_wake_percent,
+                spin,
+            ),
+            core,
+            idle_wait: self.idle_wait,
+            probe_host: self.probe_host,
+            handlers: self.handlers,
+            posted: VecDeque::new(),
+            park: Park::default(),
+        }
+    }
+}
+
+/// The game loop. Build one per thread, then `run()` or `run_until(..)` it on a
+/// current-thread tokio runtime (`enable_all`).
+pub struct EventLoop {
+    core: Rc<Core>,
+    health: Health,
+    idle_wait: Duration,
+    probe_host: bool,
+    handlers: Vec<(Slot, Handler)>,
+    posted: VecDeque<Posted>,
+    park: Park,
+}
+
+impl fmt::Debug for EventLoop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventLoop")
+            .field("tick", &self.core.clock.tick)
+            .field("idle_wait", &self.idle_wait)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Default for EventLoop {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EventLoop {
+    /// A loop with the default settings.
+    pub fn new() -> EventLoop {
+        Self::builder().build()
+    }
+
+    pub fn builder() -> EventLoopBuilder {
+        EventLoopBuilder::default()
+    }
+
+    /// A handle for other threads (and for shutdown).
+    #[must_use]
+    pub fn context(&self) -> LoopContext {
+        LoopContext {
+            shared: self.core.shared.clone(),
+        }
+    }
+
+    /// The production counters since the loop was built.
+    #[must_use]
+    pub fn stats(&self) -> LoopStats {
+        let c = &self.core.counters;
+        let shared = &self.core.shared;
+        LoopStats {
+            iterations: c.iterations.get(),
+            sleeps: c.sleeps.get(),
+            late_wakes: c.late_wakes.get(),
+            wakes_issued: shared.wakes_issued.load(Ordering::Relaxed),
+            wakes_elided: shared.wakes_elided.load(Ordering::Relaxed),
+            ticks_fired: c.ticks_fired.get(),
+            late_ticks: c.late_ticks.get(),
+            max_wheel_lag: c.max_wheel_lag.get(),
+            panics: c.panics.get(),
+            verdict: self.health.verdict(),
+        }
+    }
+
+    /// Sleep backoffs since start (for the status line).
+    #[must_use]
+    pub fn backoffs(&self) -> u64 {
+        self.health.backoffs
+    }
+
+    /// Runs the loop until [`LoopContext::shutdown`], then runs what was already posted and
+    /// returns. Timers and tasks stay for a later `run_until`.
+    pub async fn run(&mut self) {
+        self.run_inner(std::future::pending::<()>(), true).await;
+        // Accepted before shutdown: delivered, not lost.
+        let mut rest = self.core.shared.clear_posted();
+        rest.extend(self.posted.drain(..));
+        for job in rest {
+            self.run_posted_job(job);
+        }
+    }
+
+    /// Runs the loop until `future` completes — at the end of that iteration (L3) — and
+    /// returns its output. `future` runs on the loop like a task and may be `!Send`.
+    pub async fn run_until<F: Future>(&mut self, future: F) -> F::Output {
+        match self.run_inner(future, false).await {
+            Some(output) => output,
+            None => unreachable!("run_inner only stops early when asked to stop on shutdown"),
+        }
+    }
+
+    /// Iterates until `future` completes or, with `until_closed`, the loop is shut down.
+    async fn run_inner<F: Future>(&mut self, future: F, until_closed: bool) -> Option<F::Output> {
+        if std::mem::take(&mut self.probe_host) && !health::probe(self.core.clock.tick) {
+            self.health.set_unsupported();
+        }
+        install(&self.core);
+        let mut future = pin!(future);
+        let root = TaskWaker::new_root(self.core.shared.clone());
+        let root_waker = Waker::from(root.clone());
+        self.core.executor.schedule_root();
+        loop {
+            let mut output = None;
+            let pending = self.iterate(&mut || {
+                root.clear_queued();
+                let mut cx = Context::from_waker(&root_waker);
+                if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+                    output = Some(out);
+                }
+            });
+            if output.is_some() || (until_closed && self.core.shared.is_closed()) {
+                self.core.shared.set_running(false);
+                return output;
+            }
+            self.idle(pending).await;
+        }
+    }
+
+    /// One iteration of the phases. Returns true if work is left pending.
+    fn iterate(&mut self, poll_root: &mut dyn FnMut()) -> bool {
+        let core = self.core.clone();
+        core.shared.set_running(true);
+        Counters::bump(&core.counters.iterations);
+        // Anything pushed from now on raises the signal again, so nothing is missed.
+        core.shared.clear_notified();
+        let now = Instant::now();
+
+        self.run_timers(now);
+        core.logical_now.set(now);
+
+        let mut pending = self.run_slot(Slot::Network);
+        core.executor.run_ready(&core, poll_root);
+        pending |= self.run_posted();
+        pending |= self.run_slot(Slot::Deltas);
+        pending |= self.run_slot(Slot::Flush);
+
+        self.health.sample(now);
+        pending || core.executor.has_ready() || core.shared.has_posted()
+    }
+
+    /// Phase 1: every tick boundary up to the clock reading, in order, in one pass.
+    fn run_timers(&mut self, now: Instant) {
+        let core = &*self.core;
+        let clock = core.clock;
+        let target = clock.tick_at(now);
+        let mut current_tick = None;
+        loop {
+            let expired = core.wheel.borrow_mut().poll(target);
+            let Some(expired) = expired else { break };
+            if current_tick != Some(expired.tick) {
+                current_tick = Some(expired.tick);
+                let boundary = clock.boundary(expired.tick);
+                core.logical_now.set(boundary);
+                self.account_tick(boundary);
+            }
+            fire(core, expired.key);
+        }
+    }
+
+    fn account_tick(&self, boundary: Instant) {
+        let c = &self.core.counters;
+        Counters::bump(&c.ticks_fired);
+        let lag = Instant::now().saturating_duration_since(boundary);
+        if lag >= self.core.clock.tick {
+            Counters::bump(&c.late_ticks);
+        }
+        if lag > c.max_wheel_lag.get() {
+            c.max_wheel_lag.set(lag);
+        }
+    }
+
+    fn run_slot(&mut self, slot: Slot) -> bool {
+        let mut pending = false;
+        for (s, handler) in &mut self.handlers {
+            if *s == slot {
+                pending |= handler();
+            }
+        }
+        pending
+    }
+
+    /// Phase 4: posted closures, FIFO, at most [`POSTED_PER_ITERATION`].
+    fn run_posted(&mut self) -> bool {
+        if self.posted.is_empty() {
+            self.core
+                .shared
+                .take_posted(&mut self.posted, POSTED_PER_ITERATION);
+        }
+        for _ in 0..POSTED_PER_ITERATION {
+            let Some(job) = self.posted.pop_front() else {
+                break;
+            };
+            self.run_posted_job(job);
+        }
+        !self.posted.is_empty()
+    }
+
+    fn run_posted_job(&self, job: Posted) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
+            Counters::bump(&self.core.counters.panics);
+            tracing::error!(
+                "a posted closure panicked: {}; the loop goes on",
+                panic_message(&*payload)
+            );
+        }
+    }
+
+    /// Phase 7: park until the next due boundary (capped by `idle_wait`) or a notify — or,
+    /// with work pending or sleeping off, just let tokio run its reactor once.
+    async fn idle(&mut self, pending: bool) {
+        let core = self.core.clone();
+        let now = Instant::now();
+        if pending || self.idle_wait.is_zero() || !self.health.may_sleep(now) {
+            core.shared.set_running(false);
+            tokio::task::yield_now().await;
+            return;
+        }
+        let next_due = core
+            .wheel
+            .borrow()
+            .next_due()
+            .map(|t| core.clock.boundary(t));
+        let cap = now
+            .checked_add(self.idle_wait)
+            .unwrap_or(now + Duration::from_secs(86_400 * 365));
+        let deadline = next_due.map_or(cap, |due| due.min(cap));
+        if deadline <= now {
+            return;
+        }
+        Counters::bump(&core.counters.sleeps);
+        core.shared.set_running(false);
+        let woken = self.park.wait(&core.shared, deadline).await;
+        let overshoot = Instant::now().saturating_duration_since(deadline);
+        let late = woken == Woken::Deadline && overshoot >= core.clock.tick;
+        if late {
+            Counters::bump(&core.counters.late_wakes);
+        }
+        self.health.record_sleep(late);
+    }
+}
+
+impl Drop for EventLoop {
+    fn drop(&mut self) {
+        self.core.shared.close();
+        drop(self.core.shared.clear_posted());
+        self.posted.clear();
+        // Tasks are dropped while the loop is still this thread's loop: their pauses and
+        // timers clean up after themselves.
+        self.core.executor.clear();
+        uninstall(&self.core);
+    }
+}

@@ -1,0 +1,369 @@
+//! The local executor: game futures polled by the loop, in wake order, each at most once per
+//! iteration.
+//!
+//! Why not tokio's `spawn_local`? tokio decides the order in which woken tasks run, and that
+//! order is not part of its contract. Game logic needs the same inputs to give the same
+//! sequence of effects (T11), so tasks live here: a generational slab of boxed futures and a
+//! FIFO of woken task ids. A waker is an `Arc` holding the task id and a "queued" flag, so a
+//! task is queued once however often it is woken. Woken on the loop thread, it goes straight
+//! to the FIFO; woken elsewhere, to the cross-thread queue, drained into the FIFO at the start
+//! of the Tasks phase.
+//!
+//! This module must never poll a future outside the Tasks phase, nor hold a `RefCell` borrow
+//! while a future runs (the future may spawn, pause or drop other tasks).
+
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, Location, catch_unwind};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use futures::task::AtomicWaker;
+
+use crate::slab::{Key, Slab};
+
+use super::context::{Core, Shared, core, is_loop_thread, try_core};
+
+type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
+
+struct Task {
+    /// `None` while the task is being polled.
+    future: Option<LocalFuture>,
+    waker: Arc<TaskWaker>,
+    site: &'static Location<'static>,
+}
+
+/// The waker of one task (or of `run_until`'s root future, with [`ROOT`] as its id).
+pub(crate) struct TaskWaker {
+    task: Key,
+    queued: AtomicBool,
+    shared: Arc<Shared>,
+}
+
+/// The id `run_until`'s own future uses in the ready FIFO; the slab never issues it.
+pub(crate) const ROOT: Key = Key::RESERVED;
+
+impl TaskWaker {
+    pub(crate) fn new_root(shared: Arc<Shared>) -> Arc<Self> {
+        Arc::new(TaskWaker {
+            task: ROOT,
+            queued: AtomicBool::new(true),
+            shared,
+        })
+    }
+}
+
+impl TaskWaker {
+    /// Called just before the task is polled: a wake during the poll queues it again.
+    pub(crate) fn clear_queued(&self) {
+        self.queued.store(false, Ordering::Release);
+    }
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if is_loop_thread(self.shared.id)
+            && let Some(core) = try_core()
+        {
+            core.executor.ready.borrow_mut().push_back(self.task);
+            // Woken by another future on this thread while the loop is parked.
+            self.shared.notify();
+            return;
+        }
+        self.shared.push_remote_wake(self.task);
+    }
+}
+
+pub(crate) struct Executor {
+    tasks: RefCell<Slab<Task>>,
+    ready: RefCell<VecDeque<Key>>,
+    remote: RefCell<Vec<Key>>,
+}
+
+thread_local! {
+    /// Set while the executor drops the future of a task that panicked, so that its
+    /// `JoinHandle` reports a panic rather than a cancellation.
+    static DROPPING_PANICKED: Cell<bool> = const { Cell::new(false) };
+}
+
+impl Executor {
+    pub(crate) fn new() -> Self {
+        Executor {
+            tasks: RefCell::new(Slab::new()),
+            ready: RefCell::new(VecDeque::new()),
+            remote: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Queues `run_until`'s future for its first poll (exactly once in the FIFO).
+    pub(crate) fn schedule_root(&self) {
+        let mut ready = self.ready.borrow_mut();
+        ready.retain(|&id| id != ROOT);
+        ready.push_back(ROOT);
+    }
+
+    pub(crate) fn has_ready(&self) -> bool {
+        !self.ready.borrow().is_empty()
+    }
+
+    fn spawn(&self, shared: &Arc<Shared>, future: LocalFuture, site: &'static Location<'static>) {
+        let mut tasks = self.tasks.borrow_mut();
+        let waker = Arc::new(TaskWaker {
+            task: tasks.next_key(),
+            queued: AtomicBool::new(true),
+            shared: shared.clone(),
+        });
+        let key = tasks.insert(Task {
+            future: Some(future),
+            waker,
+            site,
+        });
+        self.ready.borrow_mut().push_back(key);
+    }
+
+    /// The Tasks phase: polls what was woken before it started, in wake order, each once.
+    /// `poll_root` polls `run_until`'s future when [`ROOT`] comes up. Returns true if
+    /// anything ran.
+    pub(crate) fn run_ready(&self, core: &Core, poll_root: &mut dyn FnMut()) -> bool {
+        {
+            let mut remote = self.remote.borrow_mut();
+            core.shared.take_remote_wakes(&mut remote);
+            self.ready.borrow_mut().extend(remote.drain(..));
+        }
+        let batch = self.ready.borrow().len();
+        for _ in 0..batch {
+            let Some(id) = self.ready.borrow_mut().pop_front() else {
+                break;
+            };
+            if id == ROOT {
+                poll_root();
+            } else {
+                self.poll_task(core, id);
+            }
+        }
+        batch > 0
+    }
+
+    fn poll_task(&self, core: &Core, id: Key) {
+        let (mut future, waker, site) = {
+            let mut tasks = self.tasks.borrow_mut();
+            let Some(task) = tasks.get_mut(id) else {
+                return; // finished or dropped since it was woken
+            };
+            let Some(future) = task.future.take() else {
+                return;
+            };
+            (future, task.waker.clone(), task.site)
+        };
+        waker.clear_queued();
+        let waker = Waker::from(waker);
+        let mut cx = Context::from_waker(&waker);
+        match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
+            Ok(Poll::Pending) => {
+                if let Some(task) = self.tasks.borrow_mut().get_mut(id) {
+                    task.future = Some(future);
+                }
+            }
+            Ok(Poll::Ready(())) => {
+                let task = self.tasks.borrow_mut().remove(id);
+                drop((future, task));
+            }
+            Err(payload) => {
+                core.counters.panics.set(core.counters.panics.get() + 1);
+                tracing::error!(
+                    spawned_at = %site,
+                    "a task panicked: {}; the task is dropped, the loop goes on",
+                    panic_message(&*payload)
+                );
+                let task = self.tasks.borrow_mut().remove(id);
+                DROPPING_PANICKED.with(|p| p.set(true));
+                drop((future, task));
+                DROPPING_PANICKED.with(|p| p.set(false));
+            }
+        }
+    }
+
+    /// Drops every task (the loop is going away). Their `JoinHandle`s report cancellation.
+    pub(crate) fn clear(&self) {
+        let tasks = std::mem::replace(&mut *self.tasks.borrow_mut(), Slab::new());
+        self.ready.borrow_mut().clear();
+        drop(tasks);
+    }
+}
+
+/// Best-effort text of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "(non-string panic payload)"
+    }
+}
+
+/// Spawns on this thread's loop without a handle (used by `LoopContext::spawn`).
+pub(crate) fn spawn_detached(
+    future: impl Future<Output = ()> + 'static,
+    site: &'static Location<'static>,
+) {
+    let core = core("LoopContext::spawn");
+    core.executor.spawn(&core.shared, Box::pin(future), site);
+}
+
+/// Runs `future` as a task on this thread's event loop and returns a handle to its output.
+///
+/// Tasks are polled by the loop in the order they were woken, never by tokio's scheduler.
+///
+/// # Panics
+/// Off the loop thread; use `LoopContext::spawn` from other threads.
+#[track_caller]
+pub fn spawn<F>(future: F) -> JoinHandle<F::Output>
+where
+    F: Future + 'static,
+{
+    let site = Location::caller();
+    let core = core("shardloop::spawn");
+    let state = Arc::new(JoinState {
+        result: Mutex::new(None),
+        done: AtomicBool::new(false),
+        waker: AtomicWaker::new(),
+    });
+    let guard = Completion {
+        state: Some(state.clone()),
+    };
+    let task = async move {
+        let output = future.await;
+        guard.finish(Ok(output));
+    };
+    core.executor.spawn(&core.shared, Box::pin(task), site);
+    JoinHandle { state }
+}
+
+/// Why a task produced no output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinError {
+    panicked: bool,
+}
+
+impl JoinError {
+    /// The task panicked (the panic was caught, logged and counted).
+    #[must_use]
+    pub fn is_panic(&self) -> bool {
+        self.panicked
+    }
+
+    /// The task was dropped before finishing (its loop went away).
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        !self.panicked
+    }
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.panicked {
+            f.write_str("the task panicked")
+        } else {
+            f.write_str("the task was cancelled before it finished")
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}
+
+struct JoinState<T> {
+    result: Mutex<Option<Result<T, JoinError>>>,
+    done: AtomicBool,
+    waker: AtomicWaker,
+}
+
+/// Delivers a task's result to its handle exactly once — on completion, or from `Drop` when
+/// the task dies first.
+struct Completion<T> {
+    state: Option<Arc<JoinState<T>>>,
+}
+
+impl<T> Completion<T> {
+    fn finish(mut self, result: Result<T, JoinError>) {
+        if let Some(state) = self.state.take() {
+            deliver(&state, result);
+        }
+    }
+}
+
+impl<T> Drop for Completion<T> {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            let panicked = DROPPING_PANICKED.with(Cell::get);
+            deliver(&state, Err(JoinError { panicked }));
+        }
+    }
+}
+
+fn deliver<T>(state: &JoinState<T>, result: Result<T, JoinError>) {
+    *state
+        .result
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(result);
+    state.done.store(true, Ordering::Release);
+    state.waker.wake();
+}
+
+/// The output of a spawned task. Dropping the handle detaches the task (it keeps running);
+/// dropping it is harmless on any thread.
+#[must_use = "dropping a JoinHandle detaches the task; await it to get the output"]
+pub struct JoinHandle<T> {
+    state: Arc<JoinState<T>>,
+}
+
+impl<T> fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinHandle")
+            .field("finished", &self.is_finished())
+            .finish()
+    }
+}
+
+impl<T> JoinHandle<T> {
+    /// True once the task has finished, panicked or been dropped.
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        self.state.done.load(Ordering::Acquire)
+    }
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = Result<T, JoinError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if !self.is_finished() {
+            self.state.waker.register(cx.waker());
+            if !self.is_finished() {
+                return Poll::Pending;
+            }
+        }
+        let taken = self
+            .state
+            .result
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        match taken {
+            Some(result) => Poll::Ready(result),
+            // Polled again after completion: the output was already handed out.
+            None => Poll::Ready(Err(JoinError { panicked: false })),
+        }
+    }
+}

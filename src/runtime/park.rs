@@ -1,0 +1,164 @@
+//! The idle park: how the loop blocks when every queue is empty.
+//!
+//! tokio's own park cannot be replaced, so parking is the loop future returning `Pending`
+//! with exactly one deadline armed, *twice*:
+//! - a tokio `Sleep` at the deadline — the only timer tokio's paused test clock knows how to
+//!   auto-advance to, so `#[tokio::test(start_paused = true)]` runs at the exact boundary;
+//! - a `timerfd` (CLOCK_MONOTONIC) in an `AsyncFd` — tokio's sleep is rounded up to whole
+//!   milliseconds and so wakes ~1 ms late; the timerfd wakes within microseconds.
+//!
+//! Whichever fires first ends the park; so does a notify from another thread (a post or a
+//! cross-thread task wake). After each park the timerfd is disarmed and drained, so a late
+//! expiry can never cause a spurious wake later.
+//!
+//! This module must never decide *whether* to park or for how long: the loop does.
+
+use std::future::poll_fn;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::task::Poll;
+
+use tokio::io::unix::AsyncFd;
+use tokio::time::{Duration, Instant, Sleep};
+
+use super::context::Shared;
+
+/// Why a park ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// A post, cross-thread wake or shutdown arrived.
+    Notified,
+    /// The deadline passed.
+    Deadline,
+}
+
+#[derive(Default)]
+pub(crate) struct Park {
+    sleep: Option<Pin<Box<Sleep>>>,
+    timerfd: Option<AsyncFd<TimerFd>>,
+    timerfd_tried: bool,
+}
+
+impl Park {
+    /// Blocks (as a future) until `deadline` or a notify, whichever comes first.
+    pub(crate) async fn wait(&mut self, shared: &Shared, deadline: Instant) -> Woken {
+        let sleep = match &mut self.sleep {
+            Some(sleep) => {
+                sleep.as_mut().reset(deadline);
+                sleep
+            }
+            None => self
+                .sleep
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        if !self.timerfd_tried {
+            self.timerfd_tried = true;
+            self.timerfd = TimerFd::new().ok().and_then(|fd| {
+                // SAFETY: `TimerFd` owns its descriptor for its whole life and `as_raw_fd`
+                // always returns that same descriptor.
+                unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
+            });
+        }
+        if let Some(fd) = &self.timerfd {
+            let _ = fd
+                .get_ref()
+                .arm(deadline.saturating_duration_since(Instant::now()));
+        }
+        let woken = poll_fn(|cx| {
+            if shared.register_and_check(cx.waker()) {
+                return Poll::Ready(Woken::Notified);
+            }
+            if sleep.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Woken::Deadline);
+            }
+            if let Some(fd) = &self.timerfd {
+                while let Poll::Ready(Ok(mut guard)) = fd.poll_read_ready(cx) {
+                    if guard.get_inner().expired() {
+                        return Poll::Ready(Woken::Deadline);
+                    }
+                    // Stale readiness (already drained): wait for the next edge.
+                    guard.clear_ready();
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        if let Some(fd) = &self.timerfd {
+            let _ = fd.get_ref().arm(Duration::ZERO);
+            fd.get_ref().expired();
+        }
+        woken
+    }
+}
+
+/// A non-blocking CLOCK_MONOTONIC timerfd.
+pub(crate) struct TimerFd {
+    fd: OwnedFd,
+}
+
+impl TimerFd {
+    fn new() -> io::Result<Self> {
+        // SAFETY: timerfd_create has no memory-safety preconditions; the result is checked.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        Ok(TimerFd {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Arms the timer `after` from now; `Duration::ZERO` disarms it.
+    fn arm(&self, after: Duration) -> io::Result<()> {
+        // A zero it_value disarms, so an already-passed deadline is armed as 1 ns.
+        let after = if after.is_zero() {
+            Duration::ZERO
+        } else {
+            after.max(Duration::from_nanos(1))
+        };
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs().min(i64::MAX as u64) as libc::time_t,
+                tv_nsec: libc::c_long::from(after.subsec_nanos() as i32),
+            },
+        };
+        // SAFETY: `spec` is a valid itimerspec and the old-value pointer may be null.
+        let rc =
+            unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Reads (and so clears) the expiry count; true if the timer had expired.
+    fn expired(&self) -> bool {
+        let mut count = 0u64;
+        // SAFETY: reading 8 bytes into a u64 we own, from a descriptor we own.
+        let n = unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                (&mut count as *mut u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+        n == 8 && count > 0
+    }
+}
+
+impl AsRawFd for TimerFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}

@@ -1,0 +1,128 @@
+//! What a wheel entry does when its tick comes: wake a paused task, or run a callback.
+//!
+//! This is the only place timer callbacks run. It never holds a borrow of the wheel while a
+//! callback or a waker runs — callbacks start, cancel and inspect timers themselves.
+
+use std::panic::{AssertUnwindSafe, Location, catch_unwind};
+use std::task::Waker;
+
+use tokio::time::Duration;
+
+use crate::runtime::context::Core;
+use crate::runtime::executor::panic_message;
+use crate::slab::Key;
+
+pub(crate) enum Job {
+    /// A `Pause`: wake its task.
+    Wake {
+        waker: Waker,
+        site: &'static Location<'static>,
+    },
+    /// A callback timer.
+    Timer(Box<TimerJob>),
+}
+
+impl Job {
+    pub(crate) fn site(&self) -> &'static Location<'static> {
+        match self {
+            Job::Wake { site, .. } => site,
+            Job::Timer(t) => t.site,
+        }
+    }
+}
+
+pub(crate) struct TimerJob {
+    /// `None` while the callback runs.
+    pub(crate) callback: Option<Box<dyn FnMut()>>,
+    pub(crate) site: &'static Location<'static>,
+    /// Logical due instant of run 0, as an offset from the epoch (T3 counts from it).
+    pub(crate) first_due: Duration,
+    pub(crate) interval: Option<Duration>,
+    /// The run in progress, or the next one: 0-based.
+    pub(crate) index: u32,
+    /// Total runs, `None` = until cancelled.
+    pub(crate) count: Option<u32>,
+}
+
+impl TimerJob {
+    /// True when the run at `index` is the last one.
+    fn is_last_run(&self) -> bool {
+        match (self.interval, self.count) {
+            (None, _) => true,
+            (Some(_), Some(count)) => self.index + 1 >= count,
+            (Some(_), None) => false,
+        }
+    }
+
+    /// Logical offset of run `index` (T3: D + k·interval, never accumulated from fire times).
+    pub(crate) fn due_offset(&self, index: u32) -> Duration {
+        let interval = self.interval.unwrap_or(Duration::ZERO);
+        self.first_due
+            .saturating_add(interval.saturating_mul(index))
+    }
+}
+
+/// Runs the entry `key` that the wheel just yielded.
+pub(crate) fn fire(core: &Core, key: Key) {
+    let mut wheel = core.wheel.borrow_mut();
+    let Some(job) = wheel.get_mut(key) else {
+        return;
+    };
+    let timer = match job {
+        Job::Wake { .. } => {
+            if let Some(Job::Wake { waker, .. }) = wheel.remove(key) {
+                drop(wheel);
+                waker.wake();
+            }
+            return;
+        }
+        Job::Timer(timer) => timer,
+    };
+    let last = timer.is_last_run();
+    let callback = timer.callback.take();
+    let site = timer.site;
+    if !last {
+        // Rescheduled before the callback runs, so that `next()` and `running()` answer
+        // for the coming run while it executes, and cancel() from inside stops it.
+        let next = core.clock.tick_ceil(timer.due_offset(timer.index + 1));
+        wheel.reschedule(key, next);
+    }
+    drop(wheel);
+
+    let Some(mut callback) = callback else {
+        return;
+    };
+    core.current_timer.set(Some(key));
+    let outcome = catch_unwind(AssertUnwindSafe(|| callback()));
+    core.current_timer.set(None);
+
+    let mut wheel = core.wheel.borrow_mut();
+    if let Err(payload) = outcome {
+        core.counters.panics.set(core.counters.panics.get() + 1);
+        tracing::error!(
+            started_at = %site,
+            "a timer callback panicked: {}; the timer is stopped, the loop goes on",
+            panic_message(&*payload)
+        );
+        let removed = wheel.remove(key);
+        drop(wheel);
+        drop((removed, callback));
+        return;
+    }
+    match wheel.get_mut(key) {
+        Some(Job::Timer(timer)) if !last => {
+            timer.index += 1;
+            timer.callback = Some(callback);
+        }
+        Some(_) => {
+            let removed = wheel.remove(key);
+            drop(wheel);
+            drop((removed, callback));
+        }
+        // Cancelled from inside its own callback.
+        None => {
+            drop(wheel);
+            drop(callback);
+        }
+    }
+}

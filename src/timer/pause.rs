@@ -1,0 +1,88 @@
+//! `Pause`: the future behind `timer::pause`.
+//!
+//! A pause is armed when it is created (the delay counts from `timer::now()` then, not from
+//! the first poll), as one wheel entry holding the waker to call. When its tick comes, the
+//! entry is removed and the waker called; the pause sees its key gone and completes.
+//! Dropping an unfinished pause removes the entry (T9) — on the loop thread. Dropped on
+//! another thread it cannot reach the wheel, and the entry simply fires into nothing.
+
+use std::panic::Location;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use tokio::time::Duration;
+
+use crate::runtime::context::{LoopId, core, try_core};
+use crate::slab::Key;
+
+use super::job::Job;
+
+/// Completes at the first tick boundary at or after its due instant. `Send`, `Unpin`;
+/// dropping it cancels it.
+#[must_use = "a Pause does nothing unless awaited"]
+#[derive(Debug)]
+pub struct Pause {
+    key: Key,
+    loop_id: LoopId,
+}
+
+impl Pause {
+    #[track_caller]
+    pub(super) fn new(delay: Duration) -> Pause {
+        let site = Location::caller();
+        let core = core("timer::pause");
+        let due = core
+            .clock
+            .tick_ceil(core.logical_offset().saturating_add(delay));
+        let key = core.wheel.borrow_mut().insert(
+            due,
+            Job::Wake {
+                waker: Waker::noop().clone(),
+                site,
+            },
+        );
+        Pause {
+            key,
+            loop_id: core.shared.id,
+        }
+    }
+}
+
+impl Future for Pause {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let core = core("polling a timer::Pause");
+        if core.shared.id != self.loop_id {
+            return Poll::Ready(());
+        }
+        let mut wheel = core.wheel.borrow_mut();
+        match wheel.get_mut(self.key) {
+            Some(Job::Wake { waker, .. }) => {
+                if !waker.will_wake(cx.waker()) {
+                    waker.clone_from(cx.waker());
+                }
+                Poll::Pending
+            }
+            _ => Poll::Ready(()),
+        }
+    }
+}
+
+impl Drop for Pause {
+    fn drop(&mut self) {
+        let Some(core) = try_core() else { return };
+        if core.shared.id != self.loop_id {
+            return;
+        }
+        // The wheel may be borrowed if the pause is dropped by a waker's drop during the
+        // Timers phase; the entry then fires into nothing, which is harmless.
+        if let Ok(mut wheel) = core.wheel.try_borrow_mut()
+            && matches!(wheel.get(self.key), Some(Job::Wake { .. }))
+        {
+            let removed = wheel.remove(self.key);
+            drop(wheel);
+            drop(removed);
+        }
+    }
+}
