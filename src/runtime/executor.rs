@@ -13,7 +13,7 @@
 //! while a future runs (the future may spawn, pause or drop other tasks).
 
 use std::any::Any;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, Location, catch_unwind};
@@ -89,12 +89,6 @@ pub(crate) struct Executor {
     tasks: RefCell<Slab<Task>>,
     ready: RefCell<VecDeque<Key>>,
     remote: RefCell<Vec<Key>>,
-}
-
-thread_local! {
-    /// Set while the executor drops the future of a task that panicked, so that its
-    /// `JoinHandle` reports a panic rather than a cancellation.
-    static DROPPING_PANICKED: Cell<bool> = const { Cell::new(false) };
 }
 
 impl Executor {
@@ -187,9 +181,7 @@ impl Executor {
                     panic_message(&*payload)
                 );
                 let task = self.tasks.borrow_mut().remove(id);
-                DROPPING_PANICKED.with(|p| p.set(true));
                 drop((future, task));
-                DROPPING_PANICKED.with(|p| p.set(false));
             }
         }
     }
@@ -306,7 +298,9 @@ impl<T> Completion<T> {
 impl<T> Drop for Completion<T> {
     fn drop(&mut self) {
         if let Some(state) = self.state.take() {
-            let panicked = DROPPING_PANICKED.with(Cell::get);
+            // A panic unwinding out of the task's poll drops the task's state — this guard
+            // included — on its way out; any other drop is a cancellation.
+            let panicked = std::thread::panicking();
             deliver(&state, Err(JoinError { panicked }));
         }
     }

@@ -1,0 +1,337 @@
+//! The loop rules L1–L3 and the wake contract, through the public API. Timing rules run on
+//! the paused clock; the few real-time wake tests use bounds of seconds, never speed.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+
+use shardloop::timer;
+use shardloop::{EventLoop, LoopClosed, LoopContext, spawn};
+use tokio::time::{Duration, Instant};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[tokio::test(start_paused = true)]
+async fn l1_posts_run_on_the_loop_thread_fifo_per_sender() {
+    let mut el = EventLoop::new();
+    let ctx = el.context();
+    let loop_thread = thread::current().id();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let senders: Vec<_> = (0..3)
+        .map(|s| {
+            let ctx = ctx.clone();
+            let seen = seen.clone();
+            thread::spawn(move || {
+                for i in 0..200 {
+                    let seen = seen.clone();
+                    ctx.post(move || {
+                        assert_eq!(thread::current().id(), loop_thread);
+                        seen.lock().unwrap().push((s, i));
+                    })
+                    .expect("loop is open");
+                }
+            })
+        })
+        .collect();
+    for s in senders {
+        s.join().unwrap();
+    }
+    // Posted before the loop ever ran: none is lost.
+    el.run_until(timer::pause(8)).await;
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 600);
+    for s in 0..3 {
+        let order: Vec<_> = seen.iter().filter(|x| x.0 == s).map(|x| x.1).collect();
+        assert_eq!(order, (0..200).collect::<Vec<_>>(), "sender {s} in order");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn l1_posts_from_the_loop_thread_issue_no_wake() {
+    let mut el = EventLoop::new();
+    let ctx = el.context();
+    let ran = Rc::new(Cell::new(0));
+    let r = ran.clone();
+    el.run_until(async move {
+        let count = Arc::new(AtomicUsize::new(0));
+        for _ in 0..10 {
+            let c = count.clone();
+            ctx.post(move || {
+                c.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        }
+        timer::pause(8).await;
+        r.set(count.load(Ordering::Relaxed));
+    })
+    .await;
+    assert_eq!(ran.get(), 10);
+    let stats = el.stats();
+    assert_eq!(stats.wakes_issued, 0, "{stats:?}");
+    assert!(stats.wakes_elided >= 10, "{stats:?}");
+}
+
+/// Runs `el` on this thread until `done` flips, with a timeout that fails the test.
+async fn run_for(el: &mut EventLoop, limit: std::time::Duration) {
+    let ctx = el.context();
+    let guard = thread::spawn(move || {
+        thread::sleep(limit);
+        ctx.shutdown();
+    });
+    el.run().await;
+    drop(guard);
+}
+
+#[tokio::test]
+async fn l1_a_post_wakes_a_parked_loop_at_once_real_time() {
+    // idle_wait of a minute and no timers: only the post can end the park.
+    let mut el = EventLoop::builder()
+        .idle_wait(Duration::from_secs(60))
+        .build();
+    let ctx = el.context();
+    let (tx, rx) = mpsc::channel();
+    let poster = thread::spawn(move || {
+        let mut latencies = Vec::new();
+        for _ in 0..5 {
+            thread::sleep(std::time::Duration::from_millis(50));
+            let sent = std::time::Instant::now();
+            let tx = tx.clone();
+            ctx.post(move || tx.send(sent.elapsed()).unwrap()).unwrap();
+            latencies.push(rx.recv_timeout(std::time::Duration::from_secs(5)));
+        }
+        ctx.shutdown();
+        latencies
+    });
+    el.run().await;
+    let latencies = poster.join().unwrap();
+    for l in latencies {
+        let l = l.expect("the post ran within 5 s");
+        assert!(l < std::time::Duration::from_secs(2), "woken late: {l:?}");
+    }
+    let stats = el.stats();
+    assert!(
+        stats.sleeps >= 5,
+        "the loop was parked between posts: {stats:?}"
+    );
+    assert!(stats.wakes_issued >= 5, "{stats:?}");
+}
+
+#[tokio::test]
+async fn l1_repeated_posts_do_not_accumulate_wakes_and_the_loop_parks_again() {
+    let mut el = EventLoop::builder()
+        .idle_wait(Duration::from_secs(60))
+        .build();
+    let ctx = el.context();
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    let ctx2 = ctx.clone();
+    let poster = thread::spawn(move || {
+        for _ in 0..10_000 {
+            let c = c.clone();
+            ctx2.post(move || {
+                c.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        }
+    });
+    poster.join().unwrap();
+    let checker = thread::spawn(move || {
+        thread::sleep(std::time::Duration::from_millis(300));
+        ctx.shutdown();
+    });
+    el.run().await;
+    checker.join().unwrap();
+    assert_eq!(count.load(Ordering::Relaxed), 10_000);
+    let stats = el.stats();
+    // One wake for the burst (posted before the loop ran: none needed at all), then one for
+    // shutdown. An idle loop that stayed signalled would spin: thousands of iterations.
+    assert!(stats.wakes_issued <= 3, "{stats:?}");
+    assert!(stats.iterations < 50, "the loop spun: {stats:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn l2_the_loop_sleeps_only_until_due_ticks_not_every_tick() {
+    let mut el = EventLoop::builder()
+        .idle_wait(Duration::from_secs(10))
+        .build();
+    let fired = Rc::new(Cell::new(0));
+    let f = fired.clone();
+    timer::every(Duration::from_secs(1))
+        .times(5)
+        .start(move || f.set(f.get() + 1));
+    el.run_until(timer::pause(5_500)).await;
+    assert_eq!(fired.get(), 5);
+    let stats = el.stats();
+    // 6 due ticks (5 repeats + the pause): about one sleep and one iteration each, where a
+    // loop waking every 8 ms tick would have needed ~690.
+    assert!(stats.sleeps <= 8, "{stats:?}");
+    assert!(stats.iterations <= 10, "{stats:?}");
+    assert_eq!(stats.ticks_fired, 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn l2_idle_wait_caps_a_block() {
+    let mut el = EventLoop::builder().idle_wait(ms(100)).build();
+    el.run_until(timer::pause(1000)).await;
+    let stats = el.stats();
+    assert!((10..=12).contains(&stats.sleeps), "{stats:?}");
+}
+
+#[tokio::test]
+async fn l2_idle_wait_zero_never_blocks() {
+    let mut el = EventLoop::builder().idle_wait(Duration::ZERO).build();
+    let start = Instant::now();
+    el.run_until(timer::pause(50)).await;
+    assert!(start.elapsed() >= ms(48));
+    let stats = el.stats();
+    assert_eq!(stats.sleeps, 0, "{stats:?}");
+    assert!(stats.iterations > 10, "{stats:?}");
+    assert_eq!(stats.verdict, shardloop::Verdict::SpinningConfigured);
+}
+
+#[tokio::test(start_paused = true)]
+async fn l3_run_until_returns_at_the_end_of_that_iteration_and_the_rest_stays() {
+    let mut el = EventLoop::new();
+    let epoch = Instant::now();
+    let log = Rc::new(RefCell::new(Vec::new()));
+    // The task and the callback due in the same tick as the run_until future still run in
+    // that iteration (before it returns); the later ones wait for the next run_until.
+    let l = log.clone();
+    let _ = spawn(async move {
+        timer::pause(16).await;
+        l.borrow_mut().push("task 16");
+        timer::pause(16).await;
+        l.borrow_mut().push("task 32");
+    });
+    let l = log.clone();
+    timer::every(ms(16)).start(move || l.borrow_mut().push("every 16"));
+    let l = log.clone();
+    el.run_until(async move {
+        timer::pause(16).await;
+        l.borrow_mut().push("root");
+    })
+    .await;
+    assert_eq!(Instant::now() - epoch, ms(16));
+    assert_eq!(*log.borrow(), vec!["every 16", "task 16", "root"]);
+    log.borrow_mut().clear();
+    el.run_until(timer::pause(16)).await;
+    assert_eq!(*log.borrow(), vec!["every 16", "task 32"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_until_accepts_a_non_send_future_and_returns_its_output() {
+    let mut el = EventLoop::new();
+    let rc = Rc::new(5);
+    let out = el
+        .run_until(async move {
+            timer::pause(8).await;
+            *rc + 1
+        })
+        .await;
+    assert_eq!(out, 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn spawn_and_spawn_with_from_other_threads() {
+    let mut el = EventLoop::new();
+    let ctx = el.context();
+    let done = Arc::new(AtomicUsize::new(0));
+    let (d1, d2) = (done.clone(), done.clone());
+    let c = ctx.clone();
+    thread::spawn(move || {
+        c.spawn(async move {
+            timer::pause(8).await;
+            d1.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        c.spawn_with(move || {
+            let local = Rc::new(d2); // !Send state lives on the loop thread
+            async move {
+                timer::pause(16).await;
+                local.fetch_add(10, Ordering::Relaxed);
+            }
+        })
+        .unwrap();
+    })
+    .join()
+    .unwrap();
+    el.run_until(timer::pause(40)).await;
+    assert_eq!(done.load(Ordering::Relaxed), 11);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_woken_from_another_thread_runs_on_the_loop() {
+    let mut el = EventLoop::new();
+    let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+    let handle = spawn(async move { rx.await.unwrap() * 2 });
+    thread::spawn(move || tx.send(21).unwrap()).join().unwrap();
+    assert_eq!(el.run_until(handle).await, Ok(42));
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_run_delivers_accepted_posts_and_refuses_later_ones() {
+    let mut el = EventLoop::new();
+    let ctx = el.context();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    let c = ctx.clone();
+    timer::after(ms(100)).start(move || {
+        let r = r.clone();
+        c.post(move || {
+            r.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        c.shutdown();
+    });
+    el.run().await;
+    assert_eq!(
+        ran.load(Ordering::Relaxed),
+        1,
+        "accepted before shutdown: delivered"
+    );
+    assert!(ctx.is_shut_down());
+    assert_eq!(ctx.post(|| {}), Err(LoopClosed));
+    assert_eq!(ctx.spawn(async {}), Err(LoopClosed));
+    // Waking after shutdown is harmless, and so is waking a dropped loop.
+    ctx.shutdown();
+    drop(el);
+    ctx.shutdown();
+    assert_eq!(ctx.post(|| {}), Err(LoopClosed));
+}
+
+#[tokio::test(start_paused = true)]
+async fn context_current_on_and_off_the_loop_thread() {
+    assert!(LoopContext::try_current().is_none());
+    let el = EventLoop::new();
+    let ctx = LoopContext::current();
+    assert!(!ctx.is_shut_down());
+    let off = thread::spawn(LoopContext::try_current).join().unwrap();
+    assert!(off.is_none());
+    let panic = thread::spawn(|| {
+        let _ = LoopContext::current();
+    })
+    .join()
+    .expect_err("current() off the loop thread panics");
+    let msg = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default();
+    assert!(msg.contains("EventLoop::context"), "{msg}");
+    drop(el);
+    assert!(LoopContext::try_current().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_loop_cancels_its_tasks() {
+    let el = EventLoop::new();
+    let handle = spawn(async { timer::pause(1000).await });
+    drop(el);
+    let err = handle.await.expect_err("cancelled");
+    assert!(err.is_cancelled());
+    assert!(!err.to_string().is_empty());
+}

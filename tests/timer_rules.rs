@@ -1,0 +1,514 @@
+//! The timer rules T1–T12 (docs/timers.md), each by name, through the public API, on tokio's
+//! paused clock so every instant is exact.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use shardloop::timer::{self, TimerToken};
+use shardloop::{EventLoop, JoinError, spawn};
+use tokio::time::{Duration, Instant};
+
+const TICK: Duration = Duration::from_millis(8);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A shared event log: (label, milliseconds since the epoch).
+#[derive(Clone, Default)]
+struct Log(Rc<RefCell<Vec<(String, u128)>>>);
+
+impl Log {
+    fn push(&self, epoch: Instant, label: impl Into<String>) {
+        let at = (timer::now() - epoch).as_millis();
+        self.0.borrow_mut().push((label.into(), at));
+    }
+
+    fn take(&self) -> Vec<(String, u128)> {
+        std::mem::take(&mut self.0.borrow_mut())
+    }
+}
+
+fn entries(items: &[(&str, u128)]) -> Vec<(String, u128)> {
+    items.iter().map(|(l, t)| ((*l).to_owned(), *t)).collect()
+}
+
+/// The first boundary at or after `d` ms.
+fn boundary_at_or_after(d: u64) -> u128 {
+    u128::from(d.div_ceil(8) * 8)
+}
+
+#[tokio::test(start_paused = true)]
+async fn t1_never_early_runs_on_the_first_boundary_at_or_after_due() {
+    let mut el = EventLoop::new();
+    let epoch = Instant::now();
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let delays = [
+        1u64, 7, 8, 9, 15, 16, 17, 63, 64, 65, 500, 512, 4095, 4096, 4097,
+    ];
+    for d in delays {
+        let seen = seen.clone();
+        timer::after(ms(d)).start(move || {
+            // Real (paused) clock, not just logical time: the run happens at the boundary.
+            seen.borrow_mut()
+                .push((d, (Instant::now() - epoch).as_millis()));
+        });
+    }
+    el.run_until(timer::pause(5000)).await;
+    let seen = seen.borrow();
+    assert_eq!(seen.len(), delays.len());
+    for &(d, at) in seen.iter() {
+        assert_eq!(at, boundary_at_or_after(d), "delay {d} ms");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn t1_from_an_off_boundary_start_and_zero_delay() {
+    let mut el = EventLoop::new();
+    let epoch = Instant::now();
+    let log = Log::default();
+    let l = log.clone();
+    el.run_until(async move {
+        // Move the clock to 3 ms with a tokio sleep: the next iteration reads 3 ms.
+        tokio::time::sleep(ms(3)).await;
+        tokio::task::yield_now().await;
+        assert_eq!((timer::now() - epoch).as_millis(), 3);
+        for d in [0u64, 5, 6, 13] {
+            let l2 = l.clone();
+            timer::after(ms(d)).start(move || l2.push(epoch, format!("after {d}")));
+        }
+        timer::pause(0).await;
+        l.push(epoch, "pause 0");
+        timer::pause(100).await;
+    })
+    .await;
+    assert_eq!(
+        log.take(),
+        entries(&[
+            ("after 0", 8), // zero delay: the next boundary, never inline
+            ("after 5", 8),
+            ("pause 0", 8),  // callbacks first (Timers phase), then the woken task
+            ("after 6", 16), // due at 9
+            ("after 13", 16),
+        ])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn t2_order_by_due_tick_then_start_order() {
+    let mut el = EventLoop::new();
+    let epoch = Instant::now();
+    let log = Log::default();
+    for (name, d) in [("a", 20u64), ("b", 17), ("c", 24), ("d", 10), ("e", 30)] {
+        let l = log.clone();
+        timer::after(ms(d)).start(move || l.push(epoch, name));
+    }
+    // Rescheduling (cancel + start again) moves a timer to the back of its tick.
+    let l = log.clone();
+    let f = timer::after(ms(20)).start(move || l.push(epoch, "f-old"));
+    let l = log.clone();
+    timer::after(ms(24)).start(move || l.push(epoch, "g"));
+    assert!(f.cancel());
+    let l = log.clone();
+    timer::after(ms(22)).start(move || l.push(epoch, "f"));
+    el.run_until(timer::pause(100)).await;
+    assert_eq!(
+        log.take(),
+        entries(&[
+            ("d", 16),
+            ("a", 24),
+            ("b", 24),
+            ("c", 24),
+            ("g", 24),
+            ("f", 24),
+            ("e", 32)
+        ])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn t2_pause_wakeups_and_task_polls_follow_pause_order() {
+    let mut el = EventLoop::new();
+    let epoch = Instant::now();
+    let log = Log::default();
+    // Spawned in this order, so polled (and paused) in this order; the pauses share a tick.
+    for (name, d) in [("x", 20u64), ("y", 17), ("z", 24), ("w", 30)] {
+        let l = log.clone();
+        let _ = spawn(async move {
+            timer::pause(d).await;
+            l.push(epoch, name);
+        });
+    }
+    el.run_until(timer::pause(100)).await;
+    assert_eq!(
+        log.take(),
+        entries(&[("x", 24), ("y", 24), ("z", 24), ("w", 32)])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn t3_repeats_do_not_drift() {
+    let mut el = EventLoop::new();
+    let epoch = Instant::now();
+    let log = Log::default();
+    let l = log.clone();
+    // Every 10 ms from 10 ms: run k due at 10 + 10k, each rounded up to a boundary.
+    timer::every(ms(10))
+        .times(8)
+        .start(move || l.push(epoch, "r"));
+    el.run_until(timer::pause(200)).await;
+    let at: Vec<u128> = log.take().into_iter().map(|(_, t)| t).collect();
+    let want: Vec<u128> = (1..=8).map(|k| boundary_at_or_after(10 * k)).collect();
+    assert_eq!(at, want);
+}
+
+#[tokio::test(start_paused = true)]
+async fn t3_catch_up_runs_every_missed_repeat_once_in_order_in_one_pass() {
+    let mut el = EventLoop::new();
+    let epoch = Instant::now();
+    let runs = Rc::new(RefCell::new(Vec::new()));
+    let r = runs.clone();
+    let token = timer::every(TICK).start(move || {
+        // Logical time of each run, and the one clock reading of the pass it ran in.
+        r.borrow_mut().push((
+            (timer::now() - epoch).as_millis(),
+            (Instant::now() - epoch).as_millis(),
+        ));
+    });
+    el.run_until(async {
+        timer::pause(16).await;
+        // A 100 ms stall the loop does not see coming.
+        tokio::time::advance(ms(100)).await;
+        timer::pause(1).await;
+    })
+    .await;
+    token.cancel();
+    let runs = runs.borrow();
+    let logical: Vec<u128> = runs.iter().map(|r| r.0).collect();
+    let want: Vec<u128> = (1..=logical.len() as u128).map(|k| 8 * k).collect();
+    assert_eq!(logical, want, "every repeat once, in order, no drift");
+    // The missed repeats from 24 ms to 112 ms all ran in the pass that read 116 ms.
+    let caught_up: Vec<_> = runs.iter().filter(|r| r.0 > 16 && r.0 <= 112).collect();
+    assert_eq!(caught_up.len(), 12);
+    assert!(caught_up.iter().all(|r| r.1 == caught_up[0].1));
+    assert!(caught_up[0].1 >= 116);
+}
+
+#[tokio::test(start_paused = true)]
+async fn t4_starts_inside_a_callback_count_from_its_tick_and_never_run_in_it() {
+    let mut el = EventLoop::new();
+    let epoch = Instant::now();
+    let log = Log::default();
+    let l = log.clone();
+    timer::after(ms(16)).start(move || {
+        l.push(epoch, "outer");
+        for d in [0u64, 1, 8, 9] {
+            let l2 = l.clone();
+            timer::after(ms(d)).start(move || l2.push(epoch, format!("inner {d}")));
+        }
+    });
+    el.run_until(async {
+        // Stall past several ticks: the outer callback runs late, in a catch-up pass.
+        tokio::time::advance(ms(50)).await;
+        timer::pause(100).await;
+    })
+    .await;
+    assert_eq!(
+        log.take(),
+        entries(&[
+            ("outer", 16),
+            // Counted from 16 ms (the tick), not from the 50 ms clock reading; never at 16.
+            ("inner 0", 24),
+            ("inner 1", 24),
+            ("inner 8", 24),
+            ("inner 9", 32),
+        ])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn t5_now_is_the_boundary_in_callbacks_and_the_clock_reading_elsewhere() {
+    let mut el = EventLoop::new();
+    let epoch = Instant::now();
+    let log = Log::default();
+    let l = log.clone();
+    timer::after(ms(5)).start(move || l.push(epoch, "callback"));
+    let l = log.clone();
+    el.run_until(async move {
+        tokio::time::sleep(ms(13)).await;
+        tokio::task::yield_now().await;
+        l.push(epoch, "task");
+        // Started outside a callback: counts from this iteration's reading (13 ms).
+        let l2 = l.clone();
+        timer::after(ms(4)).start(move || l2.push(epoch, "from 13"));
+        timer::pause(50).await;
+    })
+    .await;
+    assert_eq!(
+        log.take(),
+        entries(&[("callback", 8), ("task", 13), ("from 13", 24)])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn t6_cancel_from_its_own_callback_and_from_another_in_the_same_tick() {
+    let mut el = EventLoop::new();
+    let runs = Rc::new(RefCell::new(Vec::new()));
+    // Stops itself on its third run.
+    let r = runs.clone();
+    timer::every(TICK).start(move || {
+        r.borrow_mut().push("self");
+        if r.borrow().iter().filter(|&&x| x == "self").count() == 3 {
+            assert!(timer::current().expect("inside a callback").cancel());
+        }
+    });
+    // "killer" and "victim" are due in the same tick; killer runs first and cancels victim.
+    let victim_slot: Rc<RefCell<Option<TimerToken>>> = Rc::default();
+    let v = victim_slot.clone();
+    let r = runs.clone();
+    timer::after(ms(40)).start(move || {
+        r.borrow_mut().push("killer");
+        assert!(v.borrow().expect("set").cancel());
+    });
+    let r = runs.clone();
+    let victim = timer::after(ms(40)).start(move || r.borrow_mut().push("victim"));
+    *victim_slot.borrow_mut() = Some(victim);
+    el.run_until(timer::pause(200)).await;
+    assert_eq!(*runs.borrow(), vec!["self", "self", "self", "killer"]);
+    // Stale tokens are inert, also once their slot is reused.
+    assert!(!victim.cancel());
+    let r = runs.clone();
+    let fresh = timer::after(ms(8)).start(move || r.borrow_mut().push("fresh"));
+    assert!(!victim.cancel());
+    assert!(!victim.running());
+    assert!(fresh.running());
+    el.run_until(timer::pause(50)).await;
+    assert_eq!(runs.borrow().last(), Some(&"fresh"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn t6_a_timer_stops_and_restarts_itself_inside_its_callback() {
+    let mut el = EventLoop::new();
+    let epoch = Instant::now();
+    let log = Log::default();
+    fn arm(log: Log, epoch: Instant, generation: u32) {
+        timer::every(ms(16)).start(move || {
+            log.push(epoch, format!("gen {generation}"));
+            if generation < 3 {
+                timer::current().expect("in callback").cancel();
+                arm(log.clone(), epoch, generation + 1);
+            }
+        });
+    }
+    arm(log.clone(), epoch, 1);
+    el.run_until(timer::pause(56)).await;
+    assert_eq!(
+        log.take(),
+        entries(&[("gen 1", 16), ("gen 2", 32), ("gen 3", 48)])
+    );
+    assert_eq!(timer::dump().live, 1, "only gen 3 is alive");
+}
+
+#[tokio::test(start_paused = true)]
+async fn t7_counts_index_remaining_running_next() {
+    let mut el = EventLoop::new();
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let s = seen.clone();
+    let token = timer::every(TICK).times(3).start(move || {
+        let t = timer::current().expect("in callback");
+        s.borrow_mut().push((
+            t.index(),
+            t.remaining_count(),
+            t.running(),
+            t.next().is_some(),
+        ));
+    });
+    assert_eq!(token.count(), Some(3));
+    assert_eq!(token.remaining_count(), Some(3));
+    assert!(token.running());
+    assert!(token.next().is_some());
+    el.run_until(timer::pause(100)).await;
+    assert_eq!(
+        *seen.borrow(),
+        vec![
+            (0, Some(3), true, true),
+            (1, Some(2), true, true),
+            (2, Some(1), false, false),
+        ]
+    );
+    assert!(!token.running());
+    assert_eq!(token.next(), None);
+
+    let unlimited = timer::every(TICK).start(|| {});
+    assert_eq!(unlimited.count(), None);
+    assert_eq!(unlimited.remaining_count(), None);
+    assert!(unlimited.running());
+    assert!(unlimited.cancel());
+    assert!(!unlimited.running());
+
+    let never = timer::every(TICK)
+        .times(0)
+        .start(|| panic!("times(0) must not run"));
+    assert!(!never.running());
+    el.run_until(timer::pause(50)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn t8_long_delays_are_exact_and_larger_ones_saturate() {
+    // A cap larger than the delays, so the loop sleeps straight to them.
+    let mut el = EventLoop::builder()
+        .idle_wait(Duration::from_secs(1 << 40))
+        .build();
+    let epoch = Instant::now();
+    let fired = Rc::new(RefCell::new(Vec::new()));
+    for exp in [33u32, 38] {
+        let d = ms(1u64 << exp);
+        let f = fired.clone();
+        let token = timer::after(d).start(move || f.borrow_mut().push((exp, timer::now() - epoch)));
+        assert_eq!(
+            token.next(),
+            Some(epoch + d),
+            "2^{exp} ms is a multiple of 8 ms"
+        );
+    }
+    let max = timer::after(Duration::MAX).start(|| {});
+    assert!(max.next().expect("scheduled") > epoch + ms(1 << 38));
+    let forever = timer::pause_for(Duration::MAX);
+    el.run_until(timer::pause_for(ms((1 << 38) + 1))).await;
+    assert_eq!(
+        *fired.borrow(),
+        vec![(33, ms(1 << 33)), (38, ms(1 << 38))],
+        "exact to the millisecond after 8.7 years"
+    );
+    assert!(max.running());
+    drop(forever);
+}
+
+#[tokio::test(start_paused = true)]
+async fn t9_dropping_a_pause_cancels_it() {
+    let mut el = EventLoop::new();
+    el.run_until(async {
+        let p = timer::pause(1000);
+        assert_eq!(timer::dump().live, 1);
+        drop(p);
+        assert_eq!(timer::dump().live, 0);
+        // A task dropped mid-pause (its loop is still alive) leaves nothing behind either.
+        let handle = spawn(async { timer::pause(10_000).await });
+        timer::pause(8).await;
+        assert_eq!(timer::dump().live, 1);
+        drop(handle); // detaches; the task still runs
+        assert_eq!(timer::dump().live, 1);
+    })
+    .await;
+    let dump = timer::dump();
+    assert!(dump.to_string().starts_with("1 live timers"), "{dump}");
+    assert!(
+        dump.to_string().contains("timer_rules.rs"),
+        "grouped by site: {dump}"
+    );
+    drop(el);
+}
+
+#[tokio::test(start_paused = true)]
+async fn t9_dump_header_when_empty() {
+    let _el = EventLoop::new();
+    let text = timer::dump().to_string();
+    assert!(
+        text.lines()
+            .next()
+            .expect("header")
+            .starts_with("0 live timers"),
+        "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn t10_panics_are_contained_counted_and_reported_to_join_handles() {
+    let mut el = EventLoop::new();
+    timer::after(ms(8)).start(|| panic!("callback boom"));
+    let repeating = timer::every(ms(8)).start(|| panic!("repeat boom"));
+    let handle = spawn(async {
+        timer::pause(16).await;
+        panic!("task boom");
+    });
+    let ok = spawn(async {
+        timer::pause(24).await;
+        7
+    });
+    let (bad, good) = el.run_until(async { (handle.await, ok.await) }).await;
+    let err: JoinError = bad.expect_err("the task panicked");
+    assert!(err.is_panic());
+    assert_eq!(good, Ok(7));
+    assert_eq!(el.stats().panics, 3);
+    assert!(!repeating.running(), "a panicking repeat is stopped");
+}
+
+/// A fixed-seed scenario with tasks, timers, cancels and nested starts; returns its trace.
+async fn scenario(idle_wait: Duration) -> Vec<(String, u128)> {
+    let mut el = EventLoop::builder().idle_wait(idle_wait).build();
+    let epoch = Instant::now();
+    let log = Log::default();
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut tokens = Vec::new();
+    for i in 0..40 {
+        let l = log.clone();
+        let delays: Vec<u64> = (0..4).map(|_| next(300)).collect();
+        let _ = spawn(async move {
+            for d in delays {
+                timer::pause(d).await;
+                l.push(epoch, format!("task {i}"));
+            }
+        });
+        let l = log.clone();
+        let (d, every) = (next(400), next(50) + 1);
+        tokens.push(
+            timer::after(ms(d))
+                .every(ms(every))
+                .times(3)
+                .start(move || {
+                    l.push(epoch, format!("timer {i}"));
+                    let l2 = l.clone();
+                    timer::after(ms(7)).start(move || l2.push(epoch, format!("nested {i}")));
+                }),
+        );
+    }
+    for t in tokens.iter().step_by(5) {
+        t.cancel();
+    }
+    el.run_until(timer::pause(2000)).await;
+    log.take()
+}
+
+#[tokio::test(start_paused = true)]
+async fn t11_determinism_same_trace_every_run() {
+    let first = scenario(ms(2)).await;
+    assert!(first.len() > 200);
+    assert_eq!(first, scenario(ms(2)).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn t11_determinism_independent_of_idle_wait() {
+    assert_eq!(
+        scenario(ms(2)).await,
+        scenario(Duration::from_secs(1)).await
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn t12_the_epoch_is_build_time_and_probing_does_not_move_the_clock() {
+    tokio::time::advance(ms(3)).await;
+    let before = Instant::now();
+    let mut el = EventLoop::builder().probe_host(true).build();
+    assert_eq!(Instant::now(), before, "build() moves no clock");
+    let at = Rc::new(RefCell::new(None));
+    let a = at.clone();
+    timer::after(ms(8)).start(move || *a.borrow_mut() = Some(Instant::now()));
+    el.run_until(timer::pause(20)).await;
+    assert_eq!(*at.borrow(), Some(before + ms(8)), "tick 1 is epoch + 8 ms");
+}
