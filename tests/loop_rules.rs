@@ -75,17 +75,6 @@ async fn l1_posts_from_the_loop_thread_issue_no_wake() {
     assert!(stats.wakes_elided >= 10, "{stats:?}");
 }
 
-/// Runs `el` on this thread until `done` flips, with a timeout that fails the test.
-async fn run_for(el: &mut EventLoop, limit: std::time::Duration) {
-    let ctx = el.context();
-    let guard = thread::spawn(move || {
-        thread::sleep(limit);
-        ctx.shutdown();
-    });
-    el.run().await;
-    drop(guard);
-}
-
 #[tokio::test]
 async fn l1_a_post_wakes_a_parked_loop_at_once_real_time() {
     // idle_wait of a minute and no timers: only the post can end the park.
@@ -201,12 +190,12 @@ async fn l3_run_until_returns_at_the_end_of_that_iteration_and_the_rest_stays() 
     // The task and the callback due in the same tick as the run_until future still run in
     // that iteration (before it returns); the later ones wait for the next run_until.
     let l = log.clone();
-    let _ = spawn(async move {
+    drop(spawn(async move {
         timer::pause(16).await;
         l.borrow_mut().push("task 16");
         timer::pause(16).await;
         l.borrow_mut().push("task 32");
-    });
+    }));
     let l = log.clone();
     timer::every(ms(16)).start(move || l.borrow_mut().push("every 16"));
     let l = log.clone();

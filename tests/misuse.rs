@@ -28,10 +28,18 @@ fn timer_calls_off_the_loop_thread_panic_with_advice() {
     for msg in [
         off_thread_panic(|| drop(timer::pause(5))),
         off_thread_panic(|| drop(timer::pause_for(Duration::from_millis(5)))),
-        off_thread_panic(|| drop(timer::after(Duration::ZERO).start(|| {}))),
-        off_thread_panic(|| drop(timer::every(Duration::from_millis(8)).start(|| {}))),
-        off_thread_panic(|| drop(timer::now())),
-        off_thread_panic(|| drop(timer::current())),
+        off_thread_panic(|| {
+            let _ = timer::after(Duration::ZERO).start(|| {});
+        }),
+        off_thread_panic(|| {
+            let _ = timer::every(Duration::from_millis(8)).start(|| {});
+        }),
+        off_thread_panic(|| {
+            let _ = timer::now();
+        }),
+        off_thread_panic(|| {
+            let _ = timer::current();
+        }),
         off_thread_panic(|| drop(timer::dump())),
         off_thread_panic(|| drop(spawn(async {}))),
     ] {
@@ -47,9 +55,13 @@ fn timer_calls_off_the_loop_thread_panic_with_advice() {
 async fn token_methods_off_the_loop_thread_panic_but_pauses_and_handles_drop_quietly() {
     let _el = EventLoop::new();
     let token = timer::after(Duration::from_secs(1)).start(|| {});
-    let msg = off_thread_panic(move || drop(token.running()));
+    let msg = off_thread_panic(move || {
+        let _ = token.running();
+    });
     assert!(msg.contains("TimerToken::next"), "{msg}");
-    let msg = off_thread_panic(move || drop(token.cancel()));
+    let msg = off_thread_panic(move || {
+        let _ = token.cancel();
+    });
     assert!(msg.contains("TimerToken::cancel"), "{msg}");
     // Pause and JoinHandle are Send, and dropping them elsewhere is harmless.
     let pause = timer::pause(1000);

@@ -134,10 +134,10 @@ async fn t2_pause_wakeups_and_task_polls_follow_pause_order() {
     // Spawned in this order, so polled (and paused) in this order; the pauses share a tick.
     for (name, d) in [("x", 20u64), ("y", 17), ("z", 24), ("w", 30)] {
         let l = log.clone();
-        let _ = spawn(async move {
+        drop(spawn(async move {
             timer::pause(d).await;
             l.push(epoch, name);
-        });
+        }));
     }
     el.run_until(timer::pause(100)).await;
     assert_eq!(
@@ -459,12 +459,12 @@ async fn scenario(idle_wait: Duration) -> Vec<(String, u128)> {
     for i in 0..40 {
         let l = log.clone();
         let delays: Vec<u64> = (0..4).map(|_| next(300)).collect();
-        let _ = spawn(async move {
+        drop(spawn(async move {
             for d in delays {
                 timer::pause(d).await;
                 l.push(epoch, format!("task {i}"));
             }
-        });
+        }));
         let l = log.clone();
         let (d, every) = (next(400), next(50) + 1);
         tokens.push(

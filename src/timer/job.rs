@@ -93,7 +93,7 @@ pub(crate) fn fire(core: &Core, key: Key) {
         return;
     };
     core.current_timer.set(Some(key));
-    let outcome = catch_unwind(AssertUnwindSafe(|| callback()));
+    let outcome = catch_unwind(AssertUnwindSafe(&mut callback));
     core.current_timer.set(None);
 
     let mut wheel = core.wheel.borrow_mut();
