@@ -324,3 +324,15 @@ async fn dropping_the_loop_cancels_its_tasks() {
     assert!(err.is_cancelled());
     assert!(!err.to_string().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_loop_whose_timers_own_pauses_and_handles_is_clean() {
+    let el = EventLoop::new();
+    let pause = timer::pause(100);
+    let handle = spawn(async { timer::pause(5).await });
+    timer::after(ms(50)).start(move || {
+        let _ = (&pause, &handle);
+    });
+    drop(el);
+    assert!(LoopContext::try_current().is_none());
+}

@@ -152,6 +152,11 @@ impl Shared {
         self.waker.wake();
     }
 
+    /// True while the loop thread is inside an iteration (meaningful on the loop thread).
+    pub(crate) fn is_running(&self) -> bool {
+        self.running.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn set_running(&self, running: bool) {
         self.running.store(running, Ordering::Relaxed);
     }
@@ -257,23 +262,36 @@ thread_local! {
 
 /// Makes `core` this thread's loop (a later loop on the same thread replaces an earlier one).
 pub(crate) fn install(core: &Rc<Core>) {
-    CURRENT.with(|c| *c.borrow_mut() = Some(core.clone()));
+    let previous = CURRENT.with(|c| c.replace(Some(core.clone())));
     CURRENT_ID.with(|id| id.set(core.shared.id));
+    drop(previous); // outside the borrow, as in `uninstall`
 }
 
 /// Undoes [`install`] if `core` is still this thread's loop.
 pub(crate) fn uninstall(core: &Rc<Core>) {
-    let _ = CURRENT.try_with(|c| {
+    let taken = CURRENT.try_with(|c| {
         let mut c = c.borrow_mut();
         if c.as_ref().is_some_and(|cur| Rc::ptr_eq(cur, core)) {
-            *c = None;
             CURRENT_ID.with(|id| id.set(0));
+            c.take()
+        } else {
+            None
         }
     });
+    // Dropped outside the borrow: whatever the loop still owns may look for a loop as it goes.
+    drop(taken);
 }
 
 pub(crate) fn is_loop_thread(id: LoopId) -> bool {
     CURRENT_ID.try_with(|c| c.get() == id).unwrap_or(false)
+}
+
+/// Runs `f` with this thread's loop, without cloning the `Rc` (hot paths).
+pub(crate) fn with_current<R>(f: impl FnOnce(&Core) -> R) -> Option<R> {
+    CURRENT
+        .try_with(|c| c.borrow().as_deref().map(f))
+        .ok()
+        .flatten()
 }
 
 pub(crate) fn try_core() -> Option<Rc<Core>> {

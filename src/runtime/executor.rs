@@ -26,7 +26,7 @@ use futures::task::AtomicWaker;
 
 use crate::slab::{Key, Slab};
 
-use super::context::{Core, Shared, core, is_loop_thread, try_core};
+use super::context::{Core, Shared, core, is_loop_thread, with_current};
 
 type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
 
@@ -74,11 +74,12 @@ impl Wake for TaskWaker {
             return;
         }
         if is_loop_thread(self.shared.id)
-            && let Some(core) = try_core()
+            && with_current(|core| core.executor.ready.borrow_mut().push_back(self.task)).is_some()
         {
-            core.executor.ready.borrow_mut().push_back(self.task);
-            // Woken by another future on this thread while the loop is parked.
-            self.shared.notify();
+            if !self.shared.is_running() {
+                // Woken by another future on this thread while the loop is parked.
+                self.shared.notify();
+            }
             return;
         }
         self.shared.push_remote_wake(self.task);

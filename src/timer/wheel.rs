@@ -52,6 +52,9 @@ const NUM_LEVELS: usize = 7;
 /// saturated to it.
 pub const MAX_DELAY: u64 = (1 << (SLOT_BITS as usize * NUM_LEVELS)) - 1;
 
+/// How far ahead of the placement being processed a cascade prefetches slab entries.
+const PREFETCH_AHEAD: usize = 12;
+
 /// Where an entry is right now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Place {
@@ -316,7 +319,12 @@ impl<T> Wheel<T> {
         let mut taken = std::mem::take(&mut self.scratch);
         self.levels[exp.level].take(exp.slot, &mut taken);
         debug_assert!(self.batch.is_empty());
-        for p in taken.drain(..) {
+        for i in 0..taken.len() {
+            // Slab entries are in random order relative to a slot: overlap their misses.
+            if let Some(ahead) = taken.get(i + PREFETCH_AHEAD) {
+                self.slab.prefetch(ahead.index);
+            }
+            let p = taken[i];
             if !is_current(&self.slab, &p) {
                 continue;
             }
@@ -331,6 +339,7 @@ impl<T> Wheel<T> {
                 self.place(p.index, p.stamp, due);
             }
         }
+        taken.clear();
         self.scratch = taken;
         debug_assert!(
             self.batch.is_sorted_by_key(|p| p.stamp),

@@ -1,0 +1,253 @@
+//! Post benchmark: cross-thread `LoopContext::post` throughput, against a tokio unbounded
+//! `mpsc` channel drained by a `spawn_local` consumer.
+//!
+//! Workload: `P` producer threads (std threads) post `POSTS / P` closures each, as fast as
+//! they can; each closure adds its payload (a `u64` it captures, so every closure is a real
+//! 8-byte heap allocation) to a counter on the loop thread. One iteration = start the
+//! producers (held at a barrier), release them, and time (real clock) until the loop thread
+//! has run every closure. posts/s = `POSTS` / that time. The sum is checked afterwards.
+//!
+//! Peers (one current-thread tokio runtime each, `enable_all`, real time):
+//! - `ours`: `LoopContext::post` into an `EventLoop` running `el.run()`; the last producer to
+//!   finish calls `LoopContext::shutdown()`, and `run()` returns once everything accepted
+//!   before that has run.
+//! - `tokio_mpsc`: `tokio::sync::mpsc::unbounded_channel::<Box<dyn FnOnce() + Send>>()`; a
+//!   `spawn_local` task on a `LocalSet` runs `while let Some(job) = rx.recv().await { job() }`
+//!   and ends when every sender is dropped. The closures are boxed exactly as `post` boxes
+//!   them.
+//!
+//! The machine has 2 cores: with `P = 1` the loop and the producer each have one; `P = 2`
+//! oversubscribes them (3 busy threads), and is reported as such.
+//!
+//! Running: `cargo bench --bench post` runs the criterion groups (`post/<peer>/<P>`, 10 flat
+//! samples, one iteration = one whole run) and then prints a summary: the median of `REPS`
+//! runs per peer, runs interleaved between peers. `-- summary` prints only the summary; any
+//! other argument is a criterion filter. `cargo test --bench post` runs everything once, small.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkFilter, BenchmarkId, Criterion, SamplingMode, Throughput};
+use shardloop::EventLoop;
+
+/// Closures posted per run, over all producers.
+const POSTS: u64 = 1_000_000;
+/// Producer thread counts measured.
+const PRODUCERS: [u64; 2] = [1, 2];
+/// Runs per peer behind each summary figure.
+const REPS: usize = 5;
+/// Posts per run under `cargo test --bench post`.
+const TEST_POSTS: u64 = 10_000;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+thread_local! {
+    /// The consumer's counter (only ever touched on the loop / consumer thread).
+    static SUM: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The posted closure: captures its payload, adds it on the consumer thread.
+fn job(payload: u64) -> impl FnOnce() + Send + 'static {
+    move || SUM.with(|sum| sum.set(sum.get().wrapping_add(payload)))
+}
+
+/// What [`SUM`] must hold after a run of `per_producer` posts from `producers` threads.
+fn expected_sum(producers: u64, per_producer: u64) -> u64 {
+    producers * (per_producer * per_producer.saturating_sub(1) / 2)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// One run of `ours`: real time from releasing the producers to the last closure run.
+fn run_ours(producers: u64, posts: u64) -> Duration {
+    let per_producer = posts / producers;
+    runtime().block_on(async {
+        let mut el = EventLoop::builder().build();
+        let barrier = Arc::new(Barrier::new(producers as usize + 1));
+        let running = Arc::new(AtomicUsize::new(producers as usize));
+        let threads: Vec<_> = (0..producers)
+            .map(|_| {
+                let (ctx, barrier, running) = (el.context(), barrier.clone(), running.clone());
+                thread::spawn(move || {
+                    barrier.wait();
+                    for i in 0..per_producer {
+                        ctx.post(job(i)).expect("the loop is running");
+                    }
+                    if running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        ctx.shutdown();
+                    }
+                })
+            })
+            .collect();
+        SUM.with(|sum| sum.set(0));
+        barrier.wait();
+        let start = Instant::now();
+        el.run().await;
+        let elapsed = start.elapsed();
+        for t in threads {
+            t.join().expect("producer");
+        }
+        assert_eq!(
+            SUM.with(Cell::get),
+            expected_sum(producers, per_producer),
+            "ours: every post ran once"
+        );
+        drop(el);
+        elapsed
+    })
+}
+
+/// One run of `tokio_mpsc`, timed like [`run_ours`].
+fn run_tokio_mpsc(producers: u64, posts: u64) -> Duration {
+    let per_producer = posts / producers;
+    let rt = runtime();
+    let local = tokio::task::LocalSet::new();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
+    let barrier = Arc::new(Barrier::new(producers as usize + 1));
+    let threads: Vec<_> = (0..producers)
+        .map(|_| {
+            let (tx, barrier) = (tx.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                for i in 0..per_producer {
+                    tx.send(Box::new(job(i)))
+                        .unwrap_or_else(|_| panic!("the consumer is running"));
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let elapsed = local.block_on(&rt, async {
+        SUM.with(|sum| sum.set(0));
+        barrier.wait();
+        let start = Instant::now();
+        tokio::task::spawn_local(async move {
+            while let Some(job) = rx.recv().await {
+                job();
+            }
+        })
+        .await
+        .expect("consumer");
+        start.elapsed()
+    });
+    for t in threads {
+        t.join().expect("producer");
+    }
+    assert_eq!(
+        SUM.with(Cell::get),
+        expected_sum(producers, per_producer),
+        "tokio: every message ran once"
+    );
+    elapsed
+}
+
+#[derive(Clone, Copy)]
+struct Peer {
+    name: &'static str,
+    run: fn(u64, u64) -> Duration,
+}
+
+const PEERS: [Peer; 2] = [
+    Peer {
+        name: "ours",
+        run: run_ours,
+    },
+    Peer {
+        name: "tokio_mpsc",
+        run: run_tokio_mpsc,
+    },
+];
+
+fn bench(c: &mut Criterion, posts: u64) {
+    let mut group = c.benchmark_group("post");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(posts));
+    for producers in PRODUCERS {
+        for peer in PEERS {
+            group.bench_with_input(
+                BenchmarkId::new(peer.name, producers),
+                &producers,
+                |b, &producers| {
+                    b.iter_custom(|iters| (0..iters).map(|_| (peer.run)(producers, posts)).sum());
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
+
+fn summary(posts: u64) {
+    println!();
+    println!("post summary: {posts} posts per run, median of {REPS} runs (M posts/s)");
+    println!();
+    println!("| producers | peer | M posts/s (median) | min | max | vs tokio_mpsc |");
+    println!("|---:|---|---:|---:|---:|---:|");
+    for producers in PRODUCERS {
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); PEERS.len()];
+        for _ in 0..REPS {
+            for (peer, out) in PEERS.iter().zip(&mut rates) {
+                let elapsed = (peer.run)(producers, posts);
+                out.push(posts as f64 / elapsed.as_secs_f64() / 1e6);
+            }
+        }
+        let medians: Vec<f64> = rates.iter().cloned().map(median).collect();
+        for ((peer, xs), m) in PEERS.iter().zip(&rates).zip(&medians) {
+            let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = xs.iter().copied().fold(0.0, f64::max);
+            println!(
+                "| {producers} | {} | {m:.2} | {min:.2} | {max:.2} | {:.2}× |",
+                peer.name,
+                m / medians[1]
+            );
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    let bench_mode = has("--bench") && !has("--test") && !has("--list");
+    let positional: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .map(String::as_str)
+        .collect();
+    let posts = if bench_mode { POSTS } else { TEST_POSTS };
+
+    let mut criterion = Criterion::default().configure_from_args();
+    let mut run_summary = bench_mode;
+    match positional.first() {
+        None => {}
+        Some(&"summary") => {
+            criterion = criterion.with_benchmark_filter(BenchmarkFilter::RejectAll);
+        }
+        Some(_) => run_summary = false,
+    }
+    bench(&mut criterion, posts);
+    criterion.final_summary();
+    if run_summary {
+        summary(posts);
+    }
+}
