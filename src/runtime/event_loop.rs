@@ -29,7 +29,7 @@ use super::context::{Clock, Core, LoopContext, Posted, install, uninstall};
 use super::executor::{TaskWaker, panic_message};
 use super::health::{self, Health};
 use super::park::{Park, Woken};
-use super::stats::{Counters, LoopStats};
+use super::stats::{Counters, LagHistogram, LoopStats};
 use crate::timer::job::fire;
 
 /// Default longest idle block when no timer is due. The loop wakes for due ticks, posts and
@@ -232,6 +232,11 @@ impl EventLoop {
         }
     }
 
+    /// The wheel lags recorded since the previous call (for the status line's p99 and peak).
+    pub fn take_lag_window(&mut self) -> LagHistogram {
+        self.core.counters.lag_window.take()
+    }
+
     /// Sleep backoffs since start (for the status line).
     #[must_use]
     pub fn backoffs(&self) -> u64 {
@@ -337,6 +342,7 @@ impl EventLoop {
         if lag > c.max_wheel_lag.get() {
             c.max_wheel_lag.set(lag);
         }
+        c.record_lag(lag);
     }
 
     fn run_slot(&mut self, slot: Slot) -> bool {

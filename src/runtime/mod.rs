@@ -16,4 +16,4 @@ pub use event_loop::{
     EventLoop, EventLoopBuilder, Slot,
 };
 pub use executor::{JoinError, JoinHandle, spawn};
-pub use stats::{LoopStats, Verdict};
+pub use stats::{LagHistogram, LoopStats, Verdict};
