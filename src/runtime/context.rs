@@ -30,7 +30,8 @@ use crate::timer::job::Job;
 use crate::timer::wheel::Wheel;
 
 use super::executor::Executor;
-use super::stats::Counters;
+use super::health::Health;
+use super::stats::{Counters, LoopStats};
 
 /// A closure posted to the loop.
 pub(crate) type Posted = Box<dyn FnOnce() + Send + 'static>;
@@ -232,10 +233,11 @@ pub(crate) struct Core {
     pub(crate) current_timer: Cell<Option<Key>>,
     pub(crate) executor: Executor,
     pub(crate) counters: Counters,
+    pub(crate) health: RefCell<Health>,
 }
 
 impl Core {
-    pub(crate) fn new(clock: Clock) -> Rc<Self> {
+    pub(crate) fn new(clock: Clock, health: Health) -> Rc<Self> {
         Rc::new(Core {
             shared: Arc::new(Shared::new()),
             clock,
@@ -244,7 +246,28 @@ impl Core {
             current_timer: Cell::new(None),
             executor: Executor::new(),
             counters: Counters::default(),
+            health: RefCell::new(health),
         })
+    }
+
+    pub(crate) fn stats(&self) -> LoopStats {
+        let c = &self.counters;
+        let shared = &self.shared;
+        let health = self.health.borrow();
+        LoopStats {
+            iterations: c.iterations.get(),
+            sleeps: c.sleeps.get(),
+            late_wakes: c.late_wakes.get(),
+            wakes_issued: shared.wakes_issued.load(Ordering::Relaxed),
+            wakes_elided: shared.wakes_elided.load(Ordering::Relaxed),
+            ticks_fired: c.ticks_fired.get(),
+            late_ticks: c.late_ticks.get(),
+            max_wheel_lag: c.max_wheel_lag.get(),
+            panics: c.panics.get(),
+            verdict: health.verdict(),
+            backoffs: health.backoffs,
+            posts: shared.posts.load(Ordering::Relaxed),
+        }
     }
 
     /// Offset of `timer::now()` from the epoch.

@@ -20,7 +20,6 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::pin;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 
 use tokio::time::{Duration, Instant};
@@ -144,19 +143,21 @@ impl EventLoopBuilder {
             "EventLoopBuilder::tick must be greater than zero (the default is 8 ms)"
         );
         let epoch = Instant::now();
-        let core = Core::new(Clock {
+        let health = Health::new(
             epoch,
-            tick: self.tick,
-        });
-        install(&core);
-        let spin = self.idle_wait.is_zero();
-        EventLoop {
-            health: Health::new(
+            self.late_wake_threshold,
+            self.late_wake_percent,
+            self.idle_wait.is_zero(),
+        );
+        let core = Core::new(
+            Clock {
                 epoch,
-                self.late_wake_threshold,
-                self.late_wake_percent,
-                spin,
-            ),
+                tick: self.tick,
+            },
+            health,
+        );
+        install(&core);
+        EventLoop {
             core,
             idle_wait: self.idle_wait,
             probe_host: self.probe_host,
@@ -171,7 +172,6 @@ impl EventLoopBuilder {
 /// current-thread tokio runtime (`enable_all`).
 pub struct EventLoop {
     core: Rc<Core>,
-    health: Health,
     idle_wait: Duration,
     probe_host: bool,
     handlers: Vec<(Slot, Handler)>,
@@ -213,34 +213,16 @@ impl EventLoop {
         }
     }
 
-    /// The production counters since the loop was built.
+    /// The production counters since the loop was built (also `runtime::stats()` on the
+    /// loop thread).
     #[must_use]
     pub fn stats(&self) -> LoopStats {
-        let c = &self.core.counters;
-        let shared = &self.core.shared;
-        LoopStats {
-            iterations: c.iterations.get(),
-            sleeps: c.sleeps.get(),
-            late_wakes: c.late_wakes.get(),
-            wakes_issued: shared.wakes_issued.load(Ordering::Relaxed),
-            wakes_elided: shared.wakes_elided.load(Ordering::Relaxed),
-            ticks_fired: c.ticks_fired.get(),
-            late_ticks: c.late_ticks.get(),
-            max_wheel_lag: c.max_wheel_lag.get(),
-            panics: c.panics.get(),
-            verdict: self.health.verdict(),
-        }
+        self.core.stats()
     }
 
-    /// The wheel lags recorded since the previous call (for the status line's p99 and peak).
+    /// The wheel lags recorded since the previous call (also `runtime::take_lag_window()`).
     pub fn take_lag_window(&mut self) -> LagHistogram {
         self.core.counters.lag_window.take()
-    }
-
-    /// Sleep backoffs since start (for the status line).
-    #[must_use]
-    pub fn backoffs(&self) -> u64 {
-        self.health.backoffs
     }
 
     /// Runs the loop until [`LoopContext::shutdown`], then runs what was already posted and
@@ -267,7 +249,7 @@ impl EventLoop {
     /// Iterates until `future` completes or, with `until_closed`, the loop is shut down.
     async fn run_inner<F: Future>(&mut self, future: F, until_closed: bool) -> Option<F::Output> {
         if std::mem::take(&mut self.probe_host) && !health::probe(self.core.clock.tick) {
-            self.health.set_unsupported();
+            self.core.health.borrow_mut().set_unsupported();
         }
         install(&self.core);
         let mut future = pin!(future);
@@ -309,7 +291,7 @@ impl EventLoop {
         pending |= self.run_slot(Slot::Deltas);
         pending |= self.run_slot(Slot::Flush);
 
-        self.health.sample(now);
+        self.core.health.borrow_mut().sample(now);
         pending || core.executor.has_ready() || core.shared.has_posted()
     }
 
@@ -386,7 +368,7 @@ impl EventLoop {
     async fn idle(&mut self, pending: bool) {
         let core = self.core.clone();
         let now = Instant::now();
-        if pending || self.idle_wait.is_zero() || !self.health.may_sleep(now) {
+        if pending || self.idle_wait.is_zero() || !core.health.borrow_mut().may_sleep(now) {
             core.shared.set_running(false);
             tokio::task::yield_now().await;
             return;
@@ -411,7 +393,7 @@ impl EventLoop {
         if late {
             Counters::bump(&core.counters.late_wakes);
         }
-        self.health.record_sleep(late);
+        core.health.borrow_mut().record_sleep(late);
     }
 }
 

@@ -17,3 +17,25 @@ pub use event_loop::{
 };
 pub use executor::{JoinError, JoinHandle, spawn};
 pub use stats::{LagHistogram, LoopStats, Verdict};
+
+/// The counters of this thread's loop, from code running on it (a console command, a status
+/// timer); `EventLoop::stats` is the same from outside.
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn stats() -> LoopStats {
+    context::core("runtime::stats").stats()
+}
+
+/// The wheel lags recorded since the previous call, from code running on the loop.
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn take_lag_window() -> LagHistogram {
+    context::core("runtime::take_lag_window")
+        .counters
+        .lag_window
+        .take()
+}

@@ -142,6 +142,10 @@ pub struct LoopStats {
     pub panics: u64,
     /// How the loop treats idle time right now.
     pub verdict: Verdict,
+    /// Times sleeping was suspended because the host returned sleeps late.
+    pub backoffs: u64,
+    /// Closures accepted by `LoopContext::post` (and `spawn`, which posts).
+    pub posts: u64,
 }
 
 #[cfg(test)]
