@@ -18,6 +18,7 @@
 //!
 //! See `docs/` for the guides: `timers.md`, `threading-model.md`, `performance.md`.
 
+pub mod admin;
 pub mod runtime;
 mod slab;
 pub mod timer;

@@ -1,0 +1,302 @@
+//! The operator console: line commands read from stdin, run on the loop, answered on stdout.
+//!
+//! Three parts, so that nothing blocks the loop:
+//! - a *reader* thread does the blocking reads, cuts lines (at most [`MAX_LINE`] bytes),
+//!   parses them and sends the result over a channel;
+//! - a loop *task* receives each command and runs it with the shard's handler — on the loop
+//!   thread, so the handler may look at the world directly;
+//! - a *printer* thread writes the answers, so a slow terminal or pipe never stalls a tick.
+//!
+//! Bad input — garbage, a line over 64 KiB, bytes that are not UTF-8 — gets one error line and
+//! changes nothing. A closed stdin (`</dev/null`, a service manager) just ends the reader.
+//!
+//! This module knows the command *language*; what `status` says is the shard's business.
+
+use std::fmt;
+use std::io::{self, BufRead, Write};
+use std::sync::mpsc as std_mpsc;
+use std::thread;
+
+use tokio::sync::mpsc;
+
+/// The longest console line accepted, in bytes.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// A console command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Help,
+    Status,
+    DumpTimers,
+    LoopStats,
+    Shutdown,
+}
+
+impl Command {
+    /// Every command with its one-line description, for `help`.
+    pub const ALL: [(Command, &'static str, &'static str); 5] = [
+        (Command::Help, "help", "list the commands"),
+        (
+            Command::Status,
+            "status",
+            "verdict, uptime, entity counts, live timers, last loop: line",
+        ),
+        (
+            Command::DumpTimers,
+            "dumptimers",
+            "live timers grouped by the line that started them",
+        ),
+        (
+            Command::LoopStats,
+            "loopstats",
+            "the loop's production counters since start",
+        ),
+        (
+            Command::Shutdown,
+            "shutdown",
+            "finish the current iteration and stop cleanly",
+        ),
+    ];
+
+    /// Parses one line (without its newline). Case-insensitive; surrounding blanks ignored.
+    pub fn parse(line: &[u8]) -> Result<Option<Command>, ConsoleError> {
+        let text = std::str::from_utf8(line).map_err(|_| ConsoleError::NotUtf8)?;
+        let word = text.trim();
+        if word.is_empty() {
+            return Ok(None);
+        }
+        Self::ALL
+            .iter()
+            .find(|(_, name, _)| name.eq_ignore_ascii_case(word))
+            .map(|(command, _, _)| Some(*command))
+            .ok_or_else(|| ConsoleError::Unknown(abbreviate(word)))
+    }
+
+    /// The text of `help`.
+    #[must_use]
+    pub fn help() -> String {
+        let mut out = String::from("commands:\n");
+        for (_, name, what) in Self::ALL {
+            out.push_str(&format!("  {name:<11} {what}\n"));
+        }
+        out
+    }
+}
+
+/// Why a console line was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsoleError {
+    NotUtf8,
+    TooLong,
+    Unknown(String),
+}
+
+impl fmt::Display for ConsoleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConsoleError::NotUtf8 => f.write_str("error: the line is not valid UTF-8; ignored"),
+            ConsoleError::TooLong => write!(
+                f,
+                "error: the line is longer than {} KiB; ignored",
+                MAX_LINE / 1024
+            ),
+            ConsoleError::Unknown(word) => write!(
+                f,
+                "error: unknown command '{word}'; type 'help' for the list"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConsoleError {}
+
+/// At most 40 characters of what the operator typed, for error messages.
+fn abbreviate(word: &str) -> String {
+    match word.char_indices().nth(40) {
+        Some((cut, _)) => format!("{}…", &word[..cut]),
+        None => word.to_owned(),
+    }
+}
+
+/// Reads the next line into `buf` (newline stripped). A line longer than [`MAX_LINE`] is read
+/// to its end and reported as [`ConsoleError::TooLong`] without being kept. `Ok(None)` at
+/// end of input.
+pub fn read_line(
+    input: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+) -> io::Result<Option<Result<(), ConsoleError>>> {
+    buf.clear();
+    let mut too_long = false;
+    let mut saw_any = false;
+    loop {
+        let available = input.fill_buf()?;
+        if available.is_empty() {
+            return Ok(saw_any.then_some(if too_long {
+                Err(ConsoleError::TooLong)
+            } else {
+                Ok(())
+            }));
+        }
+        saw_any = true;
+        let (chunk, consumed, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], i + 1, true),
+            None => (available, available.len(), false),
+        };
+        if !too_long {
+            buf.extend_from_slice(chunk);
+            if buf.len() > MAX_LINE {
+                too_long = true;
+                buf.clear();
+            }
+        }
+        input.consume(consumed);
+        if done {
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+            return Ok(Some(if too_long {
+                Err(ConsoleError::TooLong)
+            } else {
+                Ok(())
+            }));
+        }
+    }
+}
+
+/// Starts the console on `input` (normally stdin) and `output` (normally stdout). Must be
+/// called on the loop thread: `handler` runs there, once per command, and returns the answer.
+pub fn start<H>(
+    input: impl BufRead + Send + 'static,
+    output: impl Write + Send + 'static,
+    handler: H,
+) -> io::Result<()>
+where
+    H: FnMut(Command) -> String + 'static,
+{
+    let (lines_tx, lines_rx) = mpsc::unbounded_channel();
+    let (print_tx, print_rx) = std_mpsc::channel::<String>();
+    thread::Builder::new()
+        .name("console-in".into())
+        .spawn(move || read_commands(input, &lines_tx))?;
+    thread::Builder::new()
+        .name("console-out".into())
+        .spawn(move || print_answers(output, &print_rx))?;
+    drop(crate::spawn(run_commands(lines_rx, print_tx, handler)));
+    Ok(())
+}
+
+type Parsed = Result<Option<Command>, ConsoleError>;
+
+fn read_commands(mut input: impl BufRead, lines: &mpsc::UnboundedSender<Parsed>) {
+    let mut buf = Vec::new();
+    loop {
+        let parsed = match read_line(&mut input, &mut buf) {
+            Ok(Some(Ok(()))) => Command::parse(&buf),
+            Ok(Some(Err(e))) => Err(e),
+            Ok(None) => return, // end of input: a headless shard has no console
+            Err(e) => {
+                tracing::warn!("console input failed: {e}; the console is closed");
+                return;
+            }
+        };
+        if lines.send(parsed).is_err() {
+            return; // the loop is gone
+        }
+    }
+}
+
+async fn run_commands<H>(
+    mut lines: mpsc::UnboundedReceiver<Parsed>,
+    print: std_mpsc::Sender<String>,
+    mut handler: H,
+) where
+    H: FnMut(Command) -> String,
+{
+    while let Some(parsed) = lines.recv().await {
+        let answer = match parsed {
+            Ok(Some(command)) => handler(command),
+            Ok(None) => continue,
+            Err(e) => e.to_string(),
+        };
+        if print.send(answer).is_err() {
+            return;
+        }
+    }
+}
+
+fn print_answers(mut output: impl Write, answers: &std_mpsc::Receiver<String>) {
+    for answer in answers {
+        let text = answer.trim_end();
+        if writeln!(output, "{text}")
+            .and_then(|()| output.flush())
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8]) -> Vec<Result<Vec<u8>, ConsoleError>> {
+        let mut reader = io::BufReader::with_capacity(7, input);
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        while let Some(r) = read_line(&mut reader, &mut buf).expect("in-memory read") {
+            out.push(r.map(|()| buf.clone()));
+        }
+        out
+    }
+
+    #[test]
+    fn cuts_lines_strips_crlf_and_keeps_a_last_unterminated_line() {
+        assert_eq!(
+            lines(b"help\r\nstatus\n\nlast"),
+            vec![
+                Ok(b"help".to_vec()),
+                Ok(b"status".to_vec()),
+                Ok(Vec::new()),
+                Ok(b"last".to_vec())
+            ]
+        );
+        assert!(lines(b"").is_empty());
+    }
+
+    #[test]
+    fn an_over_long_line_is_refused_and_the_next_one_still_works() {
+        let mut input = vec![b'x'; MAX_LINE + 1];
+        input.extend_from_slice(b"\nstatus\n");
+        assert_eq!(
+            lines(&input),
+            vec![Err(ConsoleError::TooLong), Ok(b"status".to_vec())]
+        );
+        let exactly = vec![b'y'; MAX_LINE];
+        assert_eq!(lines(&exactly), vec![Ok(exactly.clone())]);
+    }
+
+    #[test]
+    fn parses_commands_and_refuses_garbage() {
+        assert_eq!(Command::parse(b"  STATUS "), Ok(Some(Command::Status)));
+        assert_eq!(Command::parse(b"dumptimers"), Ok(Some(Command::DumpTimers)));
+        assert_eq!(Command::parse(b"   "), Ok(None));
+        assert_eq!(Command::parse(b"\xff\xfe"), Err(ConsoleError::NotUtf8));
+        let err = Command::parse(b"rm -rf /").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "error: unknown command 'rm -rf /'; type 'help' for the list"
+        );
+        let long = "z".repeat(500);
+        let err = Command::parse(long.as_bytes()).unwrap_err().to_string();
+        assert!(err.len() < 120, "{err}");
+    }
+
+    #[test]
+    fn help_lists_every_command() {
+        let help = Command::help();
+        for (_, name, _) in Command::ALL {
+            assert!(help.contains(name));
+        }
+    }
+}
