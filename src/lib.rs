@@ -21,6 +21,7 @@
 pub mod admin;
 pub mod runtime;
 mod slab;
+pub mod status;
 pub mod timer;
 
 pub use runtime::{

@@ -262,6 +262,7 @@ impl Core {
             wakes_elided: shared.wakes_elided.load(Ordering::Relaxed),
             ticks_fired: c.ticks_fired.get(),
             late_ticks: c.late_ticks.get(),
+            very_late_ticks: c.very_late_ticks.get(),
             max_wheel_lag: c.max_wheel_lag.get(),
             panics: c.panics.get(),
             verdict: health.verdict(),

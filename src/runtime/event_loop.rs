@@ -318,8 +318,12 @@ impl EventLoop {
         let c = &self.core.counters;
         Counters::bump(&c.ticks_fired);
         let lag = Instant::now().saturating_duration_since(boundary);
-        if lag >= self.core.clock.tick {
+        let tick = self.core.clock.tick;
+        if lag >= tick {
             Counters::bump(&c.late_ticks);
+        }
+        if lag >= tick * 2 {
+            Counters::bump(&c.very_late_ticks);
         }
         if lag > c.max_wheel_lag.get() {
             c.max_wheel_lag.set(lag);

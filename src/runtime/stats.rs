@@ -16,6 +16,7 @@ pub(crate) struct Counters {
     pub(crate) late_wakes: Cell<u64>,
     pub(crate) ticks_fired: Cell<u64>,
     pub(crate) late_ticks: Cell<u64>,
+    pub(crate) very_late_ticks: Cell<u64>,
     pub(crate) max_wheel_lag: Cell<Duration>,
     pub(crate) panics: Cell<u64>,
     /// Wheel lag of fired ticks since the last [`LagHistogram`] was taken.
@@ -136,6 +137,8 @@ pub struct LoopStats {
     pub ticks_fired: u64,
     /// Of those, ticks processed one tick or more after their boundary.
     pub late_ticks: u64,
+    /// Of those, ticks processed two ticks (16 ms by default) or more after their boundary.
+    pub very_late_ticks: u64,
     /// The largest processing time − boundary of a fired tick.
     pub max_wheel_lag: Duration,
     /// Panics caught in timer callbacks and tasks.

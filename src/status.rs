@@ -1,0 +1,198 @@
+//! The `loop:` status line: one log line per interval that tells an operator whether the loop
+//! is healthy, from figures they can act on.
+//!
+//! Each line covers the interval since the previous one: process CPU (from `getrusage`, so
+//! it includes every thread), loop wake-ups per second, iterations, fired and late ticks, peak
+//! and p99 wheel lag, posts, wakes issued/elided, sleep backoffs, the verdict and `idle_wait`.
+//!
+//! This module only measures and formats; scheduling it is the shard's job.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::runtime::{LagHistogram, LoopStats, Verdict};
+
+/// Process CPU time (user + system, all threads) so far.
+#[must_use]
+pub fn process_cpu_time() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_SELF is always valid.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return Duration::ZERO;
+        }
+        usage
+    };
+    let micros = |tv: libc::timeval| {
+        Duration::from_secs(tv.tv_sec.max(0) as u64)
+            + Duration::from_micros(tv.tv_usec.max(0) as u64)
+    };
+    micros(usage.ru_utime) + micros(usage.ru_stime)
+}
+
+/// One interval's figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusLine {
+    pub interval: Duration,
+    pub cpu_percent: f64,
+    pub wakes_per_sec: f64,
+    pub iterations: u64,
+    pub ticks_fired: u64,
+    pub late_ticks: u64,
+    pub very_late_ticks: u64,
+    pub peak_lag: Duration,
+    pub p99_lag: Duration,
+    pub posts: u64,
+    pub wakes_issued: u64,
+    pub wakes_elided: u64,
+    pub backoffs: u64,
+    pub verdict: Verdict,
+    pub idle_wait: Duration,
+}
+
+/// Remembers the previous sample and turns the next one into a [`StatusLine`].
+#[derive(Debug, Clone)]
+pub struct StatusReporter {
+    idle_wait: Duration,
+    last_stats: LoopStats,
+    last_cpu: Duration,
+    last_at: std::time::Instant,
+}
+
+impl StatusReporter {
+    pub fn new(idle_wait: Duration, stats: LoopStats) -> Self {
+        StatusReporter {
+            idle_wait,
+            last_stats: stats,
+            last_cpu: process_cpu_time(),
+            last_at: std::time::Instant::now(),
+        }
+    }
+
+    /// The line for the interval ending now, given the loop's counters and the lag window.
+    pub fn sample(&mut self, stats: LoopStats, lags: &LagHistogram) -> StatusLine {
+        let now = std::time::Instant::now();
+        let cpu = process_cpu_time();
+        let line = self.line(
+            now.duration_since(self.last_at),
+            cpu.saturating_sub(self.last_cpu),
+            &stats,
+            lags,
+        );
+        self.last_stats = stats;
+        self.last_cpu = cpu;
+        self.last_at = now;
+        line
+    }
+
+    fn line(
+        &self,
+        interval: Duration,
+        cpu: Duration,
+        now: &LoopStats,
+        lags: &LagHistogram,
+    ) -> StatusLine {
+        let was = &self.last_stats;
+        let secs = interval.as_secs_f64().max(1e-9);
+        StatusLine {
+            interval,
+            cpu_percent: 100.0 * cpu.as_secs_f64() / secs,
+            wakes_per_sec: (now.sleeps - was.sleeps) as f64 / secs,
+            iterations: now.iterations - was.iterations,
+            ticks_fired: now.ticks_fired - was.ticks_fired,
+            late_ticks: now.late_ticks - was.late_ticks,
+            very_late_ticks: now.very_late_ticks - was.very_late_ticks,
+            peak_lag: lags.max(),
+            p99_lag: lags.percentile(99.0),
+            posts: now.posts - was.posts,
+            wakes_issued: now.wakes_issued - was.wakes_issued,
+            wakes_elided: now.wakes_elided - was.wakes_elided,
+            backoffs: now.backoffs - was.backoffs,
+            verdict: now.verdict,
+            idle_wait: self.idle_wait,
+        }
+    }
+}
+
+impl fmt::Display for StatusLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "loop: cpu {:.2}% | wakes {:.1}/s | iterations {} | fired ticks {} | late ticks {} \
+             (>=16ms {}) | wheel lag peak {:.3?} p99<={:.3?} | posts {} | wakes issued {} \
+             elided {} | backoffs {} | verdict {:?} | idle_wait {:?}",
+            self.cpu_percent,
+            self.wakes_per_sec,
+            self.iterations,
+            self.ticks_fired,
+            self.late_ticks,
+            self.very_late_ticks,
+            self.peak_lag,
+            self.p99_lag,
+            self.posts,
+            self.wakes_issued,
+            self.wakes_elided,
+            self.backoffs,
+            self.verdict,
+            self.idle_wait,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_reports_the_interval_not_the_totals() {
+        let before = LoopStats {
+            iterations: 100,
+            sleeps: 40,
+            ticks_fired: 30,
+            posts: 5,
+            ..LoopStats::default()
+        };
+        let reporter = StatusReporter {
+            idle_wait: Duration::from_secs(1),
+            last_stats: before,
+            last_cpu: Duration::ZERO,
+            last_at: std::time::Instant::now(),
+        };
+        let after = LoopStats {
+            iterations: 160,
+            sleeps: 60,
+            ticks_fired: 50,
+            late_ticks: 1,
+            posts: 9,
+            ..before
+        };
+        let line = reporter.line(
+            Duration::from_secs(10),
+            Duration::from_millis(5),
+            &after,
+            &LagHistogram::default(),
+        );
+        assert_eq!(line.iterations, 60);
+        assert_eq!(line.ticks_fired, 20);
+        assert_eq!(line.posts, 4);
+        assert!((line.wakes_per_sec - 2.0).abs() < 1e-9);
+        assert!((line.cpu_percent - 0.05).abs() < 1e-9);
+        let text = line.to_string();
+        assert!(text.starts_with("loop: cpu 0.05% | wakes 2.0/s"), "{text}");
+        assert!(text.contains("verdict Healthy"), "{text}");
+    }
+
+    #[test]
+    fn cpu_time_counts_a_busy_loop() {
+        let before = process_cpu_time();
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+        }
+        assert!(
+            process_cpu_time() > before,
+            "50 ms of spinning cost no CPU time?"
+        );
+    }
+}
