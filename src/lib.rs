@@ -19,6 +19,7 @@
 //! See `docs/` for the guides: `timers.md`, `threading-model.md`, `performance.md`.
 
 pub mod admin;
+pub mod probe_host;
 pub mod runtime;
 mod slab;
 pub mod status;

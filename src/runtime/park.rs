@@ -98,7 +98,7 @@ pub(crate) struct TimerFd {
 }
 
 impl TimerFd {
-    fn new() -> io::Result<Self> {
+    pub(crate) fn new() -> io::Result<Self> {
         // SAFETY: timerfd_create has no memory-safety preconditions; the result is checked.
         let fd = unsafe {
             libc::timerfd_create(
@@ -116,7 +116,7 @@ impl TimerFd {
     }
 
     /// Arms the timer `after` from now; `Duration::ZERO` disarms it.
-    fn arm(&self, after: Duration) -> io::Result<()> {
+    pub(crate) fn arm(&self, after: Duration) -> io::Result<()> {
         // A zero it_value disarms, so an already-passed deadline is armed as 1 ns.
         let after = if after.is_zero() {
             Duration::ZERO
@@ -140,6 +140,30 @@ impl TimerFd {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// Blocks the calling thread until the timer expires (for the host probe, never on the
+    /// loop).
+    pub(crate) fn wait_blocking(&self) -> io::Result<()> {
+        loop {
+            let mut pfd = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, owned by this frame.
+            let rc = unsafe { libc::poll(&mut pfd, 1, -1) };
+            if rc < 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(err);
+            }
+            if self.expired() {
+                return Ok(());
+            }
+        }
     }
 
     /// Reads (and so clears) the expiry count; true if the timer had expired.
