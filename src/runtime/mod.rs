@@ -7,7 +7,7 @@ pub(crate) mod context;
 mod event_loop;
 pub(crate) mod executor;
 mod health;
-mod park;
+pub(crate) mod park;
 mod stats;
 
 pub use context::{LoopClosed, LoopContext};
