@@ -43,14 +43,21 @@ impl Key {
     }
 }
 
-struct Slot<T> {
-    generation: u32,
-    state: State<T>,
+/// One slab slot. The generation sits in each variant, next to the enum's tag, so a slot
+/// costs `max(8, size_of::<T>()) + 8` bytes for an 8-aligned `T` (24 for a 16-byte wheel
+/// entry) instead of a separate generation word plus a tagged state.
+enum Slot<T> {
+    Vacant { generation: u32, next_free: u32 },
+    Occupied { generation: u32, value: T },
 }
 
-enum State<T> {
-    Vacant { next_free: u32 },
-    Occupied(T),
+impl<T> Slot<T> {
+    #[inline]
+    fn generation(&self) -> u32 {
+        match *self {
+            Slot::Vacant { generation, .. } | Slot::Occupied { generation, .. } => generation,
+        }
+    }
 }
 
 pub(crate) struct Slab<T> {
@@ -61,13 +68,19 @@ pub(crate) struct Slab<T> {
 
 impl<T> Slab<T> {
     pub(crate) fn new() -> Self {
+        Self::with_capacity(0)
+    }
+
+    /// An empty slab with room for `capacity` entries before it reallocates.
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
         Slab {
-            entries: Vec::new(),
+            entries: Vec::with_capacity(capacity),
             free_head: NIL,
             len: 0,
         }
     }
 
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -75,7 +88,7 @@ impl<T> Slab<T> {
     /// The key the next [`Slab::insert`] will return.
     pub(crate) fn next_key(&self) -> Key {
         if self.free_head != NIL {
-            let generation = self.entries[self.free_head as usize].generation;
+            let generation = self.entries[self.free_head as usize].generation();
             Key {
                 index: self.free_head,
                 generation,
@@ -90,28 +103,36 @@ impl<T> Slab<T> {
 
     /// Stores `value` and returns its key. Reuses the most recently freed slot first, which
     /// keeps the working set small and warm.
+    #[inline]
     pub(crate) fn insert(&mut self, value: T) -> Key {
         self.len += 1;
         if self.free_head != NIL {
             let index = self.free_head;
             let slot = &mut self.entries[index as usize];
-            if let State::Vacant { next_free } = slot.state {
-                self.free_head = next_free;
-            }
-            slot.state = State::Occupied(value);
-            return Key {
-                index,
-                generation: slot.generation,
+            let (generation, next_free) = match *slot {
+                Slot::Vacant {
+                    generation,
+                    next_free,
+                } => (generation, next_free),
+                Slot::Occupied { .. } => unreachable!("the free list holds only vacant slots"),
             };
+            self.free_head = next_free;
+            *slot = Slot::Occupied { generation, value };
+            return Key { index, generation };
         }
+        self.push(value)
+    }
+
+    /// Appends a new slot: the cold half of [`Slab::insert`].
+    fn push(&mut self, value: T) -> Key {
         // u32::MAX is reserved for NIL; 4 billion live timers is far beyond memory anyway.
         let index = u32::try_from(self.entries.len())
             .ok()
             .filter(|&i| i != NIL)
             .expect("timer slab is full: more than 4 294 967 294 live entries");
-        self.entries.push(Slot {
+        self.entries.push(Slot::Occupied {
             generation: 0,
-            state: State::Occupied(value),
+            value,
         });
         Key {
             index,
@@ -119,34 +140,32 @@ impl<T> Slab<T> {
         }
     }
 
+    #[inline]
     pub(crate) fn get(&self, key: Key) -> Option<&T> {
         match self.entries.get(key.index as usize) {
-            Some(Slot {
-                generation,
-                state: State::Occupied(value),
-            }) if *generation == key.generation => Some(value),
+            Some(Slot::Occupied { generation, value }) if *generation == key.generation => {
+                Some(value)
+            }
             _ => None,
         }
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, key: Key) -> Option<&mut T> {
         match self.entries.get_mut(key.index as usize) {
-            Some(Slot {
-                generation,
-                state: State::Occupied(value),
-            }) if *generation == key.generation => Some(value),
+            Some(Slot::Occupied { generation, value }) if *generation == key.generation => {
+                Some(value)
+            }
             _ => None,
         }
     }
 
     /// The entry at `index` whatever its generation, with the key that currently addresses it.
     /// Used by the wheel's slot lists, which identify an entry by index plus its own stamp.
+    #[inline]
     pub(crate) fn get_by_index(&self, index: u32) -> Option<(Key, &T)> {
         match self.entries.get(index as usize) {
-            Some(Slot {
-                generation,
-                state: State::Occupied(value),
-            }) => Some((
+            Some(Slot::Occupied { generation, value }) => Some((
                 Key {
                     index,
                     generation: *generation,
@@ -157,12 +176,17 @@ impl<T> Slab<T> {
         }
     }
 
-    pub(crate) fn get_by_index_mut(&mut self, index: u32) -> Option<&mut T> {
+    /// [`Slab::get_by_index`], mutably.
+    #[inline]
+    pub(crate) fn get_by_index_mut(&mut self, index: u32) -> Option<(Key, &mut T)> {
         match self.entries.get_mut(index as usize) {
-            Some(Slot {
-                state: State::Occupied(value),
-                ..
-            }) => Some(value),
+            Some(Slot::Occupied { generation, value }) => Some((
+                Key {
+                    index,
+                    generation: *generation,
+                },
+                value,
+            )),
             _ => None,
         }
     }
@@ -172,15 +196,15 @@ impl<T> Slab<T> {
         self.entries
             .iter()
             .enumerate()
-            .filter_map(|(index, slot)| match &slot.state {
-                State::Occupied(value) => Some((
+            .filter_map(|(index, slot)| match slot {
+                Slot::Occupied { generation, value } => Some((
                     Key {
                         index: index as u32,
-                        generation: slot.generation,
+                        generation: *generation,
                     },
                     value,
                 )),
-                State::Vacant { .. } => None,
+                Slot::Vacant { .. } => None,
             })
     }
 
@@ -189,37 +213,45 @@ impl<T> Slab<T> {
     /// iterations ahead, so that several cache misses overlap instead of queueing.
     #[inline]
     pub(crate) fn prefetch(&self, index: u32) {
-        #[cfg(target_arch = "x86_64")]
         if let Some(slot) = self.entries.get(index as usize) {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            // SAFETY: prefetching is a hint with no architectural effect; the address is that
-            // of a live element.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>((slot as *const Slot<T>).cast()) };
+            prefetch(slot);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = index;
     }
 
     /// Removes the entry and makes `key` (and every copy of it) stale.
+    #[inline]
     pub(crate) fn remove(&mut self, key: Key) -> Option<T> {
         let slot = self.entries.get_mut(key.index as usize)?;
-        if slot.generation != key.generation || matches!(slot.state, State::Vacant { .. }) {
-            return None;
+        match slot {
+            Slot::Occupied { generation, .. } if *generation == key.generation => {}
+            _ => return None,
         }
-        let old = std::mem::replace(
-            &mut slot.state,
-            State::Vacant {
-                next_free: self.free_head,
-            },
-        );
-        slot.generation = slot.generation.wrapping_add(1);
+        let vacant = Slot::Vacant {
+            generation: key.generation.wrapping_add(1),
+            next_free: self.free_head,
+        };
         self.free_head = key.index;
         self.len -= 1;
-        match old {
-            State::Occupied(value) => Some(value),
-            State::Vacant { .. } => None,
+        match std::mem::replace(slot, vacant) {
+            Slot::Occupied { value, .. } => Some(value),
+            Slot::Vacant { .. } => None,
         }
     }
+}
+
+/// Asks the CPU to start loading the cache line holding `*item`. A pure hint with no
+/// architectural effect; a no-op off x86-64.
+#[inline]
+pub(crate) fn prefetch<U>(item: &U) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: prefetching is a hint with no architectural effect; the address is that of
+        // a live value.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((item as *const U).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = item;
 }
 
 #[cfg(test)]
@@ -238,6 +270,31 @@ mod tests {
         assert_eq!(slab.remove(a), None);
         assert_eq!(slab.get(b), Some(&"b"));
         assert_eq!(slab.len(), 1);
+    }
+
+    #[test]
+    fn a_slot_costs_one_word_over_its_value() {
+        // The generation shares the enum tag's word (the wheel's entry is 3 words).
+        assert_eq!(std::mem::size_of::<Slot<[u64; 3]>>(), 32);
+        assert_eq!(std::mem::size_of::<Slot<[u64; 2]>>(), 24);
+    }
+
+    #[test]
+    fn by_index_access_sees_the_current_key() {
+        let mut slab = Slab::new();
+        let a = slab.insert(1u8);
+        slab.remove(a);
+        let b = slab.insert(2u8);
+        let (key, value) = slab.get_by_index_mut(b.index()).expect("occupied");
+        assert_eq!(key, b);
+        *value = 3;
+        assert_eq!(
+            slab.get_by_index(a.index()).map(|(k, v)| (k, *v)),
+            Some((b, 3))
+        );
+        slab.remove(b);
+        assert!(slab.get_by_index(b.index()).is_none());
+        assert_eq!(slab.next_key().index(), b.index());
     }
 
     #[test]

@@ -6,19 +6,43 @@
 //!
 //! # Layout
 //!
-//! Seven [levels](level) of 64 slots. A slot of level `L` covers `64^L` ticks, so level 0 holds
-//! single ticks, level 1 blocks of 64, and level 6 blocks of 2^36; the whole wheel spans 2^42
-//! ticks (~1 115 years at 8 ms). An entry due at tick `due` is placed on the level of the
-//! highest 6-bit digit in which `due` differs from `elapsed` (see [`level_for`]). When
+//! Six [levels](level). Level 0 has 4096 slots of one tick; levels 1 to 5 have 64 slots, a
+//! slot of level `L` covering `2^(12 + 6·(L−1))` ticks: 4096 ticks on level 1, 2^36 on level 5.
+//! The whole wheel spans 2^42 ticks (~1 115 years at 8 ms). Read a tick as a 12-bit digit
+//! (level 0) under 6-bit digits (levels 1–5): an entry due at tick `due` is placed on the level
+//! of the highest digit in which `due` differs from `elapsed` (see [`level_for`]). When
 //! `elapsed` reaches the first tick of an upper slot, the slot is *cascaded*: each entry is
 //! placed again, relative to the new `elapsed`, and so lands on a lower level, eventually
-//! level 0, where a slot holds exactly one due tick.
+//! level 0, where a slot holds exactly one due tick. A wide level 0 means that every delay
+//! under 4096 ticks (~33 s at 8 ms) goes straight to its tick and is never cascaded.
 //!
 //! Levels are disjoint in time: everything on level `L` is due inside `elapsed`'s current
 //! level-`L+1` block, and everything above it later, so the first occupied slot of the lowest
 //! non-empty level is always the next thing to process. (The top level's ring keeps this:
 //! what wraps into it is due in a later rotation.)
 //!
+//! # Storage and stamps
+//!
+//! Entries (value, due tick, stamp) live in a generational [slab](crate::slab); slot lists hold
+//! 16-byte *placements* (slab index, stamp, low 32 bits of the due tick). Every insert or
+//! reschedule takes the next *stamp* (even numbers; bit 0, `FIRED`, marks a yielded entry).
+//! Cancellation is lazy: a placement whose stamp is no longer its entry's is garbage, skipped
+//! when its slot is taken. Two checks, so that neither hot path reads memory it does not need:
+//!
+//! - **Slot placements** are checked against `stamps`, a dense `u64` per slab index holding
+//!   the stamp of that index's latest placement (`VACANT` once an entry that sat in a slot is
+//!   removed). A cascade reads the placements and this small array, never the 4× larger slab.
+//! - **Batch placements** (the tick being yielded) are checked against the entry's own stamp
+//!   in the slab, which [`Wheel::poll`] reads anyway to build the key and mark it fired; so a
+//!   fired timer costs one random slab access, shared with the caller's `remove`.
+//!
+//! **Where an entry is.** An entry is in a slot iff `due > elapsed`, and then in the slot
+//! `(level_for(elapsed, due), slot_for(due))`: that is where it was placed, and neither
+//! changes until `elapsed` reaches the slot's first tick — at which point the slot is
+//! cascaded. So cancel and reschedule find the slot whose live count to decrement from `due`
+//! alone. Otherwise (`due ≤ elapsed`) the entry is in the batch or already fired, and its
+//! batch placement is orphaned by the slab stamp alone.
+
 //! # Guarantees
 //!
 //! - **Never early (T1).** Only level-0 slots fire, and a level-0 slot holds exactly the
@@ -34,8 +58,9 @@
 //! - **No same-tick re-entry (T4).** Before a tick's entries are yielded, `elapsed` moves to
 //!   that tick, and an insert is never due before `elapsed + 1`.
 //! - **Range (T8).** Delays up to [`MAX_DELAY`] ticks are exact; longer ones saturate.
-//! - **Cost.** Insert and remove are O(1). Finding the next due tick and skipping empty
-//!   ranges are O(levels) thanks to one occupancy bitmap per level: no empty tick is visited.
+//! - **Cost.** Insert and remove are O(1) (amortised: a slot is compacted when over half
+//!   of it is garbage). Finding the next due tick and skipping empty ranges are O(levels)
+//!   thanks to one occupancy bitmap per level (two-level on level 0): no empty tick is visited.
 //!
 //! This module must never depend on time, I/O or the runtime.
 
@@ -43,35 +68,29 @@ mod level;
 
 pub use crate::slab::Key;
 use crate::slab::Slab;
-use level::{Expiration, LEVEL_SLOTS, Level, Placement, SLOT_BITS};
+use level::{
+    Expiration, LEVEL0_BITS, Level, PREFETCH_AHEAD, Placement, UPPER_BITS, is_current,
+    prefetch_stamp,
+};
 
-/// Number of levels.
-const NUM_LEVELS: usize = 7;
+/// Number of levels: level 0 and five 64-slot levels above it.
+const NUM_LEVELS: usize = 6;
 
 /// The longest delay the wheel represents exactly, in ticks (2^42 − 1). Longer delays are
 /// saturated to it.
-pub const MAX_DELAY: u64 = (1 << (SLOT_BITS as usize * NUM_LEVELS)) - 1;
+pub const MAX_DELAY: u64 = (1 << (LEVEL0_BITS + UPPER_BITS * (NUM_LEVELS as u32 - 1))) - 1;
 
-/// How far ahead of the placement being processed a cascade prefetches slab entries.
-const PREFETCH_AHEAD: usize = 12;
-
-/// Where an entry is right now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Place {
-    /// In a slot list.
-    Slot { level: u8, slot: u8 },
-    /// In the batch of the tick being drained, not yet yielded.
-    Due,
-    /// Yielded by [`Wheel::poll`]; stays until removed or rescheduled.
-    Fired,
-}
+/// Stamps are even; a stamp with this bit set marks its entry as yielded (fired), so no
+/// placement, whose stamp is even, matches it any more.
+const FIRED: u64 = 1;
+/// The stamp of a vacant slab index: odd, so no placement ever matches it.
+const VACANT: u64 = u64::MAX;
 
 struct Entry<T> {
     value: T,
     due: u64,
-    /// The sequence number of the latest insert or reschedule: FIFO order and placement stamp.
+    /// The stamp of the latest insert or reschedule, `| FIRED` once yielded.
     stamp: u64,
-    place: Place,
 }
 
 /// An entry [`Wheel::poll`] found due.
@@ -88,8 +107,13 @@ pub struct Wheel<T> {
     elapsed: u64,
     levels: Box<[Level; NUM_LEVELS]>,
     slab: Slab<Entry<T>>,
+    /// By slab index: the stamp of the entry's latest placement, or `VACANT` once an entry
+    /// that was in a slot is removed. Always as long as the slab's entry vector. Only slot
+    /// placements are checked against it (module docs, "Storage and stamps").
+    stamps: Vec<u64>,
     next_stamp: u64,
-    /// Entries of tick `elapsed` still to be yielded, in order; `batch_pos` is the cursor.
+    /// The placements of tick `elapsed` still to be yielded, in order (garbage included, it is
+    /// skipped); `batch_pos` is the cursor.
     batch: Vec<Placement>,
     batch_pos: usize,
     /// Spare buffer swapped with slot lists while they are processed.
@@ -105,10 +129,17 @@ impl<T> Default for Wheel<T> {
 impl<T> Wheel<T> {
     /// An empty wheel at tick 0. Tick 0 counts as processed: the earliest due tick is 1.
     pub fn new() -> Self {
+        Self::with_capacity(0)
+    }
+
+    /// An empty wheel at tick 0 with room for `capacity` live entries before its entry storage
+    /// reallocates (slot lists still grow on demand).
+    pub fn with_capacity(capacity: usize) -> Self {
         Wheel {
             elapsed: 0,
             levels: Box::new(std::array::from_fn(Level::new)),
-            slab: Slab::new(),
+            slab: Slab::with_capacity(capacity),
+            stamps: Vec::with_capacity(capacity),
             next_stamp: 0,
             batch: Vec::new(),
             batch_pos: 0,
@@ -135,6 +166,7 @@ impl<T> Wheel<T> {
 
     /// The tick an entry will be due at: `due` clamped to `elapsed + 1 ..= elapsed + MAX_DELAY`.
     #[must_use]
+    #[inline]
     pub fn clamp_due(&self, due: u64) -> u64 {
         due.clamp(
             self.elapsed.saturating_add(1),
@@ -146,13 +178,16 @@ impl<T> Wheel<T> {
     pub fn insert(&mut self, due: u64, value: T) -> Key {
         let due = self.clamp_due(due);
         let stamp = self.take_stamp();
-        let key = self.slab.insert(Entry {
-            value,
-            due,
-            stamp,
-            place: Place::Fired,
-        });
-        self.place(key.index(), stamp, due);
+        let key = self.slab.insert(Entry { value, due, stamp });
+        let index = key.index();
+        match self.stamps.get_mut(index as usize) {
+            Some(slot) => *slot = stamp,
+            None => {
+                debug_assert_eq!(index as usize, self.stamps.len(), "stamps track the slab");
+                self.stamps.push(stamp);
+            }
+        }
+        self.place(Placement::new(stamp, index, due), due);
         key
     }
 
@@ -165,11 +200,13 @@ impl<T> Wheel<T> {
         let Some(entry) = self.slab.get_mut(key) else {
             return false;
         };
-        let old_place = entry.place;
-        entry.due = due;
+        let old_due = std::mem::replace(&mut entry.due, due);
         entry.stamp = stamp;
-        self.detach(old_place);
-        self.place(key.index(), stamp, due);
+        let index = key.index();
+        // The new stamp orphans the old placement before its slot is told (and compacted).
+        self.stamps[index as usize] = stamp;
+        self.detach(old_due);
+        self.place(Placement::new(stamp, index, due), due);
         true
     }
 
@@ -177,7 +214,12 @@ impl<T> Wheel<T> {
     /// key. An entry removed while its tick is being drained is not yielded.
     pub fn remove(&mut self, key: Key) -> Option<T> {
         let entry = self.slab.remove(key)?;
-        self.detach(entry.place);
+        if entry.due > self.elapsed {
+            // In a slot: orphan that placement. (A batch placement is checked against the
+            // slab, which no longer holds the entry.)
+            self.stamps[key.index() as usize] = VACANT;
+            self.detach(entry.due);
+        }
         Some(entry.value)
     }
 
@@ -205,15 +247,19 @@ impl<T> Wheel<T> {
     /// True when the entry is waiting for its tick (not yet yielded).
     #[must_use]
     pub fn is_pending(&self, key: Key) -> bool {
-        self.slab.get(key).is_some_and(|e| e.place != Place::Fired)
+        self.slab.get(key).is_some_and(|e| e.stamp & FIRED == 0)
     }
 
     /// The earliest tick at which [`Wheel::poll`] may yield something, or `None` when nothing
     /// is scheduled. Exact, except after a cancel from an upper level, where it may be
-    /// earlier than the real answer (never later). O(levels).
+    /// earlier than the real answer (never later). O(levels), plus any cancelled entries at
+    /// the front of a tick that is being yielded.
     #[must_use]
     pub fn next_due(&self) -> Option<u64> {
-        if self.batch_pos < self.batch.len() {
+        if self.batch[self.batch_pos..]
+            .iter()
+            .any(|p| self.in_batch(p).is_some())
+        {
             return Some(self.elapsed);
         }
         let exp = self.next_expiration()?;
@@ -241,49 +287,51 @@ impl<T> Wheel<T> {
         }
     }
 
+    #[inline]
     fn take_stamp(&mut self) -> u64 {
         let stamp = self.next_stamp;
-        self.next_stamp += 1;
+        self.next_stamp += 2;
         stamp
     }
 
-    /// Puts an entry (already in the slab with `stamp` and `due`) into its slot.
-    fn place(&mut self, index: u32, stamp: u64, due: u64) {
-        let level = level_for(self.elapsed, due);
-        let slot = self.levels[level].slot_for(due);
-        self.levels[level].add(slot, Placement { stamp, index }, due);
-        if let Some(entry) = self.slab.get_by_index_mut(index) {
-            entry.place = Place::Slot {
-                level: level as u8,
-                slot: slot as u8,
-            };
-        }
+    /// Puts a current placement, due at `due`, into its slot relative to `elapsed`.
+    #[inline]
+    fn place(&mut self, p: Placement, due: u64) {
+        let level = &mut self.levels[level_for(self.elapsed, due)];
+        let slot = level.slot_for(due);
+        level.add(slot, p, due);
     }
 
-    /// The entry that was at `place` left it (its placement is now garbage).
-    fn detach(&mut self, place: Place) {
-        let Place::Slot { level, slot } = place else {
-            // A batch placement is skipped by its stamp; a fired entry is nowhere.
+    /// An entry due at `due` had its placement orphaned (its stamp already changed). If that
+    /// placement sits in a slot, the slot loses a live placement. The slot is found from `due`
+    /// alone: an entry is in a slot iff `due > elapsed`, and then in the slot `place` would
+    /// pick now (module docs, "Where an entry is").
+    fn detach(&mut self, due: u64) {
+        if due <= self.elapsed {
+            // In the batch (skipped by its stamp) or fired (nowhere).
             return;
-        };
-        let (level, slot) = (level as usize, slot as usize);
-        if self.levels[level].forget(slot) {
-            let slab = &self.slab;
-            self.levels[level].compact(slot, |p| is_current(slab, p));
+        }
+        let level = &mut self.levels[level_for(self.elapsed, due)];
+        let slot = level.slot_for(due);
+        if level.forget(slot) {
+            level.compact(slot, &self.stamps);
         }
     }
 
     fn pop_batch(&mut self) -> Option<Expired> {
         while let Some(&p) = self.batch.get(self.batch_pos) {
+            // Entries are in random slab order: overlap the misses of the next ones.
+            if let Some(ahead) = self.batch.get(self.batch_pos + PREFETCH_AHEAD) {
+                self.slab.prefetch(ahead.index);
+            }
             self.batch_pos += 1;
-            let Some(entry) = self.slab.get_by_index_mut(p.index) else {
+            let Some((key, entry)) = self.slab.get_by_index_mut(p.index) else {
                 continue;
             };
-            if entry.stamp != p.stamp || entry.place != Place::Due {
+            if entry.stamp != p.stamp {
                 continue;
             }
-            entry.place = Place::Fired;
-            let (key, _) = self.slab.get_by_index(p.index)?;
+            entry.stamp |= FIRED;
             return Some(Expired {
                 key,
                 tick: self.elapsed,
@@ -292,6 +340,13 @@ impl<T> Wheel<T> {
         self.batch.clear();
         self.batch_pos = 0;
         None
+    }
+
+    /// The key of a batch placement's entry, if the placement is still current (its entry is
+    /// live, has not moved since, and has not been yielded).
+    fn in_batch(&self, p: &Placement) -> Option<Key> {
+        let (key, entry) = self.slab.get_by_index(p.index)?;
+        (entry.stamp == p.stamp).then_some(key)
     }
 
     /// The earliest slot of any level that needs processing: the first occupied slot of the
@@ -312,40 +367,57 @@ impl<T> Wheel<T> {
     }
 
     /// Processes one expiration at its deadline. Every entry of the slot is due at or after
-    /// the slot's first tick: those due exactly then (all of them on level 0) form the batch
-    /// of that tick; the rest cascade to a lower level.
+    /// the slot's first tick: those due exactly then form the batch of that tick; the rest
+    /// cascade to a lower level. A level-0 slot holds one tick, so it becomes the batch as is.
     fn process(&mut self, exp: Expiration) {
         self.elapsed = exp.deadline;
-        let mut taken = std::mem::take(&mut self.scratch);
-        self.levels[exp.level].take(exp.slot, &mut taken);
         debug_assert!(self.batch.is_empty());
-        for i in 0..taken.len() {
-            // Slab entries are in random order relative to a slot: overlap their misses.
-            if let Some(ahead) = taken.get(i + PREFETCH_AHEAD) {
-                self.slab.prefetch(ahead.index);
+        self.batch_pos = 0;
+        if exp.level == 0 {
+            self.levels[0].take(exp.slot, &mut self.batch);
+            for p in self.batch.iter().take(PREFETCH_AHEAD) {
+                self.slab.prefetch(p.index);
             }
-            let p = taken[i];
-            if !is_current(&self.slab, &p) {
-                continue;
-            }
-            let Some(entry) = self.slab.get_by_index_mut(p.index) else {
-                continue;
-            };
-            if entry.due <= exp.deadline {
-                entry.place = Place::Due;
-                self.batch.push(p);
-            } else {
-                let due = entry.due;
-                self.place(p.index, p.stamp, due);
-            }
+        } else {
+            self.cascade(exp);
         }
-        taken.clear();
-        self.scratch = taken;
         debug_assert!(
             self.batch.is_sorted_by_key(|p| p.stamp),
             "slot lists are FIFO"
         );
-        self.batch_pos = 0;
+    }
+
+    /// Re-places every current placement of an upper slot relative to the new `elapsed`
+    /// (its deadline), reading only the placements and the stamp array.
+    fn cascade(&mut self, exp: Expiration) {
+        let mut taken = std::mem::take(&mut self.scratch);
+        self.levels[exp.level].take(exp.slot, &mut taken);
+        let slot_range = self.levels[exp.level].slot_range();
+        for i in 0..taken.len() {
+            // Stamps are in random order relative to a slot: overlap their misses.
+            if let Some(ahead) = taken.get(i + PREFETCH_AHEAD) {
+                prefetch_stamp(&self.stamps, ahead.index);
+            }
+            let p = taken[i];
+            if !is_current(&self.stamps, &p) {
+                continue;
+            }
+            let due = match p.due_in(exp.deadline, slot_range) {
+                Some(due) => due,
+                // Top level only: its slots are too wide for the 32 bits a placement keeps.
+                None => self
+                    .slab
+                    .get_by_index(p.index)
+                    .map_or(exp.deadline, |(_, e)| e.due),
+            };
+            if due <= exp.deadline {
+                self.batch.push(p);
+            } else {
+                self.place(p, due);
+            }
+        }
+        taken.clear();
+        self.scratch = taken;
     }
 
     #[cfg(test)]
@@ -354,21 +426,21 @@ impl<T> Wheel<T> {
     }
 }
 
-/// True when the placement still points at its entry's current position.
-fn is_current<T>(slab: &Slab<Entry<T>>, p: &Placement) -> bool {
-    slab.get_by_index(p.index)
-        .is_some_and(|(_, e)| e.stamp == p.stamp && matches!(e.place, Place::Slot { .. }))
-}
-
 /// The level an entry due at `due` belongs on when the wheel is at `elapsed`: the level of
-/// the highest 6-bit digit in which the two differ. The low digit is forced on so that equal
-/// or adjacent ticks land on level 0; a difference beyond the top level is folded into it
+/// the highest digit in which the two differ, reading a tick as one 12-bit digit (level 0)
+/// under 6-bit digits (levels 1 and up). A difference beyond the top level is folded into it
 /// (the top level is a ring, see [`level`]).
+///
+/// Bit trick: the low 12 bits are forced on, so the highest differing bit `b` is at least 11,
+/// and `(b − 6) / 6` maps `b = 11` to level 0, `12..=17` to 1, `18..=23` to 2, and so on: level
+/// 0's 12-bit digit counts as two 6-bit digits (hence `LEVEL0_BITS == 2 · UPPER_BITS`).
+#[inline]
 fn level_for(elapsed: u64, due: u64) -> usize {
-    const LOW_DIGIT: u64 = LEVEL_SLOTS as u64 - 1;
+    const LOW_DIGIT: u64 = (1 << LEVEL0_BITS) - 1;
+    const _: () = assert!(LEVEL0_BITS == 2 * UPPER_BITS);
     let differing = ((elapsed ^ due) | LOW_DIGIT).min(MAX_DELAY);
     let highest_bit = 63 - differing.leading_zeros() as usize;
-    highest_bit / SLOT_BITS as usize
+    (highest_bit - UPPER_BITS as usize) / UPPER_BITS as usize
 }
 
 #[cfg(test)]

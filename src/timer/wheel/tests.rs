@@ -250,7 +250,8 @@ fn repeated_reschedules_do_not_grow_garbage_without_bound() {
     let mut wheel = Wheel::new();
     let anchor = wheel.insert(70_000, 0u32);
     let moving = wheel.insert(70_001, 1);
-    let (level, slot) = (2, wheel.levels[2].slot_for(70_000));
+    let level = level_for(0, 70_000);
+    let slot = wheel.levels[level].slot_for(70_000);
     for i in 0..10_000 {
         wheel.reschedule(moving, 70_001 + (i % 7));
     }
@@ -276,10 +277,105 @@ fn next_due_skips_empty_ranges() {
 fn level_for_picks_the_highest_differing_digit() {
     assert_eq!(level_for(0, 0), 0);
     assert_eq!(level_for(0, 63), 0);
-    assert_eq!(level_for(0, 64), 1);
-    assert_eq!(level_for(63, 64), 1);
-    assert_eq!(level_for(64, 127), 0);
-    assert_eq!(level_for(0, 4096), 2);
+    assert_eq!(level_for(0, 64), 0);
+    assert_eq!(level_for(0, 4095), 0);
+    assert_eq!(level_for(0, 4096), 1);
+    assert_eq!(level_for(4095, 4096), 1);
+    assert_eq!(level_for(4096, 8191), 0);
+    assert_eq!(level_for(0, (1 << 18) - 1), 1);
+    assert_eq!(level_for(0, 1 << 18), 2);
+    assert_eq!(level_for(0, 1 << 36), NUM_LEVELS - 1);
     assert_eq!(level_for(0, MAX_DELAY), NUM_LEVELS - 1);
     assert_eq!(level_for(0, u64::MAX), NUM_LEVELS - 1);
+}
+
+#[test]
+fn levels_cover_the_whole_range_without_gaps() {
+    // Each level's ring is exactly one slot of the level above, and the top spans MAX_DELAY.
+    for level in 0..NUM_LEVELS - 1 {
+        let lower = Level::new(level);
+        let upper = Level::new(level + 1);
+        let turn = (lower.slot_for(u64::MAX) as u64 + 1) << level_shift(level);
+        assert_eq!(turn, 1 << level_shift(level + 1));
+        assert_eq!(upper.slot_for(turn), 1);
+        assert_eq!(upper.slot_for(turn - 1), 0);
+    }
+    let top = NUM_LEVELS - 1;
+    let span = (Level::new(top).slot_for(u64::MAX) as u64 + 1) << level_shift(top);
+    assert_eq!(span - 1, MAX_DELAY);
+}
+
+/// log2 of the ticks one slot of `level` covers.
+fn level_shift(level: usize) -> u32 {
+    match level {
+        0 => 0,
+        _ => LEVEL0_BITS + UPPER_BITS * (level as u32 - 1),
+    }
+}
+
+#[test]
+fn occupancy_is_found_across_bitmap_words() {
+    // Level 0 has 64 bitmap words: entries in distant words, and one in `now`'s word.
+    let mut wheel = Wheel::new();
+    for due in [4000, 65, 1000, 128, 70] {
+        wheel.insert(due, due);
+    }
+    let mut fired = Vec::new();
+    while let Some(next) = wheel.next_due() {
+        fired.extend(drain(&mut wheel, next).into_iter().map(|(tick, _)| tick));
+    }
+    assert_eq!(fired, vec![65, 70, 128, 1000, 4000]);
+}
+
+#[test]
+fn cancel_finds_the_slot_from_the_due_tick() {
+    // An entry's slot is recomputed from (elapsed, due) on cancel: check the live counts
+    // after the wheel moved on without cascading the entry's slot.
+    let mut wheel = Wheel::new();
+    let far = wheel.insert(300_000, 'f');
+    let near = wheel.insert(5_000, 'n');
+    let keep = wheel.insert(300_001, 'k');
+    assert_eq!(drain(&mut wheel, 4_999), vec![]);
+    let (level, slot) = (level_for(4_999, 300_000), wheel.levels[2].slot_for(300_000));
+    assert_eq!(level, 2);
+    assert_eq!(wheel.levels[level].live(slot), 2);
+    assert_eq!(wheel.remove(far), Some('f'));
+    assert_eq!(wheel.levels[level].live(slot), 1);
+    assert_eq!(drain(&mut wheel, 5_000), vec![(5_000, 'n')]);
+    assert!(wheel.reschedule(keep, 6_000));
+    assert_eq!(wheel.levels[level].live(slot), 0);
+    assert_eq!(wheel.next_due(), Some(6_000));
+    assert_eq!(wheel.remove(near), None);
+}
+
+#[test]
+fn cascades_rebuild_due_ticks_across_32_bit_boundaries() {
+    // Placements keep 32 bits of the due tick; slots narrower than 2^32 rebuild the rest.
+    for offset in [0, (1u64 << 32) - 5, (3u64 << 32) + 17] {
+        let mut wheel = Wheel::new();
+        drain(&mut wheel, offset);
+        let dues = [
+            (1u64 << 32) - 1,
+            1 << 32,
+            (1 << 32) + 1,
+            (5 << 32) + 3,
+            offset + (1 << 36) + 7,
+            offset + MAX_DELAY,
+        ];
+        for &due in &dues {
+            if due > offset {
+                wheel.insert(due, due);
+            }
+        }
+        let mut fired = Vec::new();
+        while let Some(next) = wheel.next_due() {
+            for (tick, value) in drain(&mut wheel, next) {
+                assert_eq!(tick, value, "fired at the wrong tick");
+                fired.push(tick);
+            }
+        }
+        let mut want: Vec<u64> = dues.iter().copied().filter(|&d| d > offset).collect();
+        want.sort_unstable();
+        assert_eq!(fired, want, "offset {offset}");
+    }
 }
