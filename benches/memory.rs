@@ -23,6 +23,10 @@
 //! measurements runs in its own child process (this executable, `--child ...`), so that
 //! pages freed by one cannot hide the RSS growth of the next.
 //!
+//! The allocator also counts live allocations per exact size (below 1 KiB), so the report
+//! lists the objects each task allocates on its own (e.g. "40 B × 1.00") and, by difference,
+//! what goes into the large shared buffers (slabs, queues, slot lists).
+//!
 //! Note on fairness: tokio's timer entry lives *inside* the future (`Sleep` is large and
 //! intrusive), while ours keeps its entry in the wheel (`Pause` is a 16-byte handle). The
 //! "future" column therefore holds tokio's timer state but not ours, so the table also shows
@@ -50,6 +54,27 @@ struct Counting;
 
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 static LIVE_ALLOCS: AtomicUsize = AtomicUsize::new(0);
+/// Allocations below this size are also counted per exact size (the per-task objects);
+/// larger ones (the growing `Vec`s and slabs) only in the totals.
+const SMALL: usize = 1024;
+/// Live allocations per exact size, for sizes below [`SMALL`].
+static LIVE_BY_SIZE: [AtomicUsize; SMALL] = [const { AtomicUsize::new(0) }; SMALL];
+
+fn count_alloc(size: usize) {
+    LIVE_BYTES.fetch_add(size, Ordering::Relaxed);
+    LIVE_ALLOCS.fetch_add(1, Ordering::Relaxed);
+    if let Some(n) = LIVE_BY_SIZE.get(size) {
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn count_dealloc(size: usize) {
+    LIVE_BYTES.fetch_sub(size, Ordering::Relaxed);
+    LIVE_ALLOCS.fetch_sub(1, Ordering::Relaxed);
+    if let Some(n) = LIVE_BY_SIZE.get(size) {
+        n.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 // SAFETY: every method forwards to `System` with the caller's arguments unchanged and only
 // adds bookkeeping on the side.
@@ -58,8 +83,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: forwarded as is.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-            LIVE_ALLOCS.fetch_add(1, Ordering::Relaxed);
+            count_alloc(layout.size());
         }
         p
     }
@@ -68,8 +92,7 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: forwarded as is.
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-            LIVE_ALLOCS.fetch_add(1, Ordering::Relaxed);
+            count_alloc(layout.size());
         }
         p
     }
@@ -77,16 +100,15 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded as is.
         unsafe { System.dealloc(ptr, layout) };
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        LIVE_ALLOCS.fetch_sub(1, Ordering::Relaxed);
+        count_dealloc(layout.size());
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded as is.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
-            LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
-            LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
+            count_dealloc(layout.size());
+            count_alloc(new_size);
         }
         p
     }
@@ -153,6 +175,26 @@ async fn tokio_task() {
     }
 }
 
+/// Live allocations per exact size (below [`SMALL`]).
+fn by_size() -> Vec<usize> {
+    LIVE_BY_SIZE
+        .iter()
+        .map(|n| n.load(Ordering::Relaxed))
+        .collect()
+}
+
+/// The sizes whose live count grew by at least half an allocation per task between two
+/// [`by_size`] readings: (size, allocations per task × 1000, rounded).
+fn per_task_sizes(before: &[usize], after: &[usize], tasks: usize) -> Vec<(usize, usize)> {
+    before
+        .iter()
+        .zip(after)
+        .enumerate()
+        .filter(|&(_, (&b, &a))| a >= b + tasks / 2)
+        .map(|(size, (&b, &a))| (size, ((a - b) * 1000).div_ceil(tasks)))
+        .collect()
+}
+
 struct Measurement {
     peer: String,
     handles: String,
@@ -161,6 +203,8 @@ struct Measurement {
     before: Snapshot,
     spawned: Snapshot,
     parked: Snapshot,
+    /// Small allocations made per task: (size in bytes, count per task × 1000).
+    sizes: Vec<(usize, usize)>,
 }
 
 impl Measurement {
@@ -182,7 +226,11 @@ impl Measurement {
             p.bytes,
             p.allocs,
             p.rss
-        )
+        ) + &self
+            .sizes
+            .iter()
+            .map(|(size, milli)| format!(" {size}x{milli}"))
+            .collect::<String>()
     }
 
     fn parse(text: &str) -> Option<Measurement> {
@@ -190,10 +238,23 @@ impl Measurement {
         let mut words = line.split_whitespace().skip(1);
         let peer = words.next()?.to_string();
         let handles = words.next()?.to_string();
-        let nums: Vec<usize> = words.map(str::parse).collect::<Result<_, _>>().ok()?;
+        let words: Vec<&str> = words.collect();
+        let (nums, sizes) = words.split_at_checked(11)?;
+        let nums: Vec<usize> = nums
+            .iter()
+            .map(|w| w.parse())
+            .collect::<Result<_, _>>()
+            .ok()?;
         let [tasks, future, b0, b1, b2, s0, s1, s2, p0, p1, p2] = nums[..] else {
             return None;
         };
+        let sizes = sizes
+            .iter()
+            .map(|w| {
+                let (size, milli) = w.split_once('x')?;
+                Some((size.parse().ok()?, milli.parse().ok()?))
+            })
+            .collect::<Option<Vec<_>>>()?;
         let snap = |bytes, allocs, rss| Snapshot { bytes, allocs, rss };
         Some(Measurement {
             peer,
@@ -203,7 +264,34 @@ impl Measurement {
             before: snap(b0, b1, b2),
             spawned: snap(s0, s1, s2),
             parked: snap(p0, p1, p2),
+            sizes,
         })
+    }
+
+    /// "40 B × 1.00 + 56 B × 1.00 + …" and what that leaves for the large allocations.
+    fn breakdown(&self) -> String {
+        let small: f64 = self
+            .sizes
+            .iter()
+            .map(|&(size, milli)| size as f64 * milli as f64 / 1000.0)
+            .sum();
+        let list: Vec<String> = self
+            .sizes
+            .iter()
+            .map(|&(size, milli)| format!("{size} B × {:.2}", milli as f64 / 1000.0))
+            .collect();
+        format!(
+            "{}/{} handles: per-task allocations {} = {small:.1} B; in large buffers (slabs, \
+             queues, slot lists) {:.1} B",
+            self.peer,
+            self.handles,
+            if list.is_empty() {
+                "none".to_string()
+            } else {
+                list.join(" + ")
+            },
+            self.total() - small
+        )
     }
 
     fn per_task(&self, a: usize, b: usize) -> f64 {
@@ -250,6 +338,7 @@ fn measure_ours(tasks: usize, keep_handles: bool) -> Measurement {
         let future = std::mem::size_of_val(&ours_task());
         let mut handles = Vec::with_capacity(if keep_handles { tasks } else { 0 });
 
+        let sizes_before = by_size();
         let before = snapshot();
         for _ in 0..tasks {
             let handle = shardloop::spawn(ours_task());
@@ -260,6 +349,7 @@ fn measure_ours(tasks: usize, keep_handles: bool) -> Measurement {
         let spawned = snapshot();
         el.run_until(tokio::task::yield_now()).await;
         let parked = snapshot();
+        let sizes = per_task_sizes(&sizes_before, &by_size(), tasks);
 
         assert_eq!(polled(), tasks, "ours: every task was polled");
         assert_eq!(
@@ -277,6 +367,7 @@ fn measure_ours(tasks: usize, keep_handles: bool) -> Measurement {
             before,
             spawned,
             parked,
+            sizes,
         }
     })
 }
@@ -291,6 +382,7 @@ fn measure_tokio(tasks: usize, keep_handles: bool) -> Measurement {
         let future = std::mem::size_of_val(&tokio_task());
         let mut handles = Vec::with_capacity(if keep_handles { tasks } else { 0 });
 
+        let sizes_before = by_size();
         let before = snapshot();
         for _ in 0..tasks {
             let handle = tokio::task::spawn_local(tokio_task());
@@ -303,6 +395,7 @@ fn measure_tokio(tasks: usize, keep_handles: bool) -> Measurement {
             tokio::task::yield_now().await;
         }
         let parked = snapshot();
+        let sizes = per_task_sizes(&sizes_before, &by_size(), tasks);
 
         for handle in &handles {
             handle.abort();
@@ -316,6 +409,7 @@ fn measure_tokio(tasks: usize, keep_handles: bool) -> Measurement {
             before,
             spawned,
             parked,
+            sizes,
         }
     })
 }
@@ -391,6 +485,10 @@ fn main() {
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for row in &rows {
         println!("{}", row.row());
+    }
+    println!();
+    for row in &rows[..2] {
+        println!("{}", row.breakdown());
     }
     let (ours, tokio) = (&rows[0], &rows[1]);
     println!();
