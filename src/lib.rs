@@ -19,11 +19,13 @@
 //! See `docs/` for the guides: `timers.md`, `threading-model.md`, `performance.md`.
 
 pub mod admin;
+pub mod config;
 pub mod probe_host;
 pub mod runtime;
 mod slab;
 pub mod status;
 pub mod timer;
+pub mod world;
 
 pub use runtime::{
     EventLoop, EventLoopBuilder, JoinError, JoinHandle, LoopClosed, LoopContext, LoopStats,

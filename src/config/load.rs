@@ -1,0 +1,332 @@
+//! The layers (defaults < file < `SHARD_` environment < command line), built from the load
+//! options and merged with figment. Which layer supplied what is kept in `report.rs`.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use figment::providers::{Format, Toml};
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider, Source};
+
+use super::error::{ConfigError, Origin};
+use super::report::{Loaded, Provenance};
+use super::{Config, format_duration, toml_lines};
+
+/// The config file used when none is named: optional (missing means built-in defaults).
+pub const DEFAULT_CONFIG_PATH: &str = "config/shard.toml";
+/// Prefix of configuration environment variables; `__` separates section and key.
+pub const ENV_PREFIX: &str = "SHARD_";
+
+const DEFAULTS_NAME: &str = "built-in defaults";
+/// Metadata names of the environment and command-line layers (provenance matches on them).
+pub(super) const ENV_NAME: &str = "SHARD_ environment";
+pub(super) const CLI_NAME: &str = "command line";
+
+/// Which config file to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigFile {
+    /// Read it if it exists; a missing file means built-in defaults.
+    Optional(PathBuf),
+    /// Named explicitly (`--config PATH`): a missing file is an error.
+    Required(PathBuf),
+    /// Read no file.
+    None,
+}
+
+impl Default for ConfigFile {
+    /// [`DEFAULT_CONFIG_PATH`], optional.
+    fn default() -> Self {
+        ConfigFile::Optional(PathBuf::from(DEFAULT_CONFIG_PATH))
+    }
+}
+
+/// Values given on the command line; they win over every other layer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--idle-wait` → `server.idle_wait`.
+    pub idle_wait: Option<Duration>,
+    /// `--listen` (repeatable) → `network.listen`; empty = no override.
+    pub listen: Vec<SocketAddr>,
+    /// `--data-dir` → `server.data_dir`.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Everything [`Config::load`] reads. Tests build it by hand; the binary uses
+/// [`super::ConfigArgs::load_options`].
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// The config file.
+    pub file: ConfigFile,
+    /// Environment variables as (name, value); only those starting with [`ENV_PREFIX`] are
+    /// used, so passing the whole environment is fine. See [`process_env`].
+    pub env: Vec<(String, String)>,
+    /// Command-line values.
+    pub overrides: Overrides,
+}
+
+/// The process's `SHARD_*` variables. A non-UTF-8 name or value among them is an error.
+pub fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
+    let mut vars = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        if !name.as_encoded_bytes().starts_with(ENV_PREFIX.as_bytes()) {
+            continue;
+        }
+        let lossy = name.to_string_lossy().into_owned();
+        match (name.into_string(), value.into_string()) {
+            (Ok(name), Ok(value)) => vars.push((name, value)),
+            _ => {
+                return Err(ConfigError::Env {
+                    var: lossy,
+                    reason: "not valid UTF-8".to_owned(),
+                });
+            }
+        }
+    }
+    Ok(vars)
+}
+
+pub(crate) fn load(options: &LoadOptions) -> Result<Loaded, ConfigError> {
+    let file = read_file(&options.file)?;
+    let defaults = defaults_layer();
+    let env = env_layer(&options.env, &defaults.dict)?;
+    let cli = cli_layer(&options.overrides)?;
+    let mut figment = Figment::from(defaults);
+    if let Some(file) = &file {
+        figment = figment.merge(file.layer());
+    }
+    let figment = figment.merge(env.layer).merge(cli.layer);
+    let provenance = Provenance {
+        file,
+        env: env.keys,
+        cli: cli.keys,
+    };
+    let config: Config = figment
+        .extract()
+        .map_err(|e| provenance.figment_error(&figment, e))?;
+    config
+        .check()
+        .map_err(|e| provenance.invalid(&figment, e))?;
+    Ok(Loaded {
+        config,
+        figment,
+        provenance,
+    })
+}
+
+/// One layer's values under one name; figment tags every value with its provider.
+struct Layer {
+    metadata: Metadata,
+    dict: Dict,
+}
+
+impl Provider for Layer {
+    fn metadata(&self) -> Metadata {
+        self.metadata.clone()
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Ok(Profile::Default.collect(self.dict.clone()))
+    }
+}
+
+fn defaults_layer() -> Layer {
+    let dict = match Value::serialize(Config::default()) {
+        Ok(Value::Dict(_, dict)) => dict,
+        _ => Dict::new(), // unreachable: Config serializes to a table
+    };
+    Layer {
+        metadata: Metadata::named(DEFAULTS_NAME),
+        dict,
+    }
+}
+
+/// The config file's text, kept to locate keys by line.
+#[derive(Debug, Clone)]
+pub(super) struct FileSource {
+    pub(super) path: PathBuf,
+    pub(super) text: String,
+    dict: Dict,
+}
+
+impl FileSource {
+    fn layer(&self) -> Layer {
+        Layer {
+            metadata: Metadata::named(self.path.display().to_string())
+                .source(Source::File(self.path.clone())),
+            dict: self.dict.clone(),
+        }
+    }
+}
+
+fn read_file(file: &ConfigFile) -> Result<Option<FileSource>, ConfigError> {
+    let (path, required) = match file {
+        ConfigFile::Optional(path) => (path, false),
+        ConfigFile::Required(path) => (path, true),
+        ConfigFile::None => return Ok(None),
+    };
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !required => return Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(ConfigError::MissingFile { path: path.clone() });
+        }
+        Err(error) => {
+            return Err(ConfigError::Read {
+                path: path.clone(),
+                error,
+            });
+        }
+    };
+    let dict = Toml::from_str::<Dict>(&text).map_err(|e| {
+        let (line, message) = toml_lines::syntax_error(&e.to_string());
+        ConfigError::Syntax {
+            path: path.clone(),
+            line,
+            message,
+        }
+    })?;
+    Ok(Some(FileSource {
+        path: path.clone(),
+        text,
+        dict,
+    }))
+}
+
+/// A layer plus, for each dotted key it sets, the variable or flag that set it.
+struct Keyed {
+    layer: Layer,
+    keys: BTreeMap<String, String>,
+}
+
+fn env_layer(vars: &[(String, String)], defaults: &Dict) -> Result<Keyed, ConfigError> {
+    let mut dict = Dict::new();
+    let mut keys = BTreeMap::new();
+    for (var, text) in vars {
+        let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+        if path.iter().any(String::is_empty) {
+            return Err(ConfigError::Env {
+                var: var.clone(),
+                reason: "not a config key: use SHARD_<SECTION>__<KEY>, e.g. \
+                         SHARD_SERVER__IDLE_WAIT"
+                    .to_owned(),
+            });
+        }
+        let value = env_value(text, find(defaults, &path));
+        insert(&mut dict, &path, value);
+        keys.insert(path.join("."), var.clone());
+    }
+    let layer = Layer {
+        metadata: Metadata::named(ENV_NAME),
+        dict,
+    };
+    Ok(Keyed { layer, keys })
+}
+
+/// An environment value, typed by the key's default: text for string keys (so that
+/// `SHARD_SERVER__DATA_DIR=2024` stays a path), a list for list keys (`[..]` or
+/// comma-separated), else parsed as figment's `Env` does (numbers, booleans).
+fn env_value(text: &str, default: Option<&Value>) -> Value {
+    let parsed = || -> Value {
+        match text.parse() {
+            Ok(value) => value,
+            Err(never) => match never {},
+        }
+    };
+    match default {
+        Some(Value::String(..)) => Value::from(text.to_owned()),
+        Some(Value::Array(..)) => match parsed() {
+            list @ Value::Array(..) => list,
+            _ => text
+                .split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(|item| Value::from(item.to_owned()))
+                .collect::<Vec<_>>()
+                .into(),
+        },
+        _ => parsed(),
+    }
+}
+
+/// The value at `path` in `dict`, if any.
+fn find<'a>(dict: &'a Dict, path: &[String]) -> Option<&'a Value> {
+    let (first, rest) = path.split_first()?;
+    let value = dict.get(first)?;
+    match (rest.is_empty(), value) {
+        (true, value) => Some(value),
+        (false, Value::Dict(_, inner)) => find(inner, rest),
+        (false, _) => None,
+    }
+}
+
+fn cli_layer(overrides: &Overrides) -> Result<Keyed, ConfigError> {
+    let mut dict = Dict::new();
+    let mut keys = BTreeMap::new();
+    let mut set = |key: &str, flag: &str, value: Value| {
+        let path: Vec<String> = key.split('.').map(str::to_owned).collect();
+        insert(&mut dict, &path, value);
+        keys.insert(key.to_owned(), flag.to_owned());
+    };
+    if let Some(idle_wait) = overrides.idle_wait {
+        set(
+            "server.idle_wait",
+            "--idle-wait",
+            format_duration(idle_wait).into(),
+        );
+    }
+    if !overrides.listen.is_empty() {
+        let addrs: Vec<Value> = overrides
+            .listen
+            .iter()
+            .map(|a| a.to_string().into())
+            .collect();
+        set("network.listen", "--listen", addrs.into());
+    }
+    if let Some(dir) = &overrides.data_dir {
+        let Some(text) = dir.to_str() else {
+            return Err(ConfigError::Invalid {
+                key: "server.data_dir".to_owned(),
+                value: Some(format!("{:?}", dir.display().to_string())),
+                origin: Origin::Cli {
+                    flag: "--data-dir".to_owned(),
+                },
+                reason: "not valid UTF-8".to_owned(),
+            });
+        };
+        set("server.data_dir", "--data-dir", text.into());
+    }
+    let layer = Layer {
+        metadata: Metadata::named(CLI_NAME),
+        dict,
+    };
+    Ok(Keyed { layer, keys })
+}
+
+/// Sets `path` in `dict` to `value`, creating tables on the way (a scalar in the way is
+/// replaced: the later variable wins, as in figment's own `Env`).
+fn insert(dict: &mut Dict, path: &[String], value: Value) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut table = dict;
+    for key in parents {
+        let entry = table
+            .entry(key.clone())
+            .or_insert_with(|| Value::from(Dict::new()));
+        if entry.as_dict().is_none() {
+            *entry = Value::from(Dict::new());
+        }
+        let Value::Dict(_, inner) = entry else {
+            return;
+        };
+        table = inner;
+    }
+    table.insert(last.clone(), value);
+}

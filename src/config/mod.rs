@@ -1,0 +1,453 @@
+//! Shard configuration: the keys, their defaults, how the layers are merged, and the errors
+//! and report an operator sees.
+//!
+//! This module owns the *shape* of the configuration ([`Config`] and its sections), the
+//! built-in defaults, the layering (defaults < `config/shard.toml` < `SHARD_` environment <
+//! command line, see [`Config::load`]), validation, and the provenance of every value
+//! ([`Loaded::report`], for `shardloop check-config`).
+//!
+//! It must never start anything, touch the runtime or the network, print, log or exit the
+//! process: it reads at most one file (the config file) and, only when the caller asks
+//! ([`process_env`]), the process environment. The binary prints a [`ConfigError`] and exits
+//! with [`ConfigError::EXIT_CODE`] (2) before anything is started.
+//!
+//! ```no_run
+//! use shardloop::config::{Config, ConfigError, ConfigFile, LoadOptions, Overrides, process_env};
+//!
+//! fn load() -> Result<Config, ConfigError> {
+//!     let options = LoadOptions {
+//!         file: ConfigFile::default(), // config/shard.toml, fine if missing
+//!         env: process_env()?,         // SHARD_* variables
+//!         overrides: Overrides::default(),
+//!     };
+//!     Ok(Config::load(&options)?.config)
+//! }
+//! ```
+
+mod cli;
+mod duration;
+mod error;
+mod load;
+mod report;
+mod toml_lines;
+mod zone;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::{
+    DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD, DEFAULT_TICK,
+    EventLoop, EventLoopBuilder,
+};
+
+pub use cli::ConfigArgs;
+pub use duration::format_duration;
+pub use error::{ConfigError, Origin};
+pub use load::{ConfigFile, DEFAULT_CONFIG_PATH, ENV_PREFIX, LoadOptions, Overrides, process_env};
+pub use report::{Entry, Loaded};
+pub use zone::Zone;
+
+/// The whole configuration. Every section has defaults; see `docs/configuration.md`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The event loop and its health checks.
+    pub server: ServerConfig,
+    /// Listeners and per-connection limits.
+    pub network: NetworkConfig,
+    /// Where the world is saved, and the demo world generated when there is no save.
+    pub world: WorldConfig,
+    /// Periodic world saves.
+    pub autosave: AutosaveConfig,
+    /// Hourly/daily/monthly archives of saves.
+    pub archive: ArchiveConfig,
+    /// The time zone used for wall-clock schedules and archive names.
+    pub time: TimeConfig,
+}
+
+/// `[server]`: the event loop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Root of saves, backups, archives and logs (`--data-dir`). Relative to the working dir.
+    pub data_dir: PathBuf,
+    /// Longest idle block; zero never sleeps (spins).
+    #[serde(with = "duration")]
+    pub idle_wait: Duration,
+    /// Late wakes per second tolerated before idle sleeping backs off.
+    pub late_wake_threshold: u32,
+    /// Share of sleeps (percent, 0–100) that must also be late before sleeping backs off.
+    pub late_wake_percent: u32,
+    /// Timer resolution, 1 ms ..= 1 s.
+    #[serde(with = "duration")]
+    pub tick: Duration,
+    /// Period of the `loop:` status line; zero turns it off.
+    #[serde(with = "duration")]
+    pub loop_stats_interval: Duration,
+    /// Run the startup host probe (25 short sleeps) before the loop first parks.
+    pub probe_host: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            data_dir: PathBuf::from("./data"),
+            idle_wait: DEFAULT_IDLE_WAIT,
+            late_wake_threshold: DEFAULT_LATE_WAKE_THRESHOLD,
+            late_wake_percent: DEFAULT_LATE_WAKE_PERCENT,
+            tick: DEFAULT_TICK,
+            loop_stats_interval: Duration::from_secs(60),
+            probe_host: true,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// An [`EventLoopBuilder`] with this section's loop settings (idle wait, tick, late-wake
+    /// limits, probe). Add slot handlers, then `build()`.
+    pub fn loop_builder(&self) -> EventLoopBuilder {
+        EventLoop::builder()
+            .idle_wait(self.idle_wait)
+            .tick(self.tick)
+            .late_wake_threshold(self.late_wake_threshold)
+            .late_wake_percent(self.late_wake_percent)
+            .probe_host(self.probe_host)
+    }
+
+    /// `None` when the status line is off (`loop_stats_interval = "0s"`).
+    pub fn loop_stats_interval(&self) -> Option<Duration> {
+        (!self.loop_stats_interval.is_zero()).then_some(self.loop_stats_interval)
+    }
+}
+
+/// `[network]`: listeners and limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// Addresses to accept clients on; empty = no listener.
+    pub listen: Vec<SocketAddr>,
+    /// Socket backend.
+    pub backend: Backend,
+    /// Outgoing buffer per connection, bytes (4 KiB ..= 64 MiB).
+    pub send_buffer_size: u32,
+    /// Largest packet accepted from a client, bytes (1 ..= 65535).
+    pub max_packet: u32,
+    /// Connections accepted at once; more are refused.
+    pub max_connections: u32,
+}
+
+/// The default listener: the Ultima Online port, on loopback only.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 2593);
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            listen: vec![DEFAULT_LISTEN],
+            backend: Backend::Auto,
+            send_buffer_size: 256 * 1024,
+            max_packet: 65_535,
+            max_connections: 1024,
+        }
+    }
+}
+
+/// `network.backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// io_uring when compiled in and the kernel allows it, else epoll.
+    #[default]
+    Auto,
+    /// tokio's epoll reactor.
+    Epoll,
+    /// tokio-uring (the optional `io-uring` feature).
+    IoUring,
+}
+
+/// `[world]`: saves and the generated world.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorldConfig {
+    /// The current save; relative paths are under `server.data_dir`.
+    pub save_dir: PathBuf,
+    /// The world generated when no save exists.
+    pub generate: GenerateConfig,
+}
+
+impl Default for WorldConfig {
+    fn default() -> Self {
+        WorldConfig {
+            save_dir: PathBuf::from("Saves"),
+            generate: GenerateConfig::default(),
+        }
+    }
+}
+
+/// `[world.generate]`: the deterministic demo world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GenerateConfig {
+    /// Items generated.
+    pub items: u32,
+    /// Mobiles (NPCs) generated.
+    pub mobiles: u32,
+    /// Seed of the generator: same seed, same world.
+    pub seed: u64,
+}
+
+impl Default for GenerateConfig {
+    fn default() -> Self {
+        GenerateConfig {
+            items: 190_728,
+            mobiles: 33_158,
+            seed: 1,
+        }
+    }
+}
+
+/// `[autosave]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AutosaveConfig {
+    /// Save the world periodically.
+    pub enabled: bool,
+    /// Time between saves (> 0).
+    #[serde(with = "duration")]
+    pub frequency: Duration,
+    /// How long before a save players are warned; zero = no warning. Less than `frequency`.
+    #[serde(with = "duration")]
+    pub warning: Duration,
+}
+
+impl Default for AutosaveConfig {
+    fn default() -> Self {
+        AutosaveConfig {
+            enabled: true,
+            frequency: Duration::from_secs(5 * 60),
+            warning: Duration::ZERO,
+        }
+    }
+}
+
+/// `[archive]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ArchiveConfig {
+    /// Archive automatic backups hourly, daily and monthly.
+    pub enabled: bool,
+    /// Where archives go; relative paths are under `server.data_dir`.
+    pub dir: PathBuf,
+    /// Archive format.
+    pub compression: Compression,
+    /// Compression level (zstd 1 ..= 22, gzip and zip 0 ..= 9, ignored for none).
+    pub level: i32,
+    /// Hourly archives kept (newest first); 0 = no hourly archives.
+    pub hourly_retention: u32,
+    /// Daily archives kept; 0 = no daily archives.
+    pub daily_retention: u32,
+    /// Monthly archives kept; 0 = no monthly archives.
+    pub monthly_retention: u32,
+    /// Also delete any archive older than `max_age`.
+    pub prune: bool,
+    /// Age beyond which `prune` deletes archives (> 0).
+    #[serde(with = "duration")]
+    pub max_age: Duration,
+}
+
+impl Default for ArchiveConfig {
+    fn default() -> Self {
+        ArchiveConfig {
+            enabled: true,
+            dir: PathBuf::from("Archives"),
+            compression: Compression::Zstd,
+            level: 3,
+            hourly_retention: 24,
+            daily_retention: 30,
+            monthly_retention: 12,
+            prune: false,
+            max_age: Duration::from_secs(60 * 24 * 3600),
+        }
+    }
+}
+
+/// `archive.compression`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    /// `.tar.zst`: fastest, smallest.
+    #[default]
+    Zstd,
+    /// `.tar.gz`.
+    Gzip,
+    /// `.zip`.
+    Zip,
+    /// `.tar`, uncompressed.
+    None,
+}
+
+impl Compression {
+    /// Valid `archive.level` values for this format (`None`: any, the level is ignored).
+    pub fn levels(self) -> Option<std::ops::RangeInclusive<i32>> {
+        match self {
+            Compression::Zstd => Some(1..=22),
+            Compression::Gzip | Compression::Zip => Some(0..=9),
+            Compression::None => None,
+        }
+    }
+}
+
+/// `[time]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeConfig {
+    /// IANA time zone name (`"Europe/Berlin"`, `"UTC"`) or `"system"`.
+    pub zone: Zone,
+}
+
+impl Config {
+    /// Loads the layered configuration; see the module docs and `docs/configuration.md`.
+    pub fn load(options: &LoadOptions) -> Result<Loaded, ConfigError> {
+        load::load(options)
+    }
+
+    /// The save directory, resolved against `server.data_dir` when relative.
+    pub fn save_path(&self) -> PathBuf {
+        self.data_path(&self.world.save_dir)
+    }
+
+    /// The archive directory, resolved against `server.data_dir` when relative.
+    pub fn archive_path(&self) -> PathBuf {
+        self.data_path(&self.archive.dir)
+    }
+
+    /// `path` under `server.data_dir` when relative, else `path` itself.
+    pub fn data_path(&self, path: &Path) -> PathBuf {
+        self.server.data_dir.join(path)
+    }
+
+    /// Cross-field and range checks that serde types cannot express.
+    pub(crate) fn check(&self) -> Result<(), Invalid> {
+        self.server.check()?;
+        self.network.check()?;
+        check_dir("world.save_dir", &self.world.save_dir)?;
+        self.autosave.check()?;
+        self.archive.check()
+    }
+}
+
+/// A value that deserialized but is out of range: the key and why.
+#[derive(Debug)]
+pub(crate) struct Invalid {
+    pub key: &'static str,
+    pub reason: String,
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> Result<(), Invalid> {
+    Err(Invalid {
+        key,
+        reason: reason.into(),
+    })
+}
+
+fn check_dir(key: &'static str, path: &Path) -> Result<(), Invalid> {
+    if path.as_os_str().is_empty() {
+        return invalid(key, "must not be empty");
+    }
+    Ok(())
+}
+
+impl ServerConfig {
+    fn check(&self) -> Result<(), Invalid> {
+        check_dir("server.data_dir", &self.data_dir)?;
+        let ticks = Duration::from_millis(1)..=Duration::from_secs(1);
+        if !ticks.contains(&self.tick) {
+            return invalid("server.tick", "must be between 1ms and 1s");
+        }
+        if self.late_wake_percent > 100 {
+            return invalid("server.late_wake_percent", "must be between 0 and 100");
+        }
+        Ok(())
+    }
+}
+
+impl NetworkConfig {
+    fn check(&self) -> Result<(), Invalid> {
+        for (i, addr) in self.listen.iter().enumerate() {
+            if self.listen[..i].contains(addr) {
+                return invalid("network.listen", format!("{addr} is listed twice"));
+            }
+        }
+        if !(4096..=64 << 20).contains(&self.send_buffer_size) {
+            return invalid(
+                "network.send_buffer_size",
+                "must be between 4096 and 67108864 bytes (4 KiB to 64 MiB)",
+            );
+        }
+        if !(1..=65_535).contains(&self.max_packet) {
+            return invalid(
+                "network.max_packet",
+                "must be between 1 and 65535 bytes (a packet's length field is 16 bits)",
+            );
+        }
+        if self.max_connections == 0 {
+            return invalid("network.max_connections", "must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+impl AutosaveConfig {
+    fn check(&self) -> Result<(), Invalid> {
+        if self.frequency.is_zero() {
+            return invalid(
+                "autosave.frequency",
+                "must be greater than 0 (set autosave.enabled = false to turn autosave off)",
+            );
+        }
+        if self.warning >= self.frequency {
+            return invalid(
+                "autosave.warning",
+                format!(
+                    "must be less than autosave.frequency ({})",
+                    format_duration(self.frequency)
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl ArchiveConfig {
+    fn check(&self) -> Result<(), Invalid> {
+        check_dir("archive.dir", &self.dir)?;
+        if let Some(levels) = self.compression.levels()
+            && !levels.contains(&self.level)
+        {
+            let name = serde_name(self.compression);
+            return invalid(
+                "archive.level",
+                format!(
+                    "must be between {} and {} for compression = \"{name}\"",
+                    levels.start(),
+                    levels.end()
+                ),
+            );
+        }
+        if self.max_age.is_zero() {
+            return invalid("archive.max_age", "must be greater than 0");
+        }
+        Ok(())
+    }
+}
+
+fn serde_name(compression: Compression) -> &'static str {
+    match compression {
+        Compression::Zstd => "zstd",
+        Compression::Gzip => "gzip",
+        Compression::Zip => "zip",
+        Compression::None => "none",
+    }
+}

@@ -1,0 +1,155 @@
+//! Changing entities and draining the delta queues.
+//!
+//! Every change marks its entity in the mobile or item delta queue (once per drain, flags
+//! merged); `drain_deltas` empties them in bounded amounts from the Deltas phase. Owns the
+//! change side of `World`. Must never encode or send anything: draining only counts, or
+//! hands each change to the caller's sink.
+
+use super::delta::{Delta, DeltaStats};
+use super::entity::Item;
+use super::location::Location;
+use super::model::World;
+use super::serial::Serial;
+
+/// Changes drained per queue per call of the shard's Deltas handler.
+pub const DELTAS_PER_ITERATION: usize = 1024;
+
+impl World {
+    /// Puts an item on the ground at `to` (taking it out of any container).
+    pub fn move_item(&mut self, serial: Serial, to: Location) -> bool {
+        self.place_item(serial, None, to)
+    }
+
+    /// Puts an item into a container (or onto a mobile) at `position` in its window.
+    /// False if either does not exist, or `parent` is the item itself.
+    pub fn put_item_in(&mut self, serial: Serial, parent: Serial, position: Location) -> bool {
+        let parent_exists = self.items.contains_key(&parent) || self.mobiles.contains_key(&parent);
+        parent_exists && parent != serial && self.place_item(serial, Some(parent), position)
+    }
+
+    fn place_item(&mut self, serial: Serial, parent: Option<Serial>, to: Location) -> bool {
+        let Some(item) = self.items.get_mut(&serial) else {
+            return false;
+        };
+        let (old_parent, old_location) = (item.parent, item.location);
+        item.parent = parent;
+        item.location = to;
+        self.unlink_item(serial, old_parent, &old_location);
+        self.link_item(serial, parent, &to);
+        self.mark_item(serial, Delta::MOVED);
+        true
+    }
+
+    /// Moves a mobile (waking or putting it to sleep if it changes activity).
+    pub fn move_mobile(&mut self, serial: Serial, to: Location) -> bool {
+        let Some(mobile) = self.mobiles.get_mut(&serial) else {
+            return false;
+        };
+        let from = std::mem::replace(&mut mobile.location, to);
+        self.relocate_mobile(serial, &from, &to);
+        self.mark_mobile(serial, Delta::MOVED);
+        true
+    }
+
+    /// Recolours an item.
+    pub fn set_item_hue(&mut self, serial: Serial, hue: u16) -> bool {
+        self.edit_item(serial, Delta::APPEARANCE, |item| item.hue = hue)
+    }
+
+    /// Recolours a mobile.
+    pub fn set_mobile_hue(&mut self, serial: Serial, hue: u16) -> bool {
+        let Some(mobile) = self.mobiles.get_mut(&serial) else {
+            return false;
+        };
+        mobile.hue = hue;
+        self.mark_mobile(serial, Delta::APPEARANCE);
+        true
+    }
+
+    fn edit_item(&mut self, serial: Serial, delta: Delta, f: impl FnOnce(&mut Item)) -> bool {
+        let Some(item) = self.items.get_mut(&serial) else {
+            return false;
+        };
+        f(item);
+        self.mark_item(serial, delta);
+        true
+    }
+
+    /// A mobile says `text` to those around it (counted, and queued as a `SPEECH` delta).
+    pub fn say(&mut self, serial: Serial, text: &str) -> bool {
+        let Some(mobile) = self.mobiles.get(&serial) else {
+            return false;
+        };
+        tracing::trace!(npc = %serial, name = %mobile.name, "says {text:?}");
+        self.stats.speech += 1;
+        self.mark_mobile(serial, Delta::SPEECH);
+        true
+    }
+
+    /// Queues a change of a mobile (merged if it is queued already).
+    pub fn mark_mobile(&mut self, serial: Serial, delta: Delta) {
+        self.stats.mobile_marks += 1;
+        if self.mobile_deltas.mark(serial, delta) {
+            self.stats.mobiles_queued += 1;
+        }
+    }
+
+    /// Queues a change of an item (merged if it is queued already).
+    pub fn mark_item(&mut self, serial: Serial, delta: Delta) {
+        self.stats.item_marks += 1;
+        if self.item_deltas.mark(serial, delta) {
+            self.stats.items_queued += 1;
+        }
+    }
+
+    /// Drains at most `max` mobile changes, then at most `max` item changes, counting them
+    /// as sent. True if either queue still holds work (the loop must not park). This is the
+    /// Deltas slot handler's body.
+    pub fn drain_deltas(&mut self, max: usize) -> bool {
+        self.drain_deltas_with(max, |_, _| {})
+    }
+
+    /// [`drain_deltas`](Self::drain_deltas), handing each change to `sink` (networking).
+    pub fn drain_deltas_with(&mut self, max: usize, mut sink: impl FnMut(Serial, Delta)) -> bool {
+        let stats = &mut self.stats;
+        let mobiles = self.mobile_deltas.drain(max, |serial, delta| {
+            count_sent(stats, delta);
+            sink(serial, delta);
+        });
+        let items = self.item_deltas.drain(max, |serial, delta| {
+            count_sent(stats, delta);
+            sink(serial, delta);
+        });
+        stats.mobiles_sent += mobiles as u64;
+        stats.items_sent += items as u64;
+        self.mobile_deltas.len() + self.item_deltas.len() > 0
+    }
+
+    /// Changes waiting: (mobiles, items).
+    pub fn pending_deltas(&self) -> (usize, usize) {
+        (self.mobile_deltas.len(), self.item_deltas.len())
+    }
+
+    /// The change waiting for a mobile, if it is queued.
+    pub fn pending_mobile_delta(&self, serial: Serial) -> Option<Delta> {
+        self.mobile_deltas.pending(serial)
+    }
+
+    /// The change waiting for an item, if it is queued.
+    pub fn pending_item_delta(&self, serial: Serial) -> Option<Delta> {
+        self.item_deltas.pending(serial)
+    }
+
+    pub fn delta_stats(&self) -> DeltaStats {
+        self.stats
+    }
+}
+
+fn count_sent(stats: &mut DeltaStats, delta: Delta) {
+    if delta.contains(Delta::REMOVED) {
+        stats.removals_sent += 1;
+    }
+    if delta.contains(Delta::SPEECH) {
+        stats.speech_sent += 1;
+    }
+}

@@ -1,0 +1,142 @@
+//! The entities: items, mobiles and spawners, as plain data.
+//!
+//! These are the fields a world save stores: no handles, no timers, no caches. Must never
+//! hold runtime state (timers, tasks, sockets) nor know how it is encoded on disk or on the
+//! wire; the `World` keeps every index built from them.
+
+use super::location::Location;
+use super::serial::Serial;
+
+/// Equipment layers (where an item sits on a mobile), as numbered by the game client.
+pub mod layer {
+    pub const NONE: u8 = 0x00;
+    pub const ONE_HANDED: u8 = 0x01;
+    pub const SHOES: u8 = 0x03;
+    pub const PANTS: u8 = 0x04;
+    pub const SHIRT: u8 = 0x05;
+    pub const HELM: u8 = 0x06;
+    pub const BACKPACK: u8 = 0x15;
+    pub const OUTER_TORSO: u8 = 0x16;
+    pub const BANK: u8 = 0x1D;
+}
+
+/// An item: on the ground (`parent == None`, `location` on a map), in a container, or worn by
+/// a mobile (`parent` is the container or the mobile).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    pub serial: Serial,
+    /// The graphic (art id) the client draws.
+    pub item_id: u16,
+    pub amount: u16,
+    pub hue: u16,
+    /// On the ground: the world position. Inside a container: the position in its window.
+    pub location: Location,
+    /// The container or mobile holding it; `None` on the ground.
+    pub parent: Option<Serial>,
+    /// Where it is worn (see [`layer`]); `layer::NONE` when not worn.
+    pub layer: u8,
+    /// Deleted by a decay timer some time after being left on the ground.
+    pub decays: bool,
+    /// Players may pick it up (statics and spawners are not movable).
+    pub movable: bool,
+    pub visible: bool,
+    /// Holds other items (bags, chests, backpacks).
+    pub container: bool,
+}
+
+impl Item {
+    /// An item of graphic `item_id`, amount 1, nowhere, movable and visible.
+    pub fn new(serial: Serial, item_id: u16) -> Item {
+        Item {
+            serial,
+            item_id,
+            amount: 1,
+            hue: 0,
+            location: Location::INTERNAL,
+            parent: None,
+            layer: layer::NONE,
+            decays: false,
+            movable: true,
+            visible: true,
+            container: false,
+        }
+    }
+
+    /// On the ground of a map (not held, not nowhere).
+    pub fn is_on_ground(&self) -> bool {
+        self.parent.is_none() && self.location.is_on_map()
+    }
+}
+
+/// A creature or a character.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mobile {
+    pub serial: Serial,
+    pub name: String,
+    /// The body graphic the client draws.
+    pub body: u16,
+    pub hue: u16,
+    pub location: Location,
+    /// 0..=7, north clockwise.
+    pub direction: u8,
+    pub hits: u16,
+    pub hits_max: u16,
+    pub stam: u16,
+    pub mana: u16,
+    pub str: u16,
+    pub dex: u16,
+    pub int: u16,
+    pub female: bool,
+    /// Driven by the server (false for player characters).
+    pub is_npc: bool,
+    /// The spawner that made it, if any.
+    pub spawner: Option<Serial>,
+}
+
+impl Mobile {
+    /// A mobile of body `body` with 1 in every stat, nowhere.
+    pub fn new(serial: Serial, name: impl Into<String>, body: u16) -> Mobile {
+        Mobile {
+            serial,
+            name: name.into(),
+            body,
+            hue: 0,
+            location: Location::INTERNAL,
+            direction: 0,
+            hits: 1,
+            hits_max: 1,
+            stam: 1,
+            mana: 1,
+            str: 1,
+            dex: 1,
+            int: 1,
+            female: false,
+            is_npc: false,
+            spawner: None,
+        }
+    }
+}
+
+/// What a spawner makes: an index into the demo content's creature or item templates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpawnKind {
+    Creature(u16),
+    Item(u16),
+}
+
+/// The spawning data of a spawner item (the item with the same serial).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spawner {
+    /// The serial of the spawner item.
+    pub serial: Serial,
+    pub home: Location,
+    /// Spawns land within this many tiles of `home`.
+    pub range: u16,
+    /// How many spawns it keeps alive.
+    pub max: u16,
+    /// Its cadence: it tops up every `interval_minutes`.
+    pub interval_minutes: u16,
+    pub kind: SpawnKind,
+    /// What it spawned (entries that no longer exist are pruned when it next runs).
+    pub spawned: Vec<Serial>,
+}

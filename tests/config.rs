@@ -1,0 +1,484 @@
+//! Configuration: layering, errors that name key/value/source, the shipped file, the report.
+//! Never reads the process environment (variables are injected) nor the working directory
+//! (files are temp files; the shipped config is found through CARGO_MANIFEST_DIR).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use shardloop::config::{
+    Backend, Compression, Config, ConfigArgs, ConfigError, ConfigFile, LoadOptions, Loaded, Origin,
+    Overrides,
+};
+use shardloop::runtime::{
+    DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD, DEFAULT_TICK,
+};
+
+fn shipped() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config/shard.toml")
+}
+
+/// A temp file holding `text`; kept alive by the returned handle.
+fn toml_file(text: &str) -> tempfile::NamedTempFile {
+    let mut file = tempfile::Builder::new()
+        .suffix(".toml")
+        .tempfile()
+        .expect("temp file");
+    file.write_all(text.as_bytes()).expect("write temp file");
+    file
+}
+
+fn options(file: ConfigFile, env: &[(&str, &str)], overrides: Overrides) -> LoadOptions {
+    LoadOptions {
+        file,
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        overrides,
+    }
+}
+
+fn load(file: ConfigFile, env: &[(&str, &str)], overrides: Overrides) -> Loaded {
+    Config::load(&options(file, env, overrides)).unwrap_or_else(|e| panic!("load failed: {e}"))
+}
+
+fn load_err(file: ConfigFile, env: &[(&str, &str)], overrides: Overrides) -> ConfigError {
+    match Config::load(&options(file, env, overrides)) {
+        Ok(loaded) => panic!("expected an error, got {:?}", loaded.config),
+        Err(e) => e,
+    }
+}
+
+fn required(file: &tempfile::NamedTempFile) -> ConfigFile {
+    ConfigFile::Required(file.path().to_path_buf())
+}
+
+fn file_origin(file: &tempfile::NamedTempFile, line: usize) -> Origin {
+    Origin::File {
+        path: file.path().to_path_buf(),
+        line: Some(line),
+    }
+}
+
+fn env_origin(var: &str) -> Origin {
+    Origin::Env {
+        var: var.to_owned(),
+    }
+}
+
+#[test]
+fn defaults_are_documented_values_and_match_the_runtime() {
+    let loaded = load(ConfigFile::None, &[], Overrides::default());
+    let config = &loaded.config;
+    assert_eq!(*config, Config::default());
+    assert_eq!(config.server.idle_wait, DEFAULT_IDLE_WAIT);
+    assert_eq!(config.server.tick, DEFAULT_TICK);
+    assert_eq!(config.server.tick, Duration::from_millis(8));
+    assert_eq!(
+        config.server.late_wake_threshold,
+        DEFAULT_LATE_WAKE_THRESHOLD
+    );
+    assert_eq!(config.server.late_wake_percent, DEFAULT_LATE_WAKE_PERCENT);
+    assert_eq!(config.server.loop_stats_interval, Duration::from_secs(60));
+    assert!(config.server.probe_host);
+    assert_eq!(config.world.generate.items, 190_728);
+    assert_eq!(config.world.generate.mobiles, 33_158);
+    assert_eq!(config.network.backend, Backend::Auto);
+    assert_eq!(config.archive.compression, Compression::Zstd);
+    assert_eq!(config.time.zone.name(), "system");
+    assert_eq!(config.save_path(), Path::new("./data/Saves"));
+    assert_eq!(loaded.origin("server.idle_wait"), Some(Origin::Default));
+}
+
+#[test]
+fn missing_default_file_means_defaults() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let absent = ConfigFile::Optional(dir.path().join("shard.toml"));
+    let loaded = load(absent, &[], Overrides::default());
+    assert_eq!(loaded.config, Config::default());
+    assert_eq!(loaded.file(), None);
+}
+
+#[test]
+fn missing_explicit_file_is_an_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("nope.toml");
+    let err = load_err(
+        ConfigFile::Required(path.clone()),
+        &[],
+        Overrides::default(),
+    );
+    assert!(matches!(&err, ConfigError::MissingFile { path: p } if *p == path));
+    assert!(err.to_string().contains("nope.toml"), "{err}");
+    assert_eq!(ConfigError::EXIT_CODE, 2);
+}
+
+#[test]
+fn file_overrides_defaults() {
+    let file = toml_file(
+        "[server]\nidle_wait = \"2ms\"\n\n[network]\nbackend = \"io_uring\"\n\
+         listen = [\"0.0.0.0:2593\", \"[::]:2593\"]\n\n[world.generate]\nitems = 10\n\n\
+         [time]\nzone = \"Europe/Berlin\"\n",
+    );
+    let loaded = load(required(&file), &[], Overrides::default());
+    let config = &loaded.config;
+    assert_eq!(config.server.idle_wait, Duration::from_millis(2));
+    assert_eq!(config.network.backend, Backend::IoUring);
+    assert_eq!(config.network.listen.len(), 2);
+    assert_eq!(config.world.generate.items, 10);
+    assert_eq!(config.world.generate.mobiles, 33_158);
+    assert_eq!(config.time.zone.name(), "Europe/Berlin");
+    assert_eq!(config.server.tick, DEFAULT_TICK);
+    assert_eq!(
+        loaded.origin("server.idle_wait"),
+        Some(file_origin(&file, 2))
+    );
+    assert_eq!(
+        loaded.origin("world.generate.items"),
+        Some(file_origin(&file, 9))
+    );
+    assert_eq!(loaded.origin("server.tick"), Some(Origin::Default));
+}
+
+#[test]
+fn env_overrides_file() {
+    let file = toml_file("[server]\nidle_wait = \"2ms\"\ntick = \"4ms\"\n");
+    let env = [
+        ("SHARD_SERVER__IDLE_WAIT", "0ms"),
+        ("SHARD_WORLD__GENERATE__SEED", "7"),
+        ("SHARD_AUTOSAVE__ENABLED", "false"),
+        ("PATH", "/usr/bin"),
+        ("SHARDX_IGNORED", "1"),
+    ];
+    let loaded = load(required(&file), &env, Overrides::default());
+    assert_eq!(loaded.config.server.idle_wait, Duration::ZERO);
+    assert_eq!(loaded.config.server.tick, Duration::from_millis(4));
+    assert_eq!(loaded.config.world.generate.seed, 7);
+    assert!(!loaded.config.autosave.enabled);
+    assert_eq!(
+        loaded.origin("server.idle_wait"),
+        Some(env_origin("SHARD_SERVER__IDLE_WAIT"))
+    );
+    assert_eq!(loaded.origin("server.tick"), Some(file_origin(&file, 3)));
+}
+
+#[test]
+fn bare_zero_is_a_duration_but_other_bare_numbers_are_not() {
+    let env = [("SHARD_SERVER__IDLE_WAIT", "0")];
+    let loaded = load(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(loaded.config.server.idle_wait, Duration::ZERO);
+
+    let env = [("SHARD_SERVER__IDLE_WAIT", "5")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("server.idle_wait"));
+    assert!(err.to_string().contains("unit"), "{err}");
+}
+
+#[test]
+fn cli_overrides_env() {
+    let env = [
+        ("SHARD_SERVER__IDLE_WAIT", "0ms"),
+        ("SHARD_NETWORK__LISTEN", "[\"0.0.0.0:2593\"]"),
+    ];
+    let addr: SocketAddr = "127.0.0.1:3000".parse().expect("addr");
+    let overrides = Overrides {
+        idle_wait: Some(Duration::from_millis(3)),
+        listen: vec![addr],
+        data_dir: Some(PathBuf::from("/srv/shard")),
+    };
+    let loaded = load(ConfigFile::None, &env, overrides);
+    let config = &loaded.config;
+    assert_eq!(config.server.idle_wait, Duration::from_millis(3));
+    assert_eq!(config.network.listen, vec![addr]);
+    assert_eq!(config.server.data_dir, Path::new("/srv/shard"));
+    assert_eq!(config.save_path(), Path::new("/srv/shard/Saves"));
+    let cli = |flag: &str| {
+        Some(Origin::Cli {
+            flag: flag.to_owned(),
+        })
+    };
+    assert_eq!(loaded.origin("server.idle_wait"), cli("--idle-wait"));
+    assert_eq!(loaded.origin("network.listen"), cli("--listen"));
+    assert_eq!(loaded.origin("server.data_dir"), cli("--data-dir"));
+}
+
+#[test]
+fn env_sets_a_list() {
+    let env = [("SHARD_NETWORK__LISTEN", "[\"0.0.0.0:2593\", \"[::]:2594\"]")];
+    let loaded = load(ConfigFile::None, &env, Overrides::default());
+    let listen: Vec<String> = loaded
+        .config
+        .network
+        .listen
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(listen, ["0.0.0.0:2593", "[::]:2594"]);
+
+    let env = [("SHARD_NETWORK__LISTEN", "0.0.0.0:2593, [::]:2594")];
+    let loaded = load(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(loaded.config.network.listen.len(), 2, "comma-separated");
+}
+
+#[test]
+fn env_values_for_text_keys_stay_text() {
+    let env = [
+        ("SHARD_SERVER__DATA_DIR", "2024"),
+        ("SHARD_WORLD__SAVE_DIR", "true"),
+    ];
+    let loaded = load(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(loaded.config.server.data_dir, Path::new("2024"));
+    assert_eq!(loaded.config.world.save_dir, Path::new("true"));
+}
+
+#[test]
+fn unknown_key_in_file_names_key_file_and_line() {
+    let file = toml_file("# a comment\n[server]\ntick = \"8ms\"\nidle_wiat = \"5ms\"\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    assert_eq!(err.key(), Some("server.idle_wiat"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 4)));
+    let message = err.to_string();
+    let where_ = format!("{} line 4", file.path().display());
+    assert!(message.contains(&where_), "{message}");
+    assert!(message.contains("server.idle_wiat"), "{message}");
+    assert!(message.contains("\"5ms\""), "{message}");
+    assert!(
+        message.contains("idle_wait"),
+        "lists the valid keys: {message}"
+    );
+}
+
+#[test]
+fn unknown_section_in_file_is_an_error() {
+    let file = toml_file("[server]\ntick = \"8ms\"\n\n[srever]\nidle_wait = \"5ms\"\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    assert_eq!(err.key(), Some("srever"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 4)));
+}
+
+#[test]
+fn bad_duration_in_file_names_key_value_and_line() {
+    let file = toml_file("[autosave]\nenabled = true\nfrequency = \"soon\"\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    assert_eq!(err.key(), Some("autosave.frequency"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 3)));
+    assert!(err.to_string().contains("\"soon\""), "{err}");
+}
+
+#[test]
+fn bad_duration_in_env_names_the_variable() {
+    let env = [("SHARD_SERVER__IDLE_WAIT", "fast")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("server.idle_wait"));
+    assert_eq!(err.origin(), Some(&env_origin("SHARD_SERVER__IDLE_WAIT")));
+    let message = err.to_string();
+    assert!(
+        message.contains("environment variable SHARD_SERVER__IDLE_WAIT"),
+        "{message}"
+    );
+    assert!(message.contains("\"fast\""), "{message}");
+}
+
+#[test]
+fn unknown_key_in_env_names_the_variable() {
+    let env = [("SHARD_SERVER__IDEL_WAIT", "0ms")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
+    assert_eq!(err.key(), Some("server.idel_wait"));
+    assert_eq!(err.origin(), Some(&env_origin("SHARD_SERVER__IDEL_WAIT")));
+}
+
+#[test]
+fn malformed_env_name_is_an_error() {
+    let env = [("SHARD_SERVER__", "1")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert!(err.to_string().contains("SHARD_SERVER__"), "{err}");
+}
+
+#[test]
+fn bad_enum_lists_the_choices() {
+    let file = toml_file("[network]\nbackend = \"kqueue\"\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    assert_eq!(err.key(), Some("network.backend"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 2)));
+    let message = err.to_string();
+    assert!(message.contains("\"kqueue\""), "{message}");
+    assert!(message.contains("auto, epoll, io_uring"), "{message}");
+
+    let env = [("SHARD_ARCHIVE__COMPRESSION", "ZSTD")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("archive.compression"));
+    assert!(err.to_string().contains("zstd, gzip, zip, none"), "{err}");
+}
+
+#[test]
+fn bad_list_element_names_its_index() {
+    let file = toml_file("[network]\nlisten = [\"127.0.0.1:2593\", \"localhost\"]\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    assert_eq!(err.key(), Some("network.listen[1]"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 2)));
+    assert!(err.to_string().contains("\"localhost\""), "{err}");
+}
+
+#[test]
+fn wrong_type_names_what_was_expected() {
+    let env = [("SHARD_SERVER__LATE_WAKE_THRESHOLD", "often")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("server.late_wake_threshold"));
+    assert!(err.to_string().contains("\"often\""), "{err}");
+}
+
+#[test]
+fn out_of_range_values_name_key_and_source() {
+    let file = toml_file("[server]\nlate_wake_percent = 250\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    assert_eq!(err.key(), Some("server.late_wake_percent"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 2)));
+    assert!(err.to_string().contains("= 250"), "{err}");
+
+    let env = [("SHARD_SERVER__TICK", "0ms")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("server.tick"));
+
+    let env = [
+        ("SHARD_ARCHIVE__COMPRESSION", "gzip"),
+        ("SHARD_ARCHIVE__LEVEL", "12"),
+    ];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("archive.level"));
+    assert_eq!(err.origin(), Some(&env_origin("SHARD_ARCHIVE__LEVEL")));
+
+    let env = [("SHARD_AUTOSAVE__WARNING", "10m")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("autosave.warning"));
+}
+
+#[test]
+fn bad_time_zone_is_an_error() {
+    let env = [("SHARD_TIME__ZONE", "Mars/Olympus_Mons")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("time.zone"));
+    assert!(err.to_string().contains("Mars/Olympus_Mons"), "{err}");
+    let loaded = load(
+        ConfigFile::None,
+        &[("SHARD_TIME__ZONE", "UTC")],
+        Overrides::default(),
+    );
+    assert_eq!(loaded.config.time.zone.name(), "UTC");
+}
+
+#[test]
+fn toml_syntax_error_names_file_and_line() {
+    let file = toml_file("[server]\ntick = \"8ms\"\nidle_wait = \"1s\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    match &err {
+        ConfigError::Syntax { path, line, .. } => {
+            assert_eq!(path, file.path());
+            assert_eq!(*line, Some(3));
+        }
+        other => panic!("expected a syntax error, got {other}"),
+    }
+    let where_ = format!("{} line 3", file.path().display());
+    assert!(err.to_string().contains(&where_), "{err}");
+}
+
+#[test]
+fn shipped_file_equals_defaults_and_sets_every_key() {
+    let loaded = load(ConfigFile::Required(shipped()), &[], Overrides::default());
+    assert_eq!(loaded.config, Config::default());
+    for entry in loaded.entries() {
+        assert!(
+            matches!(entry.origin, Origin::File { line: Some(_), .. }),
+            "config/shard.toml does not set {} (origin {})",
+            entry.key,
+            entry.origin
+        );
+    }
+}
+
+#[test]
+fn report_shows_every_key_with_its_source() {
+    let file = toml_file("[server]\ntick = \"4ms\"\n");
+    let env = [("SHARD_AUTOSAVE__ENABLED", "false")];
+    let overrides = Overrides {
+        idle_wait: Some(Duration::ZERO),
+        ..Overrides::default()
+    };
+    let loaded = load(required(&file), &env, overrides);
+    let report = loaded.report();
+    let line = |key: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("no line for {key} in\n{report}"))
+            .to_owned()
+    };
+    assert!(line("server.tick").contains("\"4ms\""), "{report}");
+    let from_file = format!("({} line 2)", file.path().display());
+    assert!(line("server.tick").ends_with(&from_file), "{report}");
+    assert!(
+        line("autosave.enabled").ends_with("(environment variable SHARD_AUTOSAVE__ENABLED)"),
+        "{report}"
+    );
+    assert!(
+        line("server.idle_wait").ends_with("(command line --idle-wait)"),
+        "{report}"
+    );
+    assert!(line("server.late_wake_percent").ends_with("(default)"));
+    assert!(line("world.generate.items").contains("= 190728"));
+    assert!(line("network.listen").contains("[\"127.0.0.1:2593\"]"));
+    assert_eq!(report.lines().count(), loaded.entries().len());
+    assert!(report.lines().next().unwrap_or("").starts_with("server."));
+}
+
+#[test]
+fn loop_builder_takes_the_server_section() {
+    let env = [
+        ("SHARD_SERVER__IDLE_WAIT", "2ms"),
+        ("SHARD_SERVER__TICK", "4ms"),
+    ];
+    let loaded = load(ConfigFile::None, &env, Overrides::default());
+    let debug = format!("{:?}", loaded.config.server.loop_builder());
+    assert!(debug.contains("idle_wait: 2ms"), "{debug}");
+    assert!(debug.contains("tick: 4ms"), "{debug}");
+}
+
+#[derive(Parser)]
+struct TestCli {
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+#[test]
+fn config_args_map_flags_to_layers() {
+    let cli = TestCli::try_parse_from([
+        "shardloop",
+        "--config",
+        "x.toml",
+        "--idle-wait",
+        "0ms",
+        "--listen",
+        "127.0.0.1:1",
+        "--listen",
+        "127.0.0.1:2",
+        "--data-dir",
+        "/d",
+    ])
+    .expect("flags parse");
+    let args = cli.config;
+    assert_eq!(
+        args.config_file(),
+        ConfigFile::Required(PathBuf::from("x.toml"))
+    );
+    let overrides = args.overrides();
+    assert_eq!(overrides.idle_wait, Some(Duration::ZERO));
+    assert_eq!(overrides.listen.len(), 2);
+    assert_eq!(overrides.data_dir, Some(PathBuf::from("/d")));
+
+    let none = TestCli::try_parse_from(["shardloop"]).expect("no flags");
+    assert_eq!(none.config.config_file(), ConfigFile::default());
+    assert!(TestCli::try_parse_from(["shardloop", "--idle-wait", "5"]).is_err());
+}
