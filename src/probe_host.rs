@@ -46,6 +46,23 @@ pub struct Probe {
 }
 
 impl Probe {
+    /// A probe's result from its raw samples (reordered in place).
+    fn measured(
+        name: &'static str,
+        samples: &mut [Duration],
+        normal_below: Duration,
+        slow_below: Duration,
+    ) -> Probe {
+        let (median, p99) = summarize(samples);
+        Probe {
+            name,
+            median,
+            p99,
+            normal_below,
+            slow_below,
+        }
+    }
+
     #[must_use]
     pub fn grade(&self) -> Grade {
         if self.median < self.normal_below {
@@ -92,14 +109,12 @@ fn clock_read(name: &'static str, read: impl Fn()) -> Probe {
             start.elapsed() / BATCH
         })
         .collect();
-    let (median, p99) = summarize(&mut samples);
-    Probe {
+    Probe::measured(
         name,
-        median,
-        p99,
-        normal_below: Duration::from_nanos(100),
-        slow_below: Duration::from_micros(1),
-    }
+        &mut samples,
+        Duration::from_nanos(100),
+        Duration::from_micros(1),
+    )
 }
 
 /// Overshoot of a `want` sleep done by `sleep`, over `runs` sleeps.
@@ -116,14 +131,13 @@ fn sleep_overshoot(
             start.elapsed().saturating_sub(want)
         })
         .collect();
-    let (median, p99) = summarize(&mut samples);
-    Probe {
+    // SLOW up to one default tick; past it a sleep makes timers late.
+    Probe::measured(
         name,
-        median,
-        p99,
-        normal_below: Duration::from_micros(200),
-        slow_below: Duration::from_millis(8), // one default tick
-    }
+        &mut samples,
+        Duration::from_micros(200),
+        Duration::from_millis(8),
+    )
 }
 
 /// Latency from one thread sending to another, blocked, thread running.
@@ -153,14 +167,12 @@ fn cross_thread_wake(runs: usize) -> Probe {
     if samples.is_empty() {
         samples.push(Duration::MAX);
     }
-    let (median, p99) = summarize(&mut samples);
-    Probe {
-        name: "cross-thread wake",
-        median,
-        p99,
-        normal_below: Duration::from_micros(50),
-        slow_below: Duration::from_micros(500),
-    }
+    Probe::measured(
+        "cross-thread wake",
+        &mut samples,
+        Duration::from_micros(50),
+        Duration::from_micros(500),
+    )
 }
 
 fn tokio_sleep(want: Duration) {
