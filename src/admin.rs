@@ -169,20 +169,48 @@ pub fn start<H>(
     input: impl BufRead + Send + 'static,
     output: impl Write + Send + 'static,
     handler: H,
-) -> io::Result<()>
+) -> io::Result<Printer>
 where
     H: FnMut(Command) -> String + 'static,
 {
     let (lines_tx, lines_rx) = mpsc::unbounded_channel();
-    let (print_tx, print_rx) = std_mpsc::channel::<String>();
+    let (print_tx, print_rx) = std_mpsc::channel::<Print>();
     thread::Builder::new()
         .name("console-in".into())
         .spawn(move || read_commands(input, &lines_tx))?;
     thread::Builder::new()
         .name("console-out".into())
         .spawn(move || print_answers(output, &print_rx))?;
-    drop(crate::spawn(run_commands(lines_rx, print_tx, handler)));
-    Ok(())
+    drop(crate::spawn(run_commands(
+        lines_rx,
+        print_tx.clone(),
+        handler,
+    )));
+    Ok(Printer { tx: print_tx })
+}
+
+/// The console's output side, kept by the shard so that answers given just before a
+/// shutdown are on the screen before the process exits.
+#[derive(Debug, Clone)]
+pub struct Printer {
+    tx: std_mpsc::Sender<Print>,
+}
+
+impl Printer {
+    /// Waits (blocking, at most `timeout`) until every answer given so far is written and
+    /// flushed. False if the printer is gone or slower than `timeout`. For shutdown only:
+    /// it blocks the calling thread.
+    pub fn flush(&self, timeout: std::time::Duration) -> bool {
+        let (done_tx, done_rx) = std_mpsc::channel();
+        self.tx.send(Print::Flush(done_tx)).is_ok() && done_rx.recv_timeout(timeout).is_ok()
+    }
+}
+
+#[derive(Debug)]
+enum Print {
+    Answer(String),
+    /// Acknowledged once everything queued before it is written.
+    Flush(std_mpsc::Sender<()>),
 }
 
 type Parsed = Result<Option<Command>, ConsoleError>;
@@ -207,7 +235,7 @@ fn read_commands(mut input: impl BufRead, lines: &mpsc::UnboundedSender<Parsed>)
 
 async fn run_commands<H>(
     mut lines: mpsc::UnboundedReceiver<Parsed>,
-    print: std_mpsc::Sender<String>,
+    print: std_mpsc::Sender<Print>,
     mut handler: H,
 ) where
     H: FnMut(Command) -> String,
@@ -218,20 +246,27 @@ async fn run_commands<H>(
             Ok(None) => continue,
             Err(e) => e.to_string(),
         };
-        if print.send(answer).is_err() {
+        if print.send(Print::Answer(answer)).is_err() {
             return;
         }
     }
 }
 
-fn print_answers(mut output: impl Write, answers: &std_mpsc::Receiver<String>) {
-    for answer in answers {
-        let text = answer.trim_end();
-        if writeln!(output, "{text}")
-            .and_then(|()| output.flush())
-            .is_err()
-        {
-            return;
+fn print_answers(mut output: impl Write, queue: &std_mpsc::Receiver<Print>) {
+    for item in queue {
+        match item {
+            Print::Answer(answer) => {
+                let text = answer.trim_end();
+                if writeln!(output, "{text}")
+                    .and_then(|()| output.flush())
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Print::Flush(done) => {
+                let _ = done.send(());
+            }
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod admin;
 pub mod config;
 pub mod probe_host;
 pub mod runtime;
+pub mod shard;
 mod slab;
 pub mod status;
 pub mod timer;

@@ -1,53 +1,140 @@
-//! The `shardloop` binary: for now, an empty event loop that runs until Ctrl-C (or SIGTERM)
-//! and prints its counters on the way out. The shard itself arrives with the next issue.
+//! The `shardloop` binary: parse the command line, load the configuration (nothing starts
+//! if it is bad: one message, exit code 2), set up logging, and run the chosen command.
+//!
+//! - `shardloop [run]`: the shard, on a current-thread tokio runtime, until SIGINT/SIGTERM
+//!   or `shutdown` on the console; exit 0 after a clean stop.
+//! - `shardloop check-config`: the effective configuration and where each value came from.
+//! - `shardloop probe-host`: how well this host sleeps, wakes and reads its clocks.
 
-use shardloop::EventLoop;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use shardloop::config::{Config, ConfigArgs, ConfigError, Loaded};
+use shardloop::{probe_host, shard};
 use tracing_subscriber::EnvFilter;
 
-fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
+/// The core of a game shard: one thread, one deterministic event loop.
+#[derive(Debug, Parser)]
+#[command(name = "shardloop", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+
+    #[command(flatten)]
+    config: ConfigArgs,
+
+    /// Log line format; RUST_LOG filters (default "info").
+    #[arg(long, value_enum, default_value_t = LogFormat::Pretty, global = true)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+enum Cmd {
+    /// Run the shard (the default).
+    Run,
+    /// Print the effective configuration and the source of each value, then exit.
+    CheckConfig,
+    /// Measure this host's clocks, sleeps and wake-ups, and grade each against a reference.
+    ProbeHost,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// One human-readable line per event.
+    Pretty,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Cmd::Run) {
+        Cmd::ProbeHost => {
+            println!("{}", probe_host::report(&probe_host::run()));
+            ExitCode::SUCCESS
+        }
+        Cmd::CheckConfig => match load_config(&cli.config) {
+            Ok(loaded) => {
+                print!("{}", loaded.report());
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Cmd::Run => match load_config(&cli.config) {
+            Ok(loaded) => {
+                init_logging(cli.log_format);
+                run(&loaded.config)
+            }
+            Err(code) => code,
+        },
+    }
+}
+
+/// The configuration, or the exit code after printing why it is unusable.
+fn load_config(args: &ConfigArgs) -> Result<Loaded, ExitCode> {
+    args.load_options()
+        .and_then(|options| Config::load(&options))
+        .map_err(|e| {
+            eprintln!("shardloop: {e}");
+            ExitCode::from(ConfigError::EXIT_CODE as u8)
+        })
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        LogFormat::Pretty => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
+}
+
+fn run(config: &Config) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()
+        .build_local(tokio::runtime::LocalOptions::default())
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("shardloop: cannot start the tokio runtime: {e}");
-            std::process::exit(1);
+            tracing::error!("cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async {
-        let mut event_loop = EventLoop::builder().probe_host(true).build();
-        let ctx = event_loop.context();
-        tokio::spawn(async move {
-            wait_for_stop_signal().await;
-            tracing::info!("stop requested; finishing the current iteration");
-            ctx.shutdown();
-        });
-        tracing::info!(
-            version = env!("CARGO_PKG_VERSION"),
-            "shardloop running; Ctrl-C stops it"
-        );
-        event_loop.run().await;
-        let stats = event_loop.stats();
-        tracing::info!(?stats, "stopped cleanly");
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        data_dir = %config.server.data_dir.display(),
+        idle_wait = ?config.server.idle_wait,
+        "shardloop starting"
+    );
+    let stopped = runtime.block_on(async {
+        let stop = stop_signals().map_err(|e| format!("cannot listen for SIGINT/SIGTERM: {e}"))?;
+        shard::run(config, shard::Console::stdio(), stop)
+            .await
+            .map_err(|e| e.to_string())
     });
-}
-
-/// Ctrl-C, or SIGTERM from a service manager.
-async fn wait_for_stop_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = ctrl_c.await;
+    match stopped {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
         }
     }
+}
+
+/// Ctrl-C (SIGINT), or SIGTERM from a service manager. Both are registered before this
+/// returns, so a signal that arrives once the shard says "ready" is never missed.
+fn stop_signals() -> std::io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    })
 }

@@ -203,7 +203,7 @@ impl Default for GenerateConfig {
         GenerateConfig {
             items: 190_728,
             mobiles: 33_158,
-            seed: 1,
+            seed: crate::world::DEFAULT_SEED,
         }
     }
 }

@@ -151,6 +151,33 @@ pub struct LoopStats {
     pub posts: u64,
 }
 
+/// One counter per line, `name  value`, for the console's `loopstats`.
+impl fmt::Display for LoopStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rows: [(&str, &dyn fmt::Display); 12] = [
+            ("iterations", &self.iterations),
+            ("idle sleeps", &self.sleeps),
+            ("late wakes", &self.late_wakes),
+            ("fired ticks", &self.ticks_fired),
+            ("late ticks", &self.late_ticks),
+            ("ticks late >= 2 ticks", &self.very_late_ticks),
+            (
+                "peak wheel lag",
+                &format_args!("{:.3?}", self.max_wheel_lag),
+            ),
+            ("posts", &self.posts),
+            ("wakes issued", &self.wakes_issued),
+            ("wakes elided", &self.wakes_elided),
+            ("sleep backoffs", &self.backoffs),
+            ("panics caught", &self.panics),
+        ];
+        for (name, value) in rows {
+            writeln!(f, "{name:<22} {value}")?;
+        }
+        write!(f, "{:<22} {}", "verdict", self.verdict)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

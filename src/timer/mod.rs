@@ -83,6 +83,16 @@ pub fn now() -> Instant {
     core("timer::now").logical_now.get()
 }
 
+/// How many timers and pauses are live on this thread's loop (cheap: no walk, unlike
+/// [`dump`]).
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn live() -> usize {
+    core("timer::live").wheel.borrow().len()
+}
+
 /// Every live timer and pause, grouped by where it was started.
 ///
 /// # Panics

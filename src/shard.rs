@@ -1,0 +1,336 @@
+//! The shard: one configuration, one world, one event loop. This module wires the world's
+//! Deltas phase, the demo game logic, the operator console and the `loop:` status line onto
+//! the loop, runs it until something asks it to stop, and then stops in order.
+//!
+//! Startup, in order: make sure the data directory exists; generate the world (a save loader
+//! takes this place later); build the loop from `[server]`; on the loop, start the game
+//! logic, the status line and the console; log "ready". Shutdown: a stop request (a signal,
+//! or `shutdown` on the console) ends the loop at the end of its current iteration, then the
+//! shutdown hooks run on the loop thread — status line off, game timers cancelled, one last
+//! `loop:` line for the partial interval — and [`run`] returns what it did.
+//!
+//! The shard never blocks the loop thread: console reads and writes have their own threads,
+//! and where the stop request comes from is the caller's business (`main` passes SIGINT and
+//! SIGTERM, a test passes a channel).
+
+use std::cell::RefCell;
+use std::fmt;
+use std::future::Future;
+use std::io::{self, BufRead, Write};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::admin::{self, Command};
+use crate::config::{Config, GenerateConfig};
+use crate::runtime::{self, LoopStats, Slot};
+use crate::status::{StatusLine, StatusReporter};
+use crate::timer::{self, TimerToken};
+use crate::world::{self, GameLogic, World};
+
+/// How long shutdown waits for the console's last answers to be written.
+const CONSOLE_FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Where console commands come from and answers go. `main` uses [`Console::stdio`]; tests
+/// pass in-memory readers and writers; [`Console::none`] runs headless.
+pub struct Console {
+    io: Option<(Box<dyn BufRead + Send>, Box<dyn Write + Send>)>,
+}
+
+impl Console {
+    /// Commands on stdin, answers on stdout. A closed stdin (`</dev/null`) is fine.
+    pub fn stdio() -> Console {
+        Console::new(io::BufReader::new(io::stdin()), io::stdout())
+    }
+
+    pub fn new(
+        input: impl BufRead + Send + 'static,
+        output: impl Write + Send + 'static,
+    ) -> Console {
+        Console {
+            io: Some((Box::new(input), Box::new(output))),
+        }
+    }
+
+    /// No console at all.
+    pub fn none() -> Console {
+        Console { io: None }
+    }
+}
+
+/// Why the shard stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The caller's stop future completed (SIGINT/SIGTERM in the binary).
+    Requested,
+    /// `shutdown` on the console.
+    Console,
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StopReason::Requested => "stop requested (signal)",
+            StopReason::Console => "shutdown from the console",
+        })
+    }
+}
+
+/// What a clean stop reports.
+#[derive(Debug, Clone)]
+pub struct Stopped {
+    pub reason: StopReason,
+    /// The loop's counters at the end.
+    pub stats: LoopStats,
+    /// From [`run`] being called to "ready".
+    pub startup: Duration,
+    /// From "ready" to the end of the shutdown hooks, on tokio's clock (so a test with a
+    /// paused clock sees game time).
+    pub uptime: Duration,
+}
+
+/// Why the shard could not start.
+#[derive(Debug)]
+pub enum ShardError {
+    /// The data directory could not be created.
+    DataDir { path: PathBuf, source: io::Error },
+    /// The console's threads could not be started.
+    Console(io::Error),
+}
+
+impl fmt::Display for ShardError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShardError::DataDir { path, source } => write!(
+                f,
+                "cannot create the data directory {} (server.data_dir, --data-dir): {source}",
+                path.display()
+            ),
+            ShardError::Console(e) => write!(f, "cannot start the console: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ShardError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ShardError::DataDir { source, .. } | ShardError::Console(source) => Some(source),
+        }
+    }
+}
+
+/// Runs the shard until `stop` completes or the console says `shutdown`. Call it on a
+/// current-thread tokio runtime; it returns after the shutdown hooks have run.
+pub async fn run(
+    config: &Config,
+    console: Console,
+    stop: impl Future<Output = ()>,
+) -> Result<Stopped, ShardError> {
+    let started = Instant::now();
+    let data_dir = &config.server.data_dir;
+    std::fs::create_dir_all(data_dir).map_err(|source| ShardError::DataDir {
+        path: data_dir.clone(),
+        source,
+    })?;
+    let world = Rc::new(RefCell::new(generate_world(&config.world.generate)));
+    let mut event_loop = config
+        .server
+        .loop_builder()
+        .slot(Slot::Deltas, world::deltas_handler(world.clone()))
+        .build();
+    let serving = event_loop
+        .run_until(serve(config, world, console, stop, started))
+        .await?;
+    // Nothing more runs on this loop: refuse posts instead of queueing them forever.
+    event_loop.context().shutdown();
+    let stats = event_loop.stats();
+    tracing::info!(
+        reason = %serving.reason,
+        uptime = %humantime::format_duration(whole_seconds(serving.uptime)),
+        iterations = stats.iterations,
+        fired_ticks = stats.ticks_fired,
+        late_ticks = stats.late_ticks,
+        panics = stats.panics,
+        "shard stopped cleanly"
+    );
+    Ok(Stopped {
+        reason: serving.reason,
+        stats,
+        startup: serving.startup,
+        uptime: serving.uptime,
+    })
+}
+
+fn generate_world(plan: &GenerateConfig) -> World {
+    let began = Instant::now();
+    let world = world::generate(plan.seed, plan.items, plan.mobiles);
+    let load = world::idle_load(&world);
+    tracing::info!(
+        items = world.item_count(),
+        mobiles = world.mobile_count(),
+        spawners = world.spawner_count(),
+        seed = plan.seed,
+        took = ?began.elapsed(),
+        "no save to load: generated the world; idle timer load {:.1} fires/s from spawners, \
+         up to {:.1} fires/s while the first hour's items decay",
+        load.spawner_fires_per_sec,
+        load.peak_fires_per_sec(),
+    );
+    world
+}
+
+struct Serving {
+    reason: StopReason,
+    startup: Duration,
+    uptime: Duration,
+}
+
+/// Everything that lives on the loop thread, from "start the game" to the shutdown hooks.
+async fn serve(
+    config: &Config,
+    world: Rc<RefCell<World>>,
+    console: Console,
+    stop: impl Future<Output = ()>,
+    started: Instant,
+) -> Result<Serving, ShardError> {
+    let logic = Rc::new(world::start_game_logic(world.clone()));
+    let status = Rc::new(StatusState::new(config));
+    let status_timer = config
+        .server
+        .loop_stats_interval()
+        .map(|every| start_status_line(every, &status));
+    let console_shutdown = Rc::new(Notify::new());
+    let mut printer = None;
+    if let Some((input, output)) = console.io {
+        let shared = ConsoleState {
+            world,
+            logic: logic.clone(),
+            status: status.clone(),
+            shutdown: console_shutdown.clone(),
+        };
+        printer = Some(
+            admin::start(input, output, move |command| shared.answer(command))
+                .map_err(ShardError::Console)?,
+        );
+    }
+    let startup = started.elapsed();
+    tracing::info!(
+        took = ?startup,
+        verdict = %runtime::stats().verdict,
+        live_timers = timer::live(),
+        "shard ready; type `help` for console commands, Ctrl-C to stop"
+    );
+    let ready = tokio::time::Instant::now();
+
+    let reason = tokio::select! {
+        biased;
+        () = stop => StopReason::Requested,
+        () = console_shutdown.notified() => StopReason::Console,
+    };
+    tracing::info!(%reason, "stopping: running shutdown hooks");
+    if let Some(token) = status_timer {
+        token.cancel();
+        status.emit();
+    }
+    logic.stop();
+    if let Some(printer) = printer {
+        // The answer to `shutdown` should reach the operator before the process exits.
+        printer.flush(CONSOLE_FLUSH_TIMEOUT);
+    }
+    Ok(Serving {
+        reason,
+        startup,
+        uptime: ready.elapsed(),
+    })
+}
+
+/// The status line's reporter and its last line (which `status` on the console shows).
+struct StatusState {
+    reporter: RefCell<StatusReporter>,
+    last: RefCell<Option<StatusLine>>,
+    interval: Option<Duration>,
+    started: tokio::time::Instant,
+}
+
+impl StatusState {
+    fn new(config: &Config) -> StatusState {
+        StatusState {
+            reporter: RefCell::new(StatusReporter::new(
+                config.server.idle_wait,
+                runtime::stats(),
+            )),
+            last: RefCell::new(None),
+            interval: config.server.loop_stats_interval(),
+            started: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Samples the interval that ends now and logs its `loop:` line.
+    fn emit(&self) {
+        let line = self
+            .reporter
+            .borrow_mut()
+            .sample(runtime::stats(), &runtime::take_lag_window());
+        tracing::info!("{line}");
+        *self.last.borrow_mut() = Some(line);
+    }
+}
+
+fn start_status_line(every: Duration, status: &Rc<StatusState>) -> TimerToken {
+    let status = status.clone();
+    timer::every(every).start(move || status.emit())
+}
+
+/// What the console's commands can see. Lives on the loop thread.
+struct ConsoleState {
+    world: Rc<RefCell<World>>,
+    logic: Rc<GameLogic>,
+    status: Rc<StatusState>,
+    shutdown: Rc<Notify>,
+}
+
+impl ConsoleState {
+    fn answer(&self, command: Command) -> String {
+        match command {
+            Command::Help => Command::help(),
+            Command::Status => self.status_report(),
+            Command::DumpTimers => timer::dump().to_string(),
+            Command::LoopStats => runtime::stats().to_string(),
+            Command::Shutdown => {
+                self.shutdown.notify_one();
+                "shutting down: finishing the current iteration, then the shutdown hooks".into()
+            }
+        }
+    }
+
+    fn status_report(&self) -> String {
+        let stats = runtime::stats();
+        let world = self.world.borrow();
+        let last = match (&*self.status.last.borrow(), self.status.interval) {
+            (Some(line), _) => line.to_string(),
+            (None, Some(every)) => format!(
+                "no loop: line yet (one every {})",
+                humantime::format_duration(every)
+            ),
+            (None, None) => "loop: lines are off (server.loop_stats_interval = 0)".into(),
+        };
+        format!(
+            "verdict   {}\nuptime    {}\nworld     {} items, {} mobiles, {} spawners\n\
+             timers    {} live ({} world timers, {} NPCs barking)\nlast      {last}",
+            stats.verdict,
+            humantime::format_duration(whole_seconds(self.status.started.elapsed())),
+            world.item_count(),
+            world.mobile_count(),
+            world.spawner_count(),
+            timer::live(),
+            self.logic.world_timers(),
+            self.logic.barking(),
+        )
+    }
+}
+
+fn whole_seconds(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs())
+}

@@ -1,0 +1,204 @@
+//! The `shardloop` binary as an operator meets it: bad configuration stops it before anything
+//! starts, `check-config` explains values, and a running shard answers its console, stops on
+//! `shutdown` or SIGTERM with exit code 0, and logs JSON on request.
+//!
+//! Bounds are generous (tens of seconds): these tests check behaviour, not speed.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_shardloop");
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The binary with a small world, no startup probe, and no config file from the working
+/// directory (it runs in `dir`).
+fn shardloop(dir: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.current_dir(dir)
+        .env_remove("RUST_LOG")
+        .env("SHARD_SERVER__PROBE_HOST", "false")
+        .env("SHARD_WORLD__GENERATE__ITEMS", "2000")
+        .env("SHARD_WORLD__GENERATE__MOBILES", "300");
+    cmd
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Waits for the child to exit, killing it after [`PATIENCE`].
+fn finish(child: Child) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(PATIENCE).is_err() {
+            // SAFETY: kill(2) on a pid we spawned; at worst it has already exited.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    });
+    let output = child.wait_with_output().expect("wait for shardloop");
+    let _ = tx.send(());
+    output
+}
+
+#[test]
+fn a_bad_value_exits_2_naming_key_and_source_and_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = shardloop(dir.path())
+        .env("SHARD_SERVER__IDLE_WAIT", "soon")
+        .arg("run")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let err = text(&output.stderr);
+    assert!(err.contains("server.idle_wait"), "{err}");
+    assert!(err.contains("SHARD_SERVER__IDLE_WAIT"), "{err}");
+    assert!(err.contains("soon"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one message: {err}");
+    assert!(!dir.path().join("data").exists(), "nothing started");
+}
+
+#[test]
+fn a_missing_config_file_named_on_the_command_line_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = shardloop(dir.path())
+        .args(["--config", "nowhere.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("nowhere.toml"));
+}
+
+#[test]
+fn check_config_shows_each_value_and_its_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = shardloop(dir.path())
+        .args(["check-config", "--idle-wait", "250ms"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let out = text(&output.stdout);
+    let line = |key: &str| {
+        out.lines()
+            .find(|l| l.starts_with(key))
+            .unwrap_or_else(|| panic!("{key} missing:\n{out}"))
+            .to_owned()
+    };
+    assert!(line("server.idle_wait = ").contains("--idle-wait"), "{out}");
+    assert!(
+        line("world.generate.items = ").contains("SHARD_WORLD__GENERATE__ITEMS"),
+        "{out}"
+    );
+    assert!(line("server.tick = ").contains("default"), "{out}");
+}
+
+#[test]
+fn console_commands_then_shutdown_exit_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = shardloop(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"status\n\xff\nloopstats\nshutdown\n")
+        .unwrap();
+    let output = finish(child);
+
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let out = text(&output.stdout);
+    assert!(out.contains("world     2000 items, 300 mobiles"), "{out}");
+    assert!(out.contains("not valid UTF-8"), "{out}");
+    assert!(out.contains("iterations"), "{out}");
+    assert!(out.contains("shutting down"), "{out}");
+    let err = text(&output.stderr);
+    assert!(err.contains("shard ready"), "{err}");
+    assert!(err.contains("shard stopped cleanly"), "{err}");
+    assert!(
+        dir.path().join("data").is_dir(),
+        "default --data-dir is ./data"
+    );
+}
+
+#[test]
+fn headless_shard_stops_on_sigterm_with_json_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = shardloop(dir.path())
+        .args(["run", "--log-format", "json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines_rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.contains("shard ready")) {
+        match lines_rx.recv_timeout(PATIENCE) {
+            Ok(line) => seen.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("never became ready; logs so far: {seen:#?}");
+            }
+        }
+    }
+    // SAFETY: kill(2) on the child we spawned, which is still running.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = finish(child).status;
+    reader.join().unwrap();
+    seen.extend(lines_rx.try_iter());
+
+    assert_eq!(status.code(), Some(0), "{seen:#?}");
+    assert!(seen.iter().any(|l| l.contains("shard stopped cleanly")));
+    for line in &seen {
+        assert!(
+            line.starts_with('{') && line.ends_with('}'),
+            "not a JSON log line: {line}"
+        );
+    }
+}
+
+#[test]
+fn probe_host_prints_a_verdict_for_each_primitive() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = shardloop(dir.path()).arg("probe-host").output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let out = text(&output.stdout);
+    for probe in [
+        "monotonic clock read",
+        "wall clock read",
+        "1 ms sleep, std",
+        "1 ms sleep, tokio",
+        "2 ms sleep, std",
+        "2 ms sleep, tokio",
+        "cross-thread wake",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(probe))
+            .unwrap_or_else(|| panic!("no `{probe}` line in:\n{out}"));
+        assert!(
+            ["normal", "SLOW", "TRAPPING"]
+                .iter()
+                .any(|g| line.contains(g)),
+            "{line}"
+        );
+    }
+    assert!(
+        out.lines().any(|l| l.starts_with("verdict: ")),
+        "no verdict line in:\n{out}"
+    );
+}
