@@ -20,6 +20,9 @@
 
 pub mod admin;
 pub mod config;
+pub mod loadgen;
+pub mod net;
+pub mod play;
 pub mod probe_host;
 pub mod runtime;
 pub mod shard;

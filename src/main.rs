@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use shardloop::config::{Config, ConfigArgs, ConfigError, Loaded};
+use shardloop::net::BackendKind;
 use shardloop::{probe_host, shard};
 use tracing_subscriber::EnvFilter;
 
@@ -94,32 +95,27 @@ fn init_logging(format: LogFormat) {
 }
 
 fn run(config: &Config) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build_local(tokio::runtime::LocalOptions::default())
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            tracing::error!("cannot start the tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         data_dir = %config.server.data_dir.display(),
         idle_wait = ?config.server.idle_wait,
         "shardloop starting"
     );
-    let stopped = runtime.block_on(async {
+    let backend = BackendKind::resolve(config.network.backend);
+    let stopped = backend.block_on(async {
         let stop = stop_signals().map_err(|e| format!("cannot listen for SIGINT/SIGTERM: {e}"))?;
-        shard::run(config, shard::Console::stdio(), stop)
+        shard::run_with(config, backend, shard::Console::stdio(), stop)
             .await
             .map_err(|e| e.to_string())
     });
     match stopped {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
+        Ok(Ok(_)) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
             tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            tracing::error!("cannot start the {} runtime: {e}", backend.name());
             ExitCode::FAILURE
         }
     }

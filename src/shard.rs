@@ -1,13 +1,17 @@
-//! The shard: one configuration, one world, one event loop. This module wires the world's
-//! Deltas phase, the demo game logic, the operator console and the `loop:` status line onto
-//! the loop, runs it until something asks it to stop, and then stops in order.
+//! The shard: one configuration, one world, one event loop. This module wires the network
+//! server (Network and Flush phases, the demo protocol of `crate::play`), the world's Deltas
+//! phase, the demo game logic, the operator console and the `loop:` status line onto the
+//! loop, runs it until something asks it to stop, and then stops in order.
 //!
-//! Startup, in order: make sure the data directory exists; generate the world (a save loader
-//! takes this place later); build the loop from `[server]`; on the loop, start the game
-//! logic, the status line and the console; log "ready". Shutdown: a stop request (a signal,
+//! Startup, in order: make sure the data directory exists; bind every `network.listen`
+//! address (one that cannot be bound stops the shard before any real work); generate the
+//! world (a save loader takes this place later); build the loop from `[server]`; on the
+//! loop, start accepting players, the game logic, the status line and the console; log
+//! "ready". Shutdown: a stop request (a signal,
 //! or `shutdown` on the console) ends the loop at the end of its current iteration, then the
-//! shutdown hooks run on the loop thread — status line off, game timers cancelled, one last
-//! `loop:` line for the partial interval — and [`run`] returns what it did.
+//! shutdown hooks run on the loop thread — listeners and connections closed (players leave
+//! the world), status line off, game timers cancelled, one last `loop:` line for the partial
+//! interval — and [`run`] returns what it did.
 //!
 //! The shard never blocks the loop thread: console reads and writes have their own threads,
 //! and where the stop request comes from is the caller's business (`main` passes SIGINT and
@@ -25,6 +29,8 @@ use tokio::sync::Notify;
 
 use crate::admin::{self, Command};
 use crate::config::{Config, GenerateConfig};
+use crate::net::{self, BackendKind, Limits, Net};
+use crate::play::{self, Players};
 use crate::runtime::{self, LoopStats, Slot};
 use crate::status::{StatusLine, StatusReporter};
 use crate::timer::{self, TimerToken};
@@ -98,6 +104,8 @@ pub enum ShardError {
     DataDir { path: PathBuf, source: io::Error },
     /// The console's threads could not be started.
     Console(io::Error),
+    /// A `network.listen` address could not be bound (the error names it).
+    Listen(io::Error),
 }
 
 impl fmt::Display for ShardError {
@@ -109,6 +117,7 @@ impl fmt::Display for ShardError {
                 path.display()
             ),
             ShardError::Console(e) => write!(f, "cannot start the console: {e}"),
+            ShardError::Listen(e) => write!(f, "{e} (network.listen, --listen)"),
         }
     }
 }
@@ -116,15 +125,29 @@ impl fmt::Display for ShardError {
 impl std::error::Error for ShardError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ShardError::DataDir { source, .. } | ShardError::Console(source) => Some(source),
+            ShardError::DataDir { source, .. }
+            | ShardError::Console(source)
+            | ShardError::Listen(source) => Some(source),
         }
     }
 }
 
-/// Runs the shard until `stop` completes or the console says `shutdown`. Call it on a
-/// current-thread tokio runtime; it returns after the shutdown hooks have run.
+/// Runs the shard until `stop` completes or the console says `shutdown`, with the epoll
+/// network backend. Call it on a current-thread tokio runtime; it returns after the shutdown
+/// hooks have run.
 pub async fn run(
     config: &Config,
+    console: Console,
+    stop: impl Future<Output = ()>,
+) -> Result<Stopped, ShardError> {
+    run_with(config, BackendKind::Epoll, console, stop).await
+}
+
+/// [`run`] with the network backend `backend`; run it on the runtime that backend needs
+/// ([`BackendKind::block_on`]).
+pub async fn run_with(
+    config: &Config,
+    backend: BackendKind,
     console: Console,
     stop: impl Future<Output = ()>,
 ) -> Result<Stopped, ShardError> {
@@ -134,14 +157,32 @@ pub async fn run(
         path: data_dir.clone(),
         source,
     })?;
+    let network = &config.network;
+    let listeners = net::bind_all(&network.listen, network.send_buffer_size as usize)
+        .map_err(ShardError::Listen)?;
     let world = Rc::new(RefCell::new(generate_world(&config.world.generate)));
+    let net = Net::new(Limits::from_config(&config.network));
+    let players = play::install(&net, world.clone());
     let mut event_loop = config
         .server
         .loop_builder()
-        .slot(Slot::Deltas, world::deltas_handler(world.clone()))
+        .yield_through_park(backend == BackendKind::IoUring)
+        .slot(Slot::Network, net.network_slot())
+        .slot(
+            Slot::Deltas,
+            play::deltas_handler(world.clone(), players.clone(), net.clone()),
+        )
+        .slot(Slot::Flush, net.flush_slot())
         .build();
+    let game = Game {
+        world,
+        net,
+        players,
+        backend,
+        listeners,
+    };
     let serving = event_loop
-        .run_until(serve(config, world, console, stop, started))
+        .run_until(serve(config, game, console, stop, started))
         .await?;
     // Nothing more runs on this loop: refuse posts instead of queueing them forever.
     event_loop.context().shutdown();
@@ -187,14 +228,40 @@ struct Serving {
     uptime: Duration,
 }
 
+/// The world and the network, as the shard wires them.
+struct Game {
+    world: Rc<RefCell<World>>,
+    net: Net,
+    players: Rc<RefCell<Players>>,
+    backend: BackendKind,
+    /// Bound before the world was built; accepting starts on the loop.
+    listeners: Vec<std::net::TcpListener>,
+}
+
 /// Everything that lives on the loop thread, from "start the game" to the shutdown hooks.
 async fn serve(
     config: &Config,
-    world: Rc<RefCell<World>>,
+    game: Game,
     console: Console,
     stop: impl Future<Output = ()>,
     started: Instant,
 ) -> Result<Serving, ShardError> {
+    let Game {
+        world,
+        net,
+        players,
+        backend,
+        listeners,
+    } = game;
+    let listening = net
+        .start(&*backend.backend(), listeners)
+        .map_err(ShardError::Listen)?;
+    if listening.is_empty() {
+        tracing::warn!("no network.listen address: players cannot connect");
+    }
+    for addr in &listening {
+        tracing::info!(%addr, backend = %backend.name(), "listening for players");
+    }
     let logic = Rc::new(world::start_game_logic(world.clone()));
     let status = Rc::new(StatusState::new(config));
     let status_timer = config
@@ -206,6 +273,8 @@ async fn serve(
     if let Some((input, output)) = console.io {
         let shared = ConsoleState {
             world,
+            net: net.clone(),
+            players,
             logic: logic.clone(),
             status: status.clone(),
             shutdown: console_shutdown.clone(),
@@ -230,6 +299,7 @@ async fn serve(
         () = console_shutdown.notified() => StopReason::Console,
     };
     tracing::info!(%reason, "stopping: running shutdown hooks");
+    net.stop();
     if let Some(token) = status_timer {
         token.cancel();
         status.emit();
@@ -286,6 +356,8 @@ fn start_status_line(every: Duration, status: &Rc<StatusState>) -> TimerToken {
 /// What the console's commands can see. Lives on the loop thread.
 struct ConsoleState {
     world: Rc<RefCell<World>>,
+    net: Net,
+    players: Rc<RefCell<Players>>,
     logic: Rc<GameLogic>,
     status: Rc<StatusState>,
     shutdown: Rc<Notify>,
@@ -316,14 +388,21 @@ impl ConsoleState {
             ),
             (None, None) => "loop: lines are off (server.loop_stats_interval = 0)".into(),
         };
+        let net = self.net.stats();
         format!(
             "verdict   {}\nuptime    {}\nworld     {} items, {} mobiles, {} spawners\n\
+             players   {} logged in, {} connections ({} accepted, {} refused, {} faults)\n\
              timers    {} live ({} world timers, {} NPCs barking)\nlast      {last}",
             stats.verdict,
             humantime::format_duration(whole_seconds(self.status.started.elapsed())),
             world.item_count(),
             world.mobile_count(),
             world.spawner_count(),
+            self.players.borrow().len(),
+            net.connections,
+            net.accepted,
+            net.refused,
+            net.faults,
             timer::live(),
             self.logic.world_timers(),
             self.logic.barking(),

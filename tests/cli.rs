@@ -20,6 +20,7 @@ fn shardloop(dir: &Path) -> Command {
     cmd.current_dir(dir)
         .env_remove("RUST_LOG")
         .env("SHARD_SERVER__PROBE_HOST", "false")
+        .env("SHARD_NETWORK__LISTEN", "[\"127.0.0.1:0\"]")
         .env("SHARD_WORLD__GENERATE__ITEMS", "2000")
         .env("SHARD_WORLD__GENERATE__MOBILES", "300");
     cmd
@@ -169,6 +170,102 @@ fn headless_shard_stops_on_sigterm_with_json_logs() {
             "not a JSON log line: {line}"
         );
     }
+}
+
+/// Runs the binary until it logs "shard ready"; returns it, its log lines so far, and the
+/// receiver of the rest.
+fn start_until_ready(mut cmd: Command) -> (Child, Vec<String>, mpsc::Receiver<String>) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines_rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.contains("shard ready")) {
+        match lines_rx.recv_timeout(PATIENCE) {
+            Ok(line) => seen.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("never became ready; logs so far: {seen:#?}");
+            }
+        }
+    }
+    (child, seen, lines_rx)
+}
+
+#[test]
+fn players_play_on_the_binary_with_either_backend() {
+    use std::io::Read;
+    use std::net::TcpStream;
+    for backend in ["epoll", "io_uring"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = shardloop(dir.path());
+        cmd.env("SHARD_NETWORK__BACKEND", backend);
+        let (child, mut seen, rest) = start_until_ready(cmd);
+        let listening = seen
+            .iter()
+            .find(|l| l.contains("listening for players"))
+            .unwrap_or_else(|| panic!("no listening line: {seen:#?}"))
+            .clone();
+        let addr = listening
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("addr="))
+            .expect("addr= in the listening line");
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        stream.write_all(&[0x73, 0, 5, b'h', b'i']).unwrap();
+        let mut echo = [0; 5];
+        stream.read_exact(&mut echo).unwrap();
+        assert_eq!(&echo, &[0x73, 0, 5, b'h', b'i']);
+        stream
+            .write_all(&[0x01, 0, 7, b'T', b'e', b's', b't'])
+            .unwrap();
+        let mut login_ok = [0; 11];
+        stream.read_exact(&mut login_ok).unwrap();
+        assert_eq!(login_ok[..3], [0x81, 0, 11]);
+
+        // SAFETY: kill(2) on the child we spawned, which is still running.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = finish(child).status;
+        seen.extend(rest.try_iter());
+        assert_eq!(status.code(), Some(0), "{seen:#?}");
+        let ran = if backend == "io_uring" && shardloop::net::io_uring_available().is_err() {
+            "epoll" // refused here: one warning, then epoll
+        } else {
+            backend
+        };
+        assert!(listening.contains(&format!("backend={ran}")), "{listening}");
+        let logged = |s: &str| seen.iter().any(|l| l.contains(s));
+        assert!(logged("logged in"), "{seen:#?}");
+        assert!(logged("server shutting down"), "{seen:#?}");
+    }
+}
+
+#[test]
+fn an_address_in_use_stops_the_shard_naming_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let output = shardloop(dir.path())
+        .args(["--listen", &addr])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let err = text(&output.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    assert!(err.contains("--listen"), "{err}");
 }
 
 #[test]

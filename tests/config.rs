@@ -429,7 +429,7 @@ fn report_shows_every_key_with_its_source() {
     );
     assert!(line("server.late_wake_percent").ends_with("(default)"));
     assert!(line("world.generate.items").contains("= 190728"));
-    assert!(line("network.listen").contains("[\"127.0.0.1:2593\"]"));
+    assert!(line("network.listen").contains("[\"0.0.0.0:2593\"]"));
     assert_eq!(report.lines().count(), loaded.entries().len());
     assert!(report.lines().next().unwrap_or("").starts_with("server."));
 }

@@ -17,6 +17,8 @@ fn small_config(dir: &Path) -> Config {
     config.server.probe_host = false;
     config.world.generate.items = 3_000;
     config.world.generate.mobiles = 400;
+    // Any free port: tests run side by side, and 2593 may be taken.
+    config.network.listen = vec!["127.0.0.1:0".parse().unwrap()];
     config
 }
 

@@ -133,14 +133,17 @@ pub struct NetworkConfig {
     pub backend: Backend,
     /// Outgoing buffer per connection, bytes (4 KiB ..= 64 MiB).
     pub send_buffer_size: u32,
-    /// Largest packet accepted from a client, bytes (1 ..= 65535).
+    /// Largest packet accepted from a client, bytes (3 ..= 65535).
     pub max_packet: u32,
-    /// Connections accepted at once; more are refused.
+    /// Connections accepted at once; more are accepted and closed at once.
     pub max_connections: u32,
+    /// A connection that completes no packet for this long is closed; zero = never.
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
 }
 
-/// The default listener: the Ultima Online port, on loopback only.
-pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 2593);
+/// The default listener: the Ultima Online port, on every IPv4 interface.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 2593);
 
 impl Default for NetworkConfig {
     fn default() -> Self {
@@ -148,8 +151,9 @@ impl Default for NetworkConfig {
             listen: vec![DEFAULT_LISTEN],
             backend: Backend::Auto,
             send_buffer_size: 256 * 1024,
-            max_packet: 65_535,
+            max_packet: 8192,
             max_connections: 1024,
+            idle_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -386,10 +390,11 @@ impl NetworkConfig {
                 "must be between 4096 and 67108864 bytes (4 KiB to 64 MiB)",
             );
         }
-        if !(1..=65_535).contains(&self.max_packet) {
+        if !(3..=65_535).contains(&self.max_packet) {
             return invalid(
                 "network.max_packet",
-                "must be between 1 and 65535 bytes (a packet's length field is 16 bits)",
+                "must be between 3 (a bare header) and 65535 bytes (a packet's length field \
+                 is 16 bits)",
             );
         }
         if self.max_connections == 0 {

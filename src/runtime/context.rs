@@ -153,6 +153,14 @@ impl Shared {
         self.waker.wake();
     }
 
+    /// Wakes the loop even from inside an iteration: for sources that feed a phase slot,
+    /// which (unlike the queues) the loop does not look at again before it parks.
+    pub(crate) fn notify_always(&self) {
+        self.notified.store(true, Ordering::Release);
+        self.wakes_issued.fetch_add(1, Ordering::Relaxed);
+        self.waker.wake();
+    }
+
     /// True while the loop thread is inside an iteration (meaningful on the loop thread).
     pub(crate) fn is_running(&self) -> bool {
         self.running.load(Ordering::Relaxed)
@@ -398,6 +406,14 @@ impl LoopContext {
     {
         let site = std::panic::Location::caller();
         self.post(move || super::executor::spawn_detached(make(), site))
+    }
+
+    /// Makes the loop run another iteration soon, waking it if it is parked. For I/O sources
+    /// that feed a phase slot (a socket became readable): the slot handler then finds the
+    /// work. Unlike a post, this is never elided inside an iteration — the slot may already
+    /// have run in it — so call it once per batch of readiness, not per byte.
+    pub fn wake(&self) {
+        self.shared.notify_always();
     }
 
     /// Asks the loop to stop: `EventLoop::run` returns at the end of the current iteration

@@ -66,6 +66,7 @@ pub struct EventLoopBuilder {
     late_wake_percent: u32,
     tick: Duration,
     probe_host: bool,
+    yield_through_park: bool,
     handlers: Vec<(Slot, Handler)>,
 }
 
@@ -90,6 +91,7 @@ impl Default for EventLoopBuilder {
             late_wake_percent: DEFAULT_LATE_WAKE_PERCENT,
             tick: DEFAULT_TICK,
             probe_host: false,
+            yield_through_park: false,
             handlers: Vec::new(),
         }
     }
@@ -123,6 +125,15 @@ impl EventLoopBuilder {
     /// Run the startup host probe (25 short real sleeps) when the loop first runs.
     pub fn probe_host(mut self, probe: bool) -> Self {
         self.probe_host = probe;
+        self
+    }
+
+    /// When the loop has work pending (or `idle_wait` is zero) it lets tokio poll its
+    /// drivers between iterations without parking. With this on it goes through a real,
+    /// zero-length park instead, so the runtime's park hooks run every iteration: needed on
+    /// tokio-uring, which submits queued I/O only from its park hook. Off by default.
+    pub fn yield_through_park(mut self, on: bool) -> Self {
+        self.yield_through_park = on;
         self
     }
 
@@ -161,6 +172,7 @@ impl EventLoopBuilder {
             core,
             idle_wait: self.idle_wait,
             probe_host: self.probe_host,
+            yield_through_park: self.yield_through_park,
             handlers: self.handlers,
             posted: VecDeque::new(),
             park: Park::default(),
@@ -174,6 +186,7 @@ pub struct EventLoop {
     core: Rc<Core>,
     idle_wait: Duration,
     probe_host: bool,
+    yield_through_park: bool,
     handlers: Vec<(Slot, Handler)>,
     posted: VecDeque<Posted>,
     park: Park,
@@ -374,7 +387,11 @@ impl EventLoop {
         let now = Instant::now();
         if pending || self.idle_wait.is_zero() || !core.health.borrow_mut().may_sleep(now) {
             core.shared.set_running(false);
-            tokio::task::yield_now().await;
+            if self.yield_through_park {
+                self.park.yield_through_park().await;
+            } else {
+                tokio::task::yield_now().await;
+            }
             return;
         }
         let next_due = core

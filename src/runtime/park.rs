@@ -43,6 +43,7 @@ pub(crate) struct Park {
 impl Park {
     /// Blocks (as a future) until `deadline` or a notify, whichever comes first.
     pub(crate) async fn wait(&mut self, shared: &Shared, deadline: Instant) -> Woken {
+        self.ensure_timerfd();
         let sleep = match &mut self.sleep {
             Some(sleep) => {
                 sleep.as_mut().reset(deadline);
@@ -52,14 +53,6 @@ impl Park {
                 .sleep
                 .insert(Box::pin(tokio::time::sleep_until(deadline))),
         };
-        if !self.timerfd_tried {
-            self.timerfd_tried = true;
-            self.timerfd = TimerFd::new().ok().and_then(|fd| {
-                // SAFETY: `TimerFd` owns its descriptor for its whole life and `as_raw_fd`
-                // always returns that same descriptor.
-                unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
-            });
-        }
         if let Some(fd) = &self.timerfd {
             let _ = fd
                 .get_ref()
@@ -89,6 +82,51 @@ impl Park {
             fd.get_ref().expired();
         }
         woken
+    }
+}
+
+impl Park {
+    /// Lets tokio run once *through a real park*, without blocking: the timerfd is armed to
+    /// expire at once, so the reactor's wait returns immediately. Costs a few syscalls more
+    /// than `yield_now`, which tokio services with a zero-timeout poll of its drivers that
+    /// skips the runtime's park hooks — and tokio-uring submits queued I/O only from its
+    /// park hook. Falls back to `yield_now` without a timerfd.
+    pub(crate) async fn yield_through_park(&mut self) {
+        self.ensure_timerfd();
+        let Some(fd) = &self.timerfd else {
+            tokio::task::yield_now().await;
+            return;
+        };
+        let mut armed = false;
+        poll_fn(|cx| {
+            while let Poll::Ready(Ok(mut guard)) = fd.poll_read_ready(cx) {
+                let expired = guard.get_inner().expired();
+                guard.clear_ready();
+                if armed && expired {
+                    return Poll::Ready(());
+                }
+            }
+            // Readiness is clear and our waker registered: only the reactor, polling inside
+            // the park, can see the expiry we arm now.
+            if !armed {
+                armed = true;
+                let _ = fd.get_ref().arm(Duration::from_nanos(1));
+            }
+            Poll::Pending
+        })
+        .await;
+    }
+
+    fn ensure_timerfd(&mut self) {
+        if self.timerfd_tried {
+            return;
+        }
+        self.timerfd_tried = true;
+        self.timerfd = TimerFd::new().ok().and_then(|fd| {
+            // SAFETY: `TimerFd` owns its descriptor for its whole life and `as_raw_fd`
+            // always returns that same descriptor.
+            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
+        });
     }
 }
 

@@ -11,6 +11,17 @@ use super::location::Location;
 use super::model::World;
 use super::serial::Serial;
 
+/// One drained mobile change, as [`World::drain_changes`] hands it on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MobileChange<'a> {
+    pub serial: Serial,
+    pub delta: Delta,
+    /// Where the mobile is now; `None` once it is removed.
+    pub location: Option<Location>,
+    /// Its words, for a `SPEECH` change.
+    pub said: Option<&'a str>,
+}
+
 /// Changes drained per queue per call of the shard's Deltas handler.
 pub const DELTAS_PER_ITERATION: usize = 1024;
 
@@ -75,13 +86,15 @@ impl World {
         true
     }
 
-    /// A mobile says `text` to those around it (counted, and queued as a `SPEECH` delta).
+    /// A mobile says `text` to those around it (counted, and queued as a `SPEECH` delta
+    /// whose drain hands the text on; said twice before a drain, the later line wins).
     pub fn say(&mut self, serial: Serial, text: &str) -> bool {
         let Some(mobile) = self.mobiles.get(&serial) else {
             return false;
         };
         tracing::trace!(npc = %serial, name = %mobile.name, "says {text:?}");
         self.stats.speech += 1;
+        self.said.insert(serial, text.to_owned());
         self.mark_mobile(serial, Delta::SPEECH);
         true
     }
@@ -110,15 +123,42 @@ impl World {
     }
 
     /// [`drain_deltas`](Self::drain_deltas), handing each change to `sink` (networking).
-    pub fn drain_deltas_with(&mut self, max: usize, mut sink: impl FnMut(Serial, Delta)) -> bool {
+    pub fn drain_deltas_with(&mut self, max: usize, sink: impl FnMut(Serial, Delta)) -> bool {
+        let sink = std::cell::RefCell::new(sink);
+        self.drain_changes(
+            max,
+            |change| (sink.borrow_mut())(change.serial, change.delta),
+            |serial, delta| (sink.borrow_mut())(serial, delta),
+        )
+    }
+
+    /// [`drain_deltas`](Self::drain_deltas), handing each mobile change to `on_mobile` with
+    /// what a client needs to show it (where the mobile is now, what it said), and each item
+    /// change to `on_item`.
+    pub fn drain_changes(
+        &mut self,
+        max: usize,
+        mut on_mobile: impl FnMut(MobileChange<'_>),
+        mut on_item: impl FnMut(Serial, Delta),
+    ) -> bool {
         let stats = &mut self.stats;
+        let (mobiles_by_serial, said) = (&self.mobiles, &mut self.said);
         let mobiles = self.mobile_deltas.drain(max, |serial, delta| {
             count_sent(stats, delta);
-            sink(serial, delta);
+            let text = match delta.contains(Delta::SPEECH) {
+                true => said.remove(&serial),
+                false => None,
+            };
+            on_mobile(MobileChange {
+                serial,
+                delta,
+                location: mobiles_by_serial.get(&serial).map(|m| m.location),
+                said: text.as_deref(),
+            });
         });
         let items = self.item_deltas.drain(max, |serial, delta| {
             count_sent(stats, delta);
-            sink(serial, delta);
+            on_item(serial, delta);
         });
         stats.mobiles_sent += mobiles as u64;
         stats.items_sent += items as u64;

@@ -43,7 +43,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 pub use bark::bark;
-pub use changes::DELTAS_PER_ITERATION;
+pub use changes::{DELTAS_PER_ITERATION, MobileChange};
 pub use delta::{Delta, DeltaStats};
 pub use entity::{Item, Mobile, SpawnKind, Spawner, layer};
 pub use game::{

@@ -69,6 +69,8 @@ pub struct World {
     pub(super) item_deltas: DeltaQueue,
     pub(super) stats: DeltaStats,
     pub(super) hook: Option<ActivityHook>,
+    /// What mobiles said since their `SPEECH` delta was last drained (the latest line each).
+    pub(super) said: IdMap<Serial, String>,
 }
 
 impl World {
@@ -87,6 +89,7 @@ impl World {
             item_deltas: DeltaQueue::default(),
             stats: DeltaStats::default(),
             hook: None,
+            said: IdMap::default(),
         }
     }
 
@@ -212,6 +215,7 @@ impl World {
         let location = self.mobiles.get(&serial)?.location;
         self.relocate_mobile(serial, &location, &Location::INTERNAL);
         let mobile = self.mobiles.remove(&serial)?;
+        self.said.remove(&serial);
         self.delete_contents(serial);
         self.mark_mobile(serial, Delta::REMOVED);
         Some(mobile)

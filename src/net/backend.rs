@@ -1,0 +1,155 @@
+//! The seam between the Network phase and the sockets: a connection is a [`Transport`], a
+//! listening socket an [`Acceptor`], and readiness comes back through a [`Signal`].
+//!
+//! Two backends implement it: `epoll` (tokio's reactor; readiness-based, the phase itself
+//! calls `read`/`write`) and `uring` (tokio-uring; completion-based, small I/O tasks move bytes
+//! between the kernel and per-connection buffers). Either way the phase sees the same thing: a
+//! non-blocking `read` that either hands over bytes or says "nothing now, I will signal", and a
+//! `write` that takes what it can.
+//!
+//! This module must never parse packets or know about the world.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Wake, Waker};
+
+use super::session::ConnId;
+use crate::LoopContext;
+
+/// What one `read` did.
+#[derive(Debug)]
+pub enum ReadOutcome {
+    /// Appended this many bytes (> 0) to the buffer.
+    Data(usize),
+    /// Nothing to read now; the transport signals its token when there is.
+    WouldBlock,
+    /// The peer closed its side.
+    Closed,
+    Failed(io::Error),
+}
+
+/// One accepted connection, owned by the Network phase. Dropping it closes the socket.
+pub trait Transport {
+    /// Appends at most `max` bytes to `buf`. Never blocks.
+    fn read(&mut self, buf: &mut Vec<u8>, max: usize) -> ReadOutcome;
+
+    /// Takes as much of `data` as the socket (or the backend's in-flight buffer) accepts now;
+    /// `Ok(0)` means "full: I will signal when you may write again". Never blocks.
+    fn write(&mut self, data: &[u8]) -> io::Result<usize>;
+}
+
+/// A socket backend: turns bound listeners into acceptors.
+pub trait Backend {
+    /// `"epoll"` or `"io_uring"`, for logs.
+    fn name(&self) -> &'static str;
+
+    /// Takes over a bound, non-blocking listener. The acceptor raises `waker` whenever a
+    /// connection may be waiting.
+    fn listen(
+        &self,
+        listener: std::net::TcpListener,
+        waker: Waker,
+    ) -> io::Result<Box<dyn Acceptor>>;
+}
+
+/// A listening socket in a backend's hands.
+pub trait Acceptor {
+    /// The next accepted connection, or `Pending` (the acceptor's waker is raised when one
+    /// may be waiting). Never blocks.
+    fn poll_accept(&mut self) -> Poll<io::Result<(Accepted, SocketAddr)>>;
+
+    /// The address actually bound (port 0 resolved).
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+}
+
+/// A connection the acceptor took but the server has not yet given a token: the server calls
+/// [`Accepted::attach`] with the waker of the slot it stores the connection in.
+pub struct Accepted(Box<dyn FnOnce(Waker) -> Box<dyn Transport>>);
+
+impl Accepted {
+    pub fn new(attach: impl FnOnce(Waker) -> Box<dyn Transport> + 'static) -> Accepted {
+        Accepted(Box::new(attach))
+    }
+
+    /// Starts the connection: from now on it raises `waker` when it becomes readable or
+    /// writable again.
+    #[must_use]
+    pub fn attach(self, waker: Waker) -> Box<dyn Transport> {
+        (self.0)(waker)
+    }
+}
+
+/// Which source became ready. A connection's token is its generational [`ConnId`], so a
+/// signal for a connection that has since closed (and whose slot was reused) is stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Token {
+    Listener(usize),
+    Conn(ConnId),
+}
+
+/// Readiness flowing back to the loop: a list of tokens that became ready since the Network
+/// phase last looked, and a wake of the loop if it is parked.
+///
+/// Thread-safe because `Waker` must be, but in practice raised on the loop thread itself,
+/// by tokio's reactor or by an io_uring task, while the loop future is parked.
+#[derive(Clone)]
+pub struct Signal {
+    inner: Arc<SignalInner>,
+}
+
+struct SignalInner {
+    ready: Mutex<Vec<Token>>,
+    wake_loop: LoopContext,
+}
+
+impl Signal {
+    pub fn new(wake_loop: LoopContext) -> Signal {
+        Signal {
+            inner: Arc::new(SignalInner {
+                ready: Mutex::new(Vec::new()),
+                wake_loop,
+            }),
+        }
+    }
+
+    /// Marks `token` ready and wakes the loop.
+    pub fn raise(&self, token: Token) {
+        lock(&self.inner.ready).push(token);
+        self.inner.wake_loop.wake();
+    }
+
+    /// A waker that raises `token`.
+    #[must_use]
+    pub fn waker(&self, token: Token) -> Waker {
+        Waker::from(Arc::new(TokenWaker {
+            signal: self.clone(),
+            token,
+        }))
+    }
+
+    /// Moves every raised token into `out` (in the order raised; duplicates possible).
+    pub fn take(&self, out: &mut Vec<Token>) {
+        out.append(&mut lock(&self.inner.ready));
+    }
+}
+
+struct TokenWaker {
+    signal: Signal,
+    token: Token,
+}
+
+impl Wake for TokenWaker {
+    fn wake(self: Arc<Self>) {
+        self.signal.raise(self.token);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.signal.raise(self.token);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A token list stays valid whatever a panicking holder did.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

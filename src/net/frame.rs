@@ -1,0 +1,179 @@
+//! Framing: how bytes on a connection become packets and packets become bytes.
+//!
+//! Every packet, both ways, is `[id: u8][len: u16 big-endian][payload]`, where `len` is the
+//! whole packet's length including its 3 header bytes (see `docs/protocol.md`). This module
+//! owns that layout and the packet ids, and nothing else: it never touches a socket and never
+//! decides what a packet means.
+
+use std::fmt;
+
+/// Bytes before the payload: the id and the 16-bit length.
+pub const HEADER_LEN: usize = 3;
+
+/// Packet ids, client → server.
+pub mod client {
+    /// Ping: 0–64 bytes of payload, answered with the identical frame.
+    pub const PING: u8 = 0x73;
+    /// Login: a UTF-8 name of 1–30 bytes.
+    pub const LOGIN: u8 = 0x01;
+    /// Move: `[direction u8 0–7][seq u8]`.
+    pub const MOVE: u8 = 0x02;
+    /// Say: UTF-8 text of 1–200 bytes.
+    pub const SAY: u8 = 0x03;
+    /// Logout: no payload.
+    pub const LOGOUT: u8 = 0x04;
+}
+
+/// Packet ids, server → client.
+pub mod server {
+    /// Login accepted: `[serial u32][x u16][y u16]`.
+    pub const LOGIN_OK: u8 = 0x81;
+    /// Move accepted: `[seq u8][x u16][y u16]`.
+    pub const MOVE_OK: u8 = 0x82;
+    /// Speech: `[serial u32][UTF-8 text]`.
+    pub const SPEECH: u8 = 0x84;
+    /// A mobile in range moved: `[serial u32][x u16][y u16]`.
+    pub const MOBILE_MOVED: u8 = 0x85;
+}
+
+/// Largest ping payload a client may send.
+pub const MAX_PING_PAYLOAD: usize = 64;
+
+/// One whole packet, borrowed from the receive buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame<'a> {
+    pub id: u8,
+    /// The whole packet, header included (what a ping echoes back).
+    pub bytes: &'a [u8],
+}
+
+impl<'a> Frame<'a> {
+    /// The bytes after the header.
+    #[must_use]
+    pub fn payload(&self) -> &'a [u8] {
+        &self.bytes[HEADER_LEN..]
+    }
+}
+
+/// Why the bytes at the front of a buffer are not a packet. Either error ends the connection:
+/// after a bad length nothing that follows can be framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameError {
+    /// The length field is below the header's own 3 bytes.
+    TooShort { id: u8, len: u16 },
+    /// The length field is above `network.max_packet`.
+    TooLong { id: u8, len: u16, max: usize },
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            FrameError::TooShort { id, len } => write!(
+                f,
+                "packet 0x{id:02x} declares length {len}, below the 3-byte header"
+            ),
+            FrameError::TooLong { id, len, max } => write!(
+                f,
+                "packet 0x{id:02x} declares length {len}, above network.max_packet ({max})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+/// The packet at the front of `buf`: `Ok(None)` while it is incomplete (read more), an error
+/// as soon as its header is impossible (no need to wait for a body that cannot be valid).
+pub fn split(buf: &[u8], max_packet: usize) -> Result<Option<Frame<'_>>, FrameError> {
+    let [id, hi, lo, ..] = *buf else {
+        return Ok(None);
+    };
+    let len = u16::from_be_bytes([hi, lo]);
+    if usize::from(len) < HEADER_LEN {
+        return Err(FrameError::TooShort { id, len });
+    }
+    if usize::from(len) > max_packet {
+        return Err(FrameError::TooLong {
+            id,
+            len,
+            max: max_packet,
+        });
+    }
+    Ok(buf.get(..usize::from(len)).map(|bytes| Frame { id, bytes }))
+}
+
+/// Appends one packet built from payload `parts` to `out`.
+///
+/// # Panics
+/// If the packet would exceed 65 535 bytes: callers build packets of bounded size.
+pub fn put(out: &mut Vec<u8>, id: u8, parts: &[&[u8]]) {
+    let len = HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>();
+    let len = u16::try_from(len).expect("a packet is at most 65535 bytes");
+    out.reserve(usize::from(len));
+    out.push(id);
+    out.extend_from_slice(&len.to_be_bytes());
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+}
+
+/// One packet built from payload `parts`, as its own buffer.
+#[must_use]
+pub fn packet(id: u8, parts: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    put(&mut out, id, parts);
+    out
+}
+
+/// A `[serial u32][x u16][y u16]` payload (login and mobile-moved packets).
+#[must_use]
+pub fn serial_xy(serial: u32, x: u16, y: u16) -> [u8; 8] {
+    let mut p = [0; 8];
+    p[..4].copy_from_slice(&serial.to_be_bytes());
+    p[4..6].copy_from_slice(&x.to_be_bytes());
+    p[6..].copy_from_slice(&y.to_be_bytes());
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_whole_packets_and_waits_for_partial_ones() {
+        let mut buf = packet(client::PING, &[b"hi"]);
+        buf.extend(packet(client::LOGOUT, &[]));
+        let first = split(&buf, 8192).unwrap().unwrap();
+        assert_eq!((first.id, first.payload()), (client::PING, &b"hi"[..]));
+        let rest = &buf[first.bytes.len()..];
+        assert_eq!(split(rest, 8192).unwrap().unwrap().bytes, &[0x04, 0, 3]);
+        assert_eq!(split(&buf[..4], 8192), Ok(None));
+        assert_eq!(split(&buf[..2], 8192), Ok(None));
+        assert_eq!(split(&[], 8192), Ok(None));
+    }
+
+    #[test]
+    fn impossible_lengths_are_errors_before_the_body_arrives() {
+        assert_eq!(
+            split(&[0x73, 0, 2], 8192),
+            Err(FrameError::TooShort { id: 0x73, len: 2 })
+        );
+        assert_eq!(
+            split(&[0x73, 0x20, 0x01], 8192),
+            Err(FrameError::TooLong {
+                id: 0x73,
+                len: 8193,
+                max: 8192
+            })
+        );
+        assert!(split(&[0x73, 0x20, 0x00], 8192).unwrap().is_none());
+    }
+
+    #[test]
+    fn serial_xy_is_big_endian() {
+        assert_eq!(
+            serial_xy(0x0102_0304, 0x0506, 0x0708),
+            [1, 2, 3, 4, 5, 6, 7, 8]
+        );
+    }
+}

@@ -1,0 +1,88 @@
+//! Which backend the shard runs, and on which runtime.
+//!
+//! `network.backend = auto | epoll | io_uring` is resolved once at startup: io_uring needs the
+//! `io-uring` cargo feature, Linux, and a kernel that lets this process create a ring (a sysctl,
+//! a seccomp profile or an old kernel may refuse). When it is asked for and refused, the shard
+//! logs one warning and runs on epoll: a shard that starts beats one that stops over a
+//! transport. The two backends also need different runtimes (tokio-uring drives its ring from
+//! its own runtime), so the resolved kind is also what runs the shard's future.
+
+use std::future::Future;
+use std::io;
+
+use super::backend::Backend;
+use super::epoll::Epoll;
+use crate::config;
+
+/// A backend that is available here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Epoll,
+    IoUring,
+}
+
+impl BackendKind {
+    /// What `auto` means: epoll. See `docs/configuration.md` for the measurements behind it.
+    pub const AUTO: BackendKind = BackendKind::Epoll;
+
+    /// Resolves the configured backend to one this process can run, logging a warning when
+    /// io_uring was asked for and is refused.
+    pub fn resolve(requested: config::Backend) -> BackendKind {
+        match requested {
+            config::Backend::Auto => BackendKind::AUTO,
+            config::Backend::Epoll => BackendKind::Epoll,
+            config::Backend::IoUring => match io_uring_available() {
+                Ok(()) => BackendKind::IoUring,
+                Err(why) => {
+                    tracing::warn!(
+                        "network.backend = \"io_uring\" is unavailable ({why}); using epoll"
+                    );
+                    BackendKind::Epoll
+                }
+            },
+        }
+    }
+
+    /// `"epoll"` or `"io_uring"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Epoll => "epoll",
+            BackendKind::IoUring => "io_uring",
+        }
+    }
+
+    /// The backend, for [`super::Net::start`]. Call it on the runtime [`Self::block_on`]
+    /// runs.
+    pub fn backend(self) -> Box<dyn Backend> {
+        match self {
+            BackendKind::Epoll => Box::new(Epoll),
+            #[cfg(all(target_os = "linux", feature = "io-uring"))]
+            BackendKind::IoUring => Box::new(super::uring::Uring),
+            #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
+            BackendKind::IoUring => unreachable!("resolve() never picks io_uring without it"),
+        }
+    }
+
+    /// Runs `future` to completion on a current-thread runtime that suits this backend
+    /// (tokio's, with time and I/O drivers; tokio-uring's for io_uring).
+    pub fn block_on<F: Future>(self, future: F) -> io::Result<F::Output> {
+        match self {
+            BackendKind::Epoll => Ok(tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build_local(tokio::runtime::LocalOptions::default())?
+                .block_on(future)),
+            #[cfg(all(target_os = "linux", feature = "io-uring"))]
+            BackendKind::IoUring => super::uring::block_on(future),
+            #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
+            BackendKind::IoUring => Err(io::Error::other("built without the io-uring feature")),
+        }
+    }
+}
+
+/// Can this process use io_uring? The error says why not.
+pub fn io_uring_available() -> Result<(), String> {
+    #[cfg(all(target_os = "linux", feature = "io-uring"))]
+    return super::uring::probe().map_err(|e| format!("the kernel refused an io_uring: {e}"));
+    #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
+    return Err("this build has no io-uring feature (Linux only)".into());
+}

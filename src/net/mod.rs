@@ -1,0 +1,29 @@
+//! Networking: players' TCP connections, handled inline on the loop thread.
+//!
+//! A [`Net`] server owns the listeners ([`listener`], built with socket2) and the open
+//! connections ([`Sessions`]); a [`backend`] moves the bytes — tokio's epoll reactor, or
+//! io_uring where compiled in and allowed. Packets are framed as described in
+//! `docs/protocol.md` ([`frame`]) and handed to the handlers game code registered
+//! ([`Net::handle`]) in the loop's Network phase; what they send goes out in the Flush phase.
+//!
+//! Why inline: a packet handler is game logic, and game logic runs on one thread in one
+//! order. Handing packets to other tasks would put tokio's scheduler in charge of that order.
+
+pub mod backend;
+mod epoll;
+pub mod frame;
+mod handlers;
+mod kind;
+mod listener;
+mod server;
+mod session;
+#[cfg(all(target_os = "linux", feature = "io-uring"))]
+pub mod uring;
+
+pub use backend::{Backend, Token};
+pub use epoll::Epoll;
+pub use handlers::{Access, BadPacket, Handler};
+pub use kind::{BackendKind, io_uring_available};
+pub use listener::{BACKLOG, bind};
+pub use server::{Limits, Net, NetStats, bind_all};
+pub use session::{ConnId, Disconnect, Sessions};

@@ -1,0 +1,571 @@
+//! The network server: listeners, connections and the two phase handlers that drive them.
+//!
+//! The **Network** phase accepts what the listeners have waiting, then reads every
+//! connection that signalled readiness, splits what arrived into packets and calls their
+//! handlers — inline, on the loop thread, in the order the connections became ready. The
+//! **Flush** phase writes what the handlers (and the Deltas phase) queued. Readiness arrives
+//! through a [`Signal`] that also wakes a parked loop, so a packet or a new connection is
+//! handled at once, not after `idle_wait`.
+//!
+//! Every drain is bounded — accepts per listener, bytes per connection — and whatever is left
+//! makes the phase report pending work, so the loop comes straight back instead of parking.
+//!
+//! This module owns sockets and buffers; it must never know what a packet means beyond its
+//! header (that is the handler table's business) and never block.
+
+use std::cell::RefCell;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::backend::{Acceptor, Backend, ReadOutcome, Signal, Token};
+use super::frame;
+use super::handlers::{Access, BadPacket, PacketTable};
+use super::listener;
+use super::session::{ConnId, Disconnect, NetState, Sessions, release_if_large};
+use crate::LoopContext;
+use crate::config::NetworkConfig;
+use crate::timer::{self, TimerToken};
+
+/// Connections accepted per listener per iteration; a login rush takes a few iterations
+/// instead of starving the timers.
+const ACCEPTS_PER_ITERATION: usize = 64;
+/// Bytes read per `read` call.
+const READ_CHUNK: usize = 16 * 1024;
+/// Bytes read from one connection per iteration before the next connection's turn.
+const READ_BUDGET: usize = 64 * 1024;
+/// How often idle connections are looked for.
+const IDLE_SWEEP: Duration = Duration::from_secs(1);
+/// After an accept error (out of file descriptors, say) the listener is retried this late.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// Refused connections and accept errors are logged at most this often.
+const LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// The limits a server enforces, from `[network]`.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub max_packet: usize,
+    pub send_buffer_size: usize,
+    /// Zero: never.
+    pub idle_timeout: Duration,
+}
+
+impl Limits {
+    pub fn from_config(config: &NetworkConfig) -> Limits {
+        Limits {
+            max_connections: config.max_connections as usize,
+            max_packet: config.max_packet as usize,
+            send_buffer_size: config.send_buffer_size as usize,
+            idle_timeout: config.idle_timeout,
+        }
+    }
+}
+
+/// Counters since start, for the console and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Open right now.
+    pub connections: usize,
+    pub accepted: u64,
+    /// Accepted and closed at once: over `max_connections`.
+    pub refused: u64,
+    pub disconnects: u64,
+    /// Disconnects for breaking the protocol or a limit.
+    pub faults: u64,
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+/// A handle to the server; clones share it. Lives on the loop thread.
+#[derive(Clone)]
+pub struct Net(Rc<RefCell<Server>>);
+
+type DisconnectHook = Box<dyn FnMut(&mut Sessions, ConnId)>;
+
+struct Server {
+    limits: Limits,
+    table: PacketTable,
+    sessions: Sessions,
+    on_disconnect: Option<DisconnectHook>,
+    signal: Option<Signal>,
+    acceptors: Vec<Box<dyn Acceptor>>,
+    /// Tokens taken from the signal, being processed.
+    ready: Vec<Token>,
+    /// Connections to read this iteration, and listeners to accept on.
+    to_read: Vec<ConnId>,
+    to_accept: Vec<usize>,
+    /// Where reads land and packets are split; its content never outlives one connection's
+    /// turn.
+    scratch: Vec<u8>,
+    stats: NetStats,
+    refusals: Throttle,
+    accept_errors: Throttle,
+    sweeper: Option<TimerToken>,
+}
+
+impl Net {
+    /// A server with these limits, answering ping; no listener yet ([`Net::start`]).
+    pub fn new(limits: Limits) -> Net {
+        Net(Rc::new(RefCell::new(Server {
+            sessions: Sessions::new(limits.send_buffer_size),
+            limits,
+            table: PacketTable::new(),
+            on_disconnect: None,
+            signal: None,
+            acceptors: Vec::new(),
+            ready: Vec::new(),
+            to_read: Vec::new(),
+            to_accept: Vec::new(),
+            scratch: Vec::new(),
+            stats: NetStats::default(),
+            refusals: Throttle::default(),
+            accept_errors: Throttle::default(),
+            sweeper: None,
+        })))
+    }
+
+    /// Registers the handler of packet `id` (replacing any earlier one).
+    pub fn handle(
+        &self,
+        id: u8,
+        name: &'static str,
+        access: Access,
+        handler: impl FnMut(&mut Sessions, ConnId, &[u8]) -> Result<(), BadPacket> + 'static,
+    ) {
+        self.0
+            .borrow_mut()
+            .table
+            .register(id, name, access, Box::new(handler));
+    }
+
+    /// Runs `hook` for every connection that closes, whatever the reason, before its id goes
+    /// stale (game code logs the player out here).
+    pub fn on_disconnect(&self, hook: impl FnMut(&mut Sessions, ConnId) + 'static) {
+        self.0.borrow_mut().on_disconnect = Some(Box::new(hook));
+    }
+
+    /// Binds every address and starts accepting: [`bind_all`] then [`Net::start`].
+    pub fn listen(
+        &self,
+        backend: &dyn Backend,
+        addrs: &[SocketAddr],
+    ) -> io::Result<Vec<SocketAddr>> {
+        let send_buffer = self.0.borrow().limits.send_buffer_size;
+        self.start(backend, bind_all(addrs, send_buffer)?)
+    }
+
+    /// Starts accepting on bound listeners. Call on the loop thread, with the phase slots
+    /// installed ([`Net::network_slot`], [`Net::flush_slot`]). Returns the addresses the
+    /// listeners are bound to (port 0 resolved).
+    pub fn start(
+        &self,
+        backend: &dyn Backend,
+        listeners: Vec<std::net::TcpListener>,
+    ) -> io::Result<Vec<SocketAddr>> {
+        let signal = Signal::new(LoopContext::current());
+        let mut bound = Vec::new();
+        let mut acceptors = Vec::new();
+        for (i, socket) in listeners.into_iter().enumerate() {
+            let addr = socket.local_addr()?;
+            let acceptor = backend
+                .listen(socket, signal.waker(Token::Listener(i)))
+                .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+            bound.push(addr);
+            acceptors.push(acceptor);
+        }
+        let mut server = self.0.borrow_mut();
+        // The first accept pass (next Network phase) registers the listeners' wakers.
+        server.to_accept = (0..acceptors.len()).collect();
+        server.acceptors = acceptors;
+        server.signal = Some(signal);
+        LoopContext::current().wake();
+        if !server.limits.idle_timeout.is_zero() {
+            let net = self.clone();
+            server.sweeper = Some(timer::every(IDLE_SWEEP).start(move || net.sweep_idle()));
+        }
+        Ok(bound)
+    }
+
+    /// Closes the listeners and every connection (each logged as "server shutting down").
+    pub fn stop(&self) {
+        let mut server = self.0.borrow_mut();
+        if let Some(token) = server.sweeper.take() {
+            token.cancel();
+        }
+        server.acceptors.clear();
+        let ids: Vec<ConnId> = server.sessions.ids().collect();
+        for conn in ids {
+            server
+                .sessions
+                .close(conn, Disconnect::normal("server shutting down"));
+        }
+        server.flush();
+        server.reap();
+    }
+
+    /// The Network phase handler. True if work is left for the next iteration.
+    pub fn network_slot(&self) -> impl FnMut() -> bool + 'static {
+        let net = self.clone();
+        move || net.0.borrow_mut().network_phase()
+    }
+
+    /// The Flush phase handler.
+    pub fn flush_slot(&self) -> impl FnMut() -> bool + 'static {
+        let net = self.clone();
+        move || {
+            let mut server = net.0.borrow_mut();
+            let pending = server.flush();
+            server.reap();
+            pending
+        }
+    }
+
+    /// Access to the connections from outside a packet handler (the Deltas phase, a timer).
+    /// Panics if called from inside a packet handler, which has `&mut Sessions` already.
+    pub fn with_sessions<R>(&self, f: impl FnOnce(&mut Sessions) -> R) -> R {
+        f(&mut self.0.borrow_mut().sessions)
+    }
+
+    #[must_use]
+    pub fn stats(&self) -> NetStats {
+        let server = self.0.borrow();
+        NetStats {
+            connections: server.sessions.len(),
+            ..server.stats
+        }
+    }
+
+    fn sweep_idle(&self) {
+        let mut server = self.0.borrow_mut();
+        let timeout = server.limits.idle_timeout;
+        let now = Instant::now();
+        let idle: Vec<ConnId> = server
+            .sessions
+            .conns
+            .iter()
+            .filter(|(_, s)| s.closing.is_none() && now - s.last_packet > timeout)
+            .map(|(key, _)| ConnId(key))
+            .collect();
+        for conn in idle {
+            server.sessions.close(
+                conn,
+                Disconnect::fault(format!(
+                    "idle timeout: no complete packet for {} (network.idle_timeout)",
+                    humantime::format_duration(timeout)
+                )),
+            );
+        }
+        server.reap();
+    }
+}
+
+/// Binds a listener on every address, in order; the error names the address that failed.
+/// Needs no loop: the shard binds before it builds the world, so a port conflict is reported
+/// at once.
+pub fn bind_all(
+    addrs: &[SocketAddr],
+    send_buffer_size: usize,
+) -> io::Result<Vec<std::net::TcpListener>> {
+    addrs
+        .iter()
+        .map(|&addr| listener::bind(addr, send_buffer_size as u32))
+        .collect()
+}
+
+impl Server {
+    fn network_phase(&mut self) -> bool {
+        let Some(signal) = &self.signal else {
+            return false;
+        };
+        signal.take(&mut self.ready);
+        for token in self.ready.drain(..) {
+            match token {
+                Token::Listener(i) => self.to_accept.push(i),
+                Token::Conn(conn) => {
+                    let Some(state) = self.sessions.conns.get_mut(conn.0) else {
+                        continue; // stale: closed since
+                    };
+                    if state.write_blocked {
+                        state.write_blocked = false;
+                        if !state.queued_flush {
+                            state.queued_flush = true;
+                            self.sessions.to_flush.push(conn);
+                        }
+                    }
+                    self.to_read.push(conn);
+                }
+            }
+        }
+        let mut pending = self.accept_all();
+        pending |= self.read_all();
+        self.reap();
+        pending
+    }
+
+    fn accept_all(&mut self) -> bool {
+        let mut listeners = std::mem::take(&mut self.to_accept);
+        listeners.sort_unstable();
+        listeners.dedup();
+        let mut pending = false;
+        for &i in &listeners {
+            pending |= self.accept(i); // pushes `i` back onto `to_accept` if it has more
+        }
+        listeners.clear();
+        listeners.append(&mut self.to_accept);
+        self.to_accept = listeners;
+        pending
+    }
+
+    /// Accepts up to a budget on listener `i`. True if it may have more.
+    fn accept(&mut self, i: usize) -> bool {
+        for _ in 0..ACCEPTS_PER_ITERATION {
+            let Some(acceptor) = self.acceptors.get_mut(i) else {
+                return false;
+            };
+            match acceptor.poll_accept() {
+                Poll::Pending => return false,
+                Poll::Ready(Ok((accepted, peer))) => {
+                    if self.sessions.len() >= self.limits.max_connections {
+                        drop(accepted); // closes it
+                        self.stats.refused += 1;
+                        let max = self.limits.max_connections;
+                        self.refusals.log(|suppressed| {
+                            tracing::warn!(
+                                %peer,
+                                suppressed,
+                                "refused a connection: {max} open already (network.max_connections)"
+                            );
+                        });
+                        continue;
+                    }
+                    let signal = self.signal.as_ref().expect("started");
+                    let conn = ConnId(self.sessions.conns.next_key());
+                    let transport = accepted.attach(signal.waker(Token::Conn(conn)));
+                    let key =
+                        self.sessions
+                            .conns
+                            .insert(NetState::new(transport, peer, Instant::now()));
+                    debug_assert_eq!(key, conn.0);
+                    self.stats.accepted += 1;
+                    tracing::debug!(%peer, %conn, "connected");
+                    // Data may have come with the connection: read without waiting for a signal.
+                    self.to_read.push(conn);
+                }
+                Poll::Ready(Err(e)) => {
+                    self.accept_errors.log(|suppressed| {
+                        tracing::warn!(error = %e, suppressed, "accept failed; retrying shortly");
+                    });
+                    // Out of descriptors leaves the connection queued and the listener ready:
+                    // retry on a timer rather than spin on the error.
+                    let signal = self.signal.clone().expect("started");
+                    timer::after(ACCEPT_RETRY).start(move || signal.raise(Token::Listener(i)));
+                    return false;
+                }
+            }
+        }
+        self.to_accept.push(i);
+        true
+    }
+
+    fn read_all(&mut self) -> bool {
+        let mut conns = std::mem::take(&mut self.to_read);
+        conns.sort_unstable();
+        conns.dedup();
+        let mut again = Vec::new();
+        for &conn in &conns {
+            if self.read(conn) {
+                again.push(conn);
+            }
+        }
+        conns.clear();
+        conns.append(&mut self.to_read);
+        conns.append(&mut again);
+        self.to_read = conns;
+        !self.to_read.is_empty()
+    }
+
+    /// Reads `conn` until it would block or its budget is spent, handling every complete
+    /// packet. True if it may have more.
+    fn read(&mut self, conn: ConnId) -> bool {
+        let Some(state) = self.sessions.conns.get_mut(conn.0) else {
+            return false;
+        };
+        if state.closing.is_some() {
+            return false;
+        }
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&state.recv);
+        state.recv = Vec::new();
+        let mut total = 0;
+        let more = loop {
+            let Some(state) = self.sessions.conns.get_mut(conn.0) else {
+                break false;
+            };
+            if state.closing.is_some() {
+                break false;
+            }
+            match state.transport.read(&mut self.scratch, READ_CHUNK) {
+                ReadOutcome::Data(n) => {
+                    total += n;
+                    self.stats.bytes_in += n as u64;
+                    self.dispatch(conn);
+                    if total >= READ_BUDGET {
+                        break true;
+                    }
+                }
+                ReadOutcome::WouldBlock => break false,
+                ReadOutcome::Closed => {
+                    let why = if self.scratch.is_empty() {
+                        "closed by the client"
+                    } else {
+                        "closed by the client in the middle of a packet"
+                    };
+                    self.sessions.close(conn, Disconnect::normal(why));
+                    break false;
+                }
+                ReadOutcome::Failed(e) => {
+                    let why = format!("read failed: {e}");
+                    self.sessions.close(conn, Disconnect::normal(why));
+                    break false;
+                }
+            }
+        };
+        if let Some(state) = self.sessions.conns.get_mut(conn.0)
+            && state.closing.is_none()
+        {
+            state.recv.extend_from_slice(&self.scratch);
+        }
+        self.scratch.clear();
+        release_if_large(&mut self.scratch);
+        more
+    }
+
+    /// Handles every complete packet at the front of the scratch buffer and drops them from
+    /// it; an incomplete tail stays.
+    fn dispatch(&mut self, conn: ConnId) {
+        let mut at = 0;
+        let max_packet = self.limits.max_packet;
+        while self.sessions.is_open(conn) {
+            let frame = match frame::split(&self.scratch[at..], max_packet) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(e) => {
+                    self.sessions.close(conn, Disconnect::fault(e.to_string()));
+                    break;
+                }
+            };
+            at += frame.bytes.len();
+            self.stats.packets_in += 1;
+            if let Some(state) = self.sessions.conns.get_mut(conn.0) {
+                state.last_packet = Instant::now();
+            }
+            let logged_in = self.sessions.is_logged_in(conn);
+            let Some(entry) = self.table.get_mut(frame.id) else {
+                let why = format!("unknown packet id 0x{:02x}", frame.id);
+                self.sessions.close(conn, Disconnect::fault(why));
+                break;
+            };
+            if entry.access == Access::LoggedIn && !logged_in {
+                let why = format!("packet 0x{:02x} ({}) before login", frame.id, entry.name);
+                self.sessions.close(conn, Disconnect::fault(why));
+                break;
+            }
+            if let Err(bad) = (entry.handler)(&mut self.sessions, conn, frame.payload()) {
+                let why = format!("bad packet 0x{:02x} ({}): {bad}", frame.id, entry.name);
+                self.sessions.close(conn, Disconnect::fault(why));
+                break;
+            }
+        }
+        self.scratch.drain(..at);
+    }
+
+    /// Writes queued output. Never leaves work pending: a full socket signals when writable.
+    fn flush(&mut self) -> bool {
+        let mut conns = std::mem::take(&mut self.sessions.to_flush);
+        for &conn in &conns {
+            let Some(state) = self.sessions.conns.get_mut(conn.0) else {
+                continue;
+            };
+            state.queued_flush = false;
+            if state.closing.is_some() || state.write_blocked {
+                continue;
+            }
+            while state.pending_output() > 0 {
+                match state.transport.write(&state.send[state.sent..]) {
+                    Ok(0) => {
+                        state.write_blocked = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        state.sent += n;
+                        self.stats.bytes_out += n as u64;
+                    }
+                    Err(e) => {
+                        let why = Disconnect::normal(format!("write failed: {e}"));
+                        self.sessions.close(conn, why);
+                        break;
+                    }
+                }
+            }
+            if let Some(state) = self.sessions.conns.get_mut(conn.0) {
+                state.compact_send();
+            }
+        }
+        conns.clear();
+        if self.sessions.to_flush.is_empty() {
+            self.sessions.to_flush = conns;
+        }
+        false
+    }
+
+    /// Drops every condemned connection, one log line each.
+    fn reap(&mut self) {
+        while !self.sessions.to_close.is_empty() {
+            let condemned = std::mem::take(&mut self.sessions.to_close);
+            for conn in condemned {
+                if let Some(hook) = &mut self.on_disconnect {
+                    hook(&mut self.sessions, conn);
+                }
+                let Some(state) = self.sessions.conns.remove(conn.0) else {
+                    continue;
+                };
+                let why = state
+                    .closing
+                    .unwrap_or_else(|| Disconnect::normal("closed"));
+                let peer = state.peer;
+                self.stats.disconnects += 1;
+                if why.fault {
+                    self.stats.faults += 1;
+                    tracing::warn!(%peer, %conn, reason = %why.reason, "disconnected");
+                } else {
+                    tracing::info!(%peer, %conn, reason = %why.reason, "disconnected");
+                }
+            }
+        }
+    }
+}
+
+/// Logs at most once per [`LOG_EVERY`], counting what it suppressed in between.
+#[derive(Default)]
+struct Throttle {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl Throttle {
+    fn log(&mut self, emit: impl FnOnce(u64)) {
+        let now = Instant::now();
+        if self.last.is_some_and(|last| now - last < LOG_EVERY) {
+            self.suppressed += 1;
+            return;
+        }
+        self.last = Some(now);
+        emit(std::mem::take(&mut self.suppressed));
+    }
+}

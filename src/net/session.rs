@@ -1,0 +1,231 @@
+//! Connections as the game sees them: one [`NetState`] per accepted socket, all of them in
+//! [`Sessions`], each addressed by a generational [`ConnId`].
+//!
+//! Owns the per-connection buffers and the rules that bound them. Both buffers start empty
+//! and unallocated, so an idle connection costs its socket plus this struct: the receive
+//! buffer holds only the tail of a packet that arrived in pieces, the send buffer only what
+//! the socket has not taken yet, and each is freed once it drains. A client that stops
+//! reading cannot make the shard hoard memory for it: past `send_buffer_size` queued bytes
+//! it is disconnected.
+//!
+//! This module must never touch a socket's readiness or parse packets: the server does that.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use tokio::time::Instant;
+
+use super::backend::Transport;
+use super::frame;
+use crate::slab::{Key, Slab};
+
+/// A buffer that drained keeps its allocation up to this size (a busy connection would
+/// otherwise reallocate on every packet); larger ones are freed.
+const KEEP_CAPACITY: usize = 4 * 1024;
+
+/// One connection, for as long as it is open. Copy it freely: once the connection closes,
+/// every copy is stale and every operation on it is a no-op, even after the slot is reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub(super) Key);
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}.{}", self.0.index(), self.0.generation())
+    }
+}
+
+/// Why a connection is going away. Faults (the client broke the protocol or a limit) are
+/// logged as warnings, ordinary ends (logout, the peer hung up) as info.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disconnect {
+    pub reason: String,
+    pub fault: bool,
+}
+
+impl Disconnect {
+    /// The client did something wrong.
+    pub fn fault(reason: impl Into<String>) -> Disconnect {
+        Disconnect {
+            reason: reason.into(),
+            fault: true,
+        }
+    }
+
+    /// An ordinary end.
+    pub fn normal(reason: impl Into<String>) -> Disconnect {
+        Disconnect {
+            reason: reason.into(),
+            fault: false,
+        }
+    }
+}
+
+/// One open connection.
+pub(super) struct NetState {
+    pub transport: Box<dyn Transport>,
+    pub peer: SocketAddr,
+    /// The unparsed tail of the last read (part of a packet); empty and unallocated otherwise.
+    pub recv: Vec<u8>,
+    /// Output the socket has not taken yet; `send[sent..]` is still to write.
+    pub send: Vec<u8>,
+    pub sent: usize,
+    pub logged_in: bool,
+    /// When the last complete packet arrived: the idle timeout counts from here, so a client
+    /// trickling bytes without ever finishing a packet still times out.
+    pub last_packet: Instant,
+    /// Set once the connection is condemned; it is dropped at the end of the phase.
+    pub closing: Option<Disconnect>,
+    /// The socket said "full"; it signals when writable again.
+    pub write_blocked: bool,
+    pub queued_flush: bool,
+}
+
+impl NetState {
+    pub fn new(transport: Box<dyn Transport>, peer: SocketAddr, now: Instant) -> NetState {
+        NetState {
+            transport,
+            peer,
+            recv: Vec::new(),
+            send: Vec::new(),
+            sent: 0,
+            logged_in: false,
+            last_packet: now,
+            closing: None,
+            write_blocked: false,
+            queued_flush: false,
+        }
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn pending_output(&self) -> usize {
+        self.send.len() - self.sent
+    }
+
+    /// Forgets the written prefix; frees the buffer once it is empty and oversized.
+    pub fn compact_send(&mut self) {
+        if self.sent == self.send.len() {
+            self.send.clear();
+            self.sent = 0;
+            release_if_large(&mut self.send);
+        }
+    }
+}
+
+/// Frees `buf`'s allocation if it is empty and bigger than what a busy connection reuses.
+pub(super) fn release_if_large(buf: &mut Vec<u8>) {
+    if buf.is_empty() && buf.capacity() > KEEP_CAPACITY {
+        *buf = Vec::new();
+    }
+}
+
+/// Every open connection. Packet handlers get `&mut Sessions` to answer, broadcast, log a
+/// client in or throw it out.
+pub struct Sessions {
+    pub(super) conns: Slab<NetState>,
+    send_limit: usize,
+    /// Connections with output queued since the last Flush phase.
+    pub(super) to_flush: Vec<ConnId>,
+    /// Connections condemned since they were last reaped.
+    pub(super) to_close: Vec<ConnId>,
+    pub(super) bytes_queued: u64,
+}
+
+impl Sessions {
+    pub(super) fn new(send_limit: usize) -> Sessions {
+        Sessions {
+            conns: Slab::new(),
+            send_limit,
+            to_flush: Vec::new(),
+            to_close: Vec::new(),
+            bytes_queued: 0,
+        }
+    }
+
+    /// Open connections (including ones condemned this phase).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.conns.len() == 0
+    }
+
+    /// Whether `conn` is open and not condemned.
+    #[must_use]
+    pub fn is_open(&self, conn: ConnId) -> bool {
+        self.conns.get(conn.0).is_some_and(|s| s.closing.is_none())
+    }
+
+    /// The client's address.
+    #[must_use]
+    pub fn peer(&self, conn: ConnId) -> Option<SocketAddr> {
+        self.conns.get(conn.0).map(|s| s.peer)
+    }
+
+    #[must_use]
+    pub fn is_logged_in(&self, conn: ConnId) -> bool {
+        self.conns.get(conn.0).is_some_and(|s| s.logged_in)
+    }
+
+    /// From now on every registered packet is accepted from `conn`, not only the ones
+    /// allowed before login.
+    pub fn set_logged_in(&mut self, conn: ConnId) {
+        if let Some(state) = self.conns.get_mut(conn.0) {
+            state.logged_in = true;
+        }
+    }
+
+    /// Queues one packet for `conn`; it goes out in this iteration's Flush phase. False if
+    /// the connection is gone or condemned. A client whose queued output would pass
+    /// `send_buffer_size` is disconnected instead: it is not reading.
+    pub fn send_packet(&mut self, conn: ConnId, id: u8, parts: &[&[u8]]) -> bool {
+        let len = frame::HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>();
+        let Some(state) = self.conns.get_mut(conn.0) else {
+            return false;
+        };
+        if state.closing.is_some() {
+            return false;
+        }
+        let queued = state.pending_output();
+        if queued + len > self.send_limit {
+            let limit = self.send_limit;
+            self.close(
+                conn,
+                Disconnect::fault(format!(
+                    "send buffer overflow: {queued} bytes unsent, limit {limit} \
+                     (network.send_buffer_size); the client is not reading"
+                )),
+            );
+            return false;
+        }
+        frame::put(&mut state.send, id, parts);
+        self.bytes_queued += len as u64;
+        if !state.queued_flush {
+            state.queued_flush = true;
+            self.to_flush.push(conn);
+        }
+        true
+    }
+
+    /// Condemns `conn`: nothing more is read from or sent to it, and it is closed (with one
+    /// log line naming the peer and `why`) at the end of the current phase. Later calls keep
+    /// the first reason.
+    pub fn close(&mut self, conn: ConnId, why: Disconnect) {
+        if let Some(state) = self.conns.get_mut(conn.0)
+            && state.closing.is_none()
+        {
+            state.closing = Some(why);
+            self.to_close.push(conn);
+        }
+    }
+
+    /// Every open connection, in slot order.
+    pub fn ids(&self) -> impl Iterator<Item = ConnId> + '_ {
+        self.conns
+            .iter()
+            .filter(|(_, s)| s.closing.is_none())
+            .map(|(key, _)| ConnId(key))
+    }
+}

@@ -1,0 +1,791 @@
+//! The network server and the demo protocol over real sockets, run twice: once on the epoll
+//! backend and once on io_uring (skipped with a message where the kernel refuses it).
+//!
+//! The loop runs on the test thread; every client is a plain blocking socket on its own
+//! thread, so nothing but the server's own signals can wake the loop. Timing bounds are
+//! generous except where the issue sets one (a parked loop answers within 50 ms: the best of
+//! three tries must make it, and none may take seconds).
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shardloop::net::frame::{self, client, server};
+use shardloop::net::{BackendKind, Limits, Net, NetStats};
+use shardloop::play::{self, Players};
+use shardloop::runtime::Slot;
+use shardloop::world::{Location, MapId, Mobile, World};
+use shardloop::{EventLoop, timer};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn limits() -> Limits {
+    Limits {
+        max_connections: 64,
+        max_packet: 8192,
+        send_buffer_size: 256 * 1024,
+        idle_timeout: Duration::from_secs(60),
+    }
+}
+
+/// What a test can reach on the loop thread.
+struct Env {
+    addr: SocketAddr,
+    net: Net,
+    world: Rc<RefCell<World>>,
+    players: Rc<RefCell<Players>>,
+}
+
+/// What the server did, read after the test body.
+struct Outcome<T> {
+    value: T,
+    stats: NetStats,
+    logs: String,
+    /// Runs of a 10 ms timer during the body: the loop's timers kept going.
+    timer_runs: u64,
+    mobiles_after: usize,
+    players_after: usize,
+}
+
+/// Runs `body` on a loop serving the demo protocol on `kind`, with a 10 ms timer alongside
+/// (unless `idle_wait` is long: then nothing but the network may wake the loop); None when
+/// the backend is unavailable here.
+fn serve<T, F>(
+    kind: BackendKind,
+    limits: Limits,
+    idle_wait: Duration,
+    body: impl FnOnce(Env) -> F,
+) -> Option<Outcome<T>>
+where
+    F: Future<Output = T>,
+{
+    if kind == BackendKind::IoUring
+        && let Err(why) = shardloop::net::io_uring_available()
+    {
+        eprintln!("skipped: io_uring unavailable here ({why})");
+        return None;
+    }
+    // One at a time: the memory test reads the process's RSS, and the thousand-connection
+    // tests would each need 2000 descriptors at once.
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let logs = Logs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let outcome = tracing::subscriber::with_default(subscriber, || {
+        kind.block_on(async move {
+            let world = Rc::new(RefCell::new(World::new(7)));
+            let net = Net::new(limits);
+            let players = play::install(&net, world.clone());
+            let mut event_loop = EventLoop::builder()
+                .idle_wait(idle_wait)
+                .yield_through_park(kind == BackendKind::IoUring)
+                .slot(Slot::Network, net.network_slot())
+                .slot(
+                    Slot::Deltas,
+                    play::deltas_handler(world.clone(), players.clone(), net.clone()),
+                )
+                .slot(Slot::Flush, net.flush_slot())
+                .build();
+            let runs = Rc::new(RefCell::new(0u64));
+            let env_net = net.clone();
+            let (w, p) = (world.clone(), players.clone());
+            let counter = runs.clone();
+            let value = event_loop
+                .run_until(async move {
+                    // Not with a long idle_wait: the loop must park for real there.
+                    let ticker = (idle_wait < Duration::from_secs(1)).then(|| {
+                        timer::every(Duration::from_millis(10))
+                            .start(move || *counter.borrow_mut() += 1)
+                    });
+                    let listen = ["127.0.0.1:0".parse().unwrap()];
+                    let addr = env_net
+                        .listen(&*kind.backend(), &listen)
+                        .expect("binds 127.0.0.1:0")[0];
+                    let value = body(Env {
+                        addr,
+                        net: env_net.clone(),
+                        world: w,
+                        players: p,
+                    })
+                    .await;
+                    // Let disconnects that are under way land before counting.
+                    settle(&env_net).await;
+                    if let Some(ticker) = ticker {
+                        ticker.cancel();
+                    }
+                    value
+                })
+                .await;
+            let stats = net.stats();
+            net.stop();
+            let timer_runs = *runs.borrow();
+            let mobiles_after = world.borrow().mobile_count();
+            let players_after = players.borrow().len();
+            Outcome {
+                value,
+                stats,
+                logs: String::new(),
+                timer_runs,
+                mobiles_after,
+                players_after,
+            }
+        })
+    });
+    let mut outcome = outcome.expect("the runtime starts");
+    outcome.logs = logs.text();
+    Some(outcome)
+}
+
+/// Waits (on the loop) until no connection is open, up to a few seconds.
+async fn settle(net: &Net) {
+    let deadline = Instant::now() + TIMEOUT;
+    while net.stats().connections > 0 && Instant::now() < deadline {
+        timer::pause(10).await;
+    }
+}
+
+/// Runs `f` on its own thread; the loop awaits its result without blocking.
+fn on_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> impl Future<Output = T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    async move { rx.await.expect("the client thread panicked") }
+}
+
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+// ---- a blocking test client -------------------------------------------------------------
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).expect("connects");
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream
+}
+
+fn send(stream: &mut TcpStream, id: u8, payload: &[u8]) {
+    stream.write_all(&frame::packet(id, &[payload])).unwrap();
+}
+
+/// The next packet: (id, payload).
+fn recv(stream: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut header = [0; 3];
+    stream.read_exact(&mut header).expect("a packet header");
+    let len = usize::from(u16::from_be_bytes([header[1], header[2]]));
+    let mut payload = vec![0; len - 3];
+    stream.read_exact(&mut payload).expect("a packet payload");
+    (header[0], payload)
+}
+
+/// The next packet with id `id`, skipping others (moves and speech of other mobiles).
+fn recv_id(stream: &mut TcpStream, id: u8) -> Vec<u8> {
+    loop {
+        let (got, payload) = recv(stream);
+        if got == id {
+            return payload;
+        }
+    }
+}
+
+/// True once the server has closed the connection (EOF or reset), within [`TIMEOUT`].
+fn closed_by_server(stream: &mut TcpStream) -> bool {
+    let mut buf = [0; 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false, // timed out
+        }
+    }
+}
+
+fn ping(stream: &mut TcpStream, payload: &[u8]) -> Duration {
+    let began = Instant::now();
+    send(stream, client::PING, payload);
+    let (id, echoed) = recv(stream);
+    assert_eq!((id, echoed.as_slice()), (client::PING, payload));
+    began.elapsed()
+}
+
+fn login(stream: &mut TcpStream, name: &str) -> (u32, u16, u16) {
+    send(stream, client::LOGIN, name.as_bytes());
+    let p = recv_id(stream, server::LOGIN_OK);
+    assert_eq!(p.len(), 8);
+    let serial = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+    (
+        serial,
+        u16::from_be_bytes([p[4], p[5]]),
+        u16::from_be_bytes([p[6], p[7]]),
+    )
+}
+
+/// Two names whose players start within sight of each other.
+fn neighbours() -> (String, String) {
+    let names: Vec<String> = (0..4000).map(|i| format!("p{i}")).collect();
+    for (i, a) in names.iter().enumerate() {
+        for b in &names[i + 1..] {
+            let (la, lb) = (play::start_location(a), play::start_location(b));
+            if la.distance(&lb).is_some_and(|d| d <= play::VIEW_RANGE - 2) {
+                return (a.clone(), b.clone());
+            }
+        }
+    }
+    panic!("no two start locations within sight");
+}
+
+// ---- the suite, once per backend ------------------------------------------------------
+
+macro_rules! suite {
+    ($module:ident, $kind:expr) => {
+        mod $module {
+            use super::*;
+            const KIND: BackendKind = $kind;
+
+            #[test]
+            fn ping_is_echoed_byte_for_byte_whole_pipelined_and_in_pieces() {
+                let Some(out) = serve(KIND, limits(), Duration::from_millis(2), |env| {
+                    on_thread(move || {
+                        let mut s = connect(env.addr);
+                        for len in [0, 1, 17, frame::MAX_PING_PAYLOAD] {
+                            let payload: Vec<u8> = (0..len as u8).collect();
+                            ping(&mut s, &payload);
+                        }
+                        // Three pings in one write, then one ping a byte at a time.
+                        let mut burst = Vec::new();
+                        for n in 0..3u8 {
+                            frame::put(&mut burst, client::PING, &[&[n; 5]]);
+                        }
+                        s.write_all(&burst).unwrap();
+                        for n in 0..3u8 {
+                            assert_eq!(recv(&mut s), (client::PING, vec![n; 5]));
+                        }
+                        for byte in frame::packet(client::PING, &[b"slow"]) {
+                            s.write_all(&[byte]).unwrap();
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        assert_eq!(recv(&mut s), (client::PING, b"slow".to_vec()));
+                    })
+                }) else {
+                    return;
+                };
+                assert_eq!(out.stats.packets_in, 8);
+                assert_eq!(out.stats.faults, 0, "{}", out.logs);
+            }
+
+            #[test]
+            fn a_spinning_loop_serves_too() {
+                // idle_wait 0: the loop never parks, and io_uring must still get its I/O out.
+                let Some(out) = serve(KIND, limits(), Duration::ZERO, |env| {
+                    on_thread(move || {
+                        let mut s = connect(env.addr);
+                        for n in 0..50u8 {
+                            ping(&mut s, &[n; 8]);
+                        }
+                    })
+                }) else {
+                    return;
+                };
+                assert_eq!(out.stats.packets_in, 50);
+            }
+
+            #[test]
+            fn a_parked_loop_answers_a_ping_and_a_new_connection_at_once() {
+                let Some(out) = serve(KIND, limits(), Duration::from_secs(10), |env| {
+                    on_thread(move || {
+                        let mut pings = Vec::new();
+                        let mut accepts = Vec::new();
+                        let mut s = connect(env.addr);
+                        ping(&mut s, b"warm up");
+                        for _ in 0..3 {
+                            // Long enough for the loop to park on its 10 s idle_wait.
+                            std::thread::sleep(Duration::from_millis(100));
+                            pings.push(ping(&mut s, b"are you there"));
+                            std::thread::sleep(Duration::from_millis(100));
+                            // A new connection is served only once it is accepted.
+                            let began = Instant::now();
+                            let mut fresh = connect(env.addr);
+                            ping(&mut fresh, b"hello");
+                            accepts.push(began.elapsed());
+                        }
+                        (pings, accepts)
+                    })
+                }) else {
+                    return;
+                };
+                let (pings, accepts) = out.value;
+                for times in [&pings, &accepts] {
+                    let best = times.iter().min().unwrap();
+                    assert!(*best < Duration::from_millis(50), "{times:?}");
+                    assert!(
+                        times.iter().all(|t| *t < Duration::from_secs(2)),
+                        "{times:?}"
+                    );
+                }
+            }
+
+            #[test]
+            fn a_thousand_connections_ping_pong_at_once() {
+                const N: usize = 1000;
+                if !raise_fd_limit(2 * N as u64 + 200) {
+                    return;
+                }
+                let limits = Limits {
+                    max_connections: N,
+                    ..limits()
+                };
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| {
+                    on_thread(move || {
+                        let mut clients: Vec<TcpStream> =
+                            (0..N).map(|_| connect(env.addr)).collect();
+                        for round in 0..3u8 {
+                            for (i, s) in clients.iter_mut().enumerate() {
+                                send(s, client::PING, &[round, (i % 256) as u8]);
+                            }
+                            for (i, s) in clients.iter_mut().enumerate() {
+                                assert_eq!(recv(s), (client::PING, vec![round, (i % 256) as u8]));
+                            }
+                        }
+                    })
+                }) else {
+                    return;
+                };
+                assert_eq!(out.stats.accepted, N as u64);
+                assert_eq!(out.stats.packets_in, 3 * N as u64);
+                assert_eq!(out.stats.faults, 0);
+            }
+
+            #[test]
+            fn an_idle_connection_costs_at_most_16_kib() {
+                const N: usize = 1000;
+                if !raise_fd_limit(2 * N as u64 + 200) {
+                    return;
+                }
+                let limits = Limits {
+                    max_connections: N + 10,
+                    ..limits()
+                };
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| async move {
+                    let addr = env.addr;
+                    // Warm up: the allocator's pools and the connection table exist already.
+                    on_thread(move || {
+                        let mut warm: Vec<TcpStream> = (0..50).map(|_| connect(addr)).collect();
+                        warm.iter_mut().for_each(ping_ok);
+                    })
+                    .await;
+                    settle(&env.net).await;
+                    let before = resident_bytes();
+                    let clients = on_thread(move || {
+                        let mut clients: Vec<TcpStream> = (0..N).map(|_| connect(addr)).collect();
+                        clients.iter_mut().for_each(ping_ok);
+                        clients
+                    })
+                    .await;
+                    timer::pause(100).await;
+                    let after = resident_bytes();
+                    assert_eq!(env.net.stats().connections, N);
+                    drop(clients);
+                    after.saturating_sub(before) / N as u64
+                }) else {
+                    return;
+                };
+                eprintln!("{KIND:?}: {} bytes resident per idle connection", out.value);
+                assert!(out.value <= 16 * 1024, "{} bytes per connection", out.value);
+            }
+
+            #[test]
+            fn login_move_say_and_logout_reach_the_right_players() {
+                let (a, b) = neighbours();
+                let Some(out) = serve(KIND, limits(), Duration::from_millis(2), |env| {
+                    let addr = env.addr;
+                    let world = env.world.clone();
+                    let players = env.players.clone();
+                    async move {
+                        let (tx, rx) = tokio::sync::oneshot::channel();
+                        let (npc_tx, npc_rx) = std::sync::mpsc::channel::<u32>();
+                        let client = on_thread(move || {
+                            let mut sa = connect(addr);
+                            let mut sb = connect(addr);
+                            let (serial_a, x, y) = login(&mut sa, &a);
+                            let (serial_b, ..) = login(&mut sb, &b);
+                            assert_ne!(serial_a, serial_b);
+                            // A steps east: A gets its confirmation, B sees A move.
+                            send(&mut sa, client::MOVE, &[2, 7]);
+                            let ok = recv_id(&mut sa, server::MOVE_OK);
+                            let mut expect = vec![7];
+                            expect.extend((x + 1).to_be_bytes());
+                            expect.extend(y.to_be_bytes());
+                            assert_eq!(ok, expect);
+                            let moved = recv_id(&mut sb, server::MOBILE_MOVED);
+                            assert_eq!(moved, frame::serial_xy(serial_a, x + 1, y));
+                            // A speaks: both hear it.
+                            send(&mut sa, client::SAY, "hail".as_bytes());
+                            let mut heard = serial_a.to_be_bytes().to_vec();
+                            heard.extend(b"hail");
+                            assert_eq!(recv_id(&mut sa, server::SPEECH), heard);
+                            assert_eq!(recv_id(&mut sb, server::SPEECH), heard);
+                            let _ = tx.send((x, y));
+                            // An NPC next to A barks: A hears it as 0x84 too.
+                            let npc = npc_rx.recv_timeout(TIMEOUT).unwrap();
+                            let bark = recv_id(&mut sa, server::SPEECH);
+                            assert_eq!(&bark[..4], npc.to_be_bytes());
+                            assert_eq!(&bark[4..], b"Welcome!");
+                            send(&mut sa, client::LOGOUT, &[]);
+                            assert!(closed_by_server(&mut sa));
+                            sb // B stays connected until the check below
+                        });
+                        let (x, y) = rx.await.unwrap();
+                        let npc = {
+                            let mut world = world.borrow_mut();
+                            let serial = world.new_mobile_serial();
+                            let mut mobile = Mobile::new(serial, "a guard", 0x190);
+                            mobile.is_npc = true;
+                            mobile.location = Location::new(x, y + 1, 0, MapId::FELUCCA);
+                            world.add_mobile(mobile).unwrap();
+                            world.say(serial, "Welcome!");
+                            serial
+                        };
+                        npc_tx.send(npc.0).unwrap();
+                        let sb = client.await;
+                        assert_eq!(players.borrow().len(), 1, "B is still in");
+                        drop(sb);
+                    }
+                }) else {
+                    return;
+                };
+                assert_eq!(out.players_after, 0);
+                assert_eq!(out.mobiles_after, 1, "only the NPC stays in the world");
+                assert!(out.logs.contains("logged out"), "{}", out.logs);
+                assert_eq!(out.stats.faults, 0, "{}", out.logs);
+            }
+
+            /// Sends `bad` on one connection after logging in (if `name`); that connection is
+            /// closed with one log line naming its peer and `reason`, while a bystander keeps
+            /// being answered and the timer keeps running.
+            fn rejects(limits: Limits, login_first: bool, bad: Vec<u8>, reason: &'static str) {
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| {
+                    on_thread(move || {
+                        let mut bystander = connect(env.addr);
+                        login(&mut bystander, "bystander");
+                        let mut s = connect(env.addr);
+                        let peer = s.local_addr().unwrap();
+                        if login_first {
+                            login(&mut s, "offender");
+                        }
+                        s.write_all(&bad).unwrap();
+                        assert!(closed_by_server(&mut s), "{reason}: not disconnected");
+                        ping(&mut bystander, b"still here");
+                        std::thread::sleep(Duration::from_millis(50));
+                        ping(&mut bystander, b"still here");
+                        peer
+                    })
+                }) else {
+                    return;
+                };
+                let peer = out.value.to_string();
+                let lines: Vec<&str> = out
+                    .logs
+                    .lines()
+                    .filter(|l| l.contains("disconnected") && l.contains(&peer))
+                    .collect();
+                assert_eq!(lines.len(), 1, "{reason}: {}", out.logs);
+                assert!(lines[0].contains(reason), "{reason}: {}", lines[0]);
+                assert!(lines[0].contains("WARN"), "{}", lines[0]);
+                assert_eq!(out.stats.faults, 1);
+                assert!(out.timer_runs > 0);
+                // Everyone's gone afterwards (the bystander hung up): nothing left behind.
+                assert_eq!((out.players_after, out.mobiles_after), (0, 0));
+                assert_eq!(out.stats.connections, 0);
+            }
+
+            #[test]
+            fn unknown_packet_id() {
+                rejects(
+                    limits(),
+                    false,
+                    frame::packet(0x7f, &[b"?"]),
+                    "unknown packet id 0x7f",
+                );
+            }
+
+            #[test]
+            fn length_below_the_header() {
+                rejects(limits(), false, vec![client::PING, 0, 2], "length 2");
+            }
+
+            #[test]
+            fn length_above_max_packet() {
+                let limits = Limits {
+                    max_packet: 100,
+                    ..limits()
+                };
+                rejects(limits, false, vec![client::SAY, 0, 101], "length 101");
+            }
+
+            #[test]
+            fn ping_payload_too_long() {
+                rejects(
+                    limits(),
+                    false,
+                    frame::packet(client::PING, &[&[0; 65]]),
+                    "ping payload",
+                );
+            }
+
+            #[test]
+            fn login_name_not_utf8() {
+                rejects(
+                    limits(),
+                    false,
+                    frame::packet(client::LOGIN, &[&[0xff, 0xfe]]),
+                    "UTF-8",
+                );
+            }
+
+            #[test]
+            fn login_name_too_long() {
+                rejects(
+                    limits(),
+                    false,
+                    frame::packet(client::LOGIN, &[&[b'a'; 31]]),
+                    "name of 31 bytes",
+                );
+            }
+
+            #[test]
+            fn move_with_a_bad_direction() {
+                rejects(
+                    limits(),
+                    true,
+                    frame::packet(client::MOVE, &[&[8, 0]]),
+                    "direction 8",
+                );
+            }
+
+            #[test]
+            fn move_before_login() {
+                rejects(
+                    limits(),
+                    false,
+                    frame::packet(client::MOVE, &[&[0, 0]]),
+                    "before login",
+                );
+            }
+
+            #[test]
+            fn say_before_login() {
+                rejects(
+                    limits(),
+                    false,
+                    frame::packet(client::SAY, &[b"hi"]),
+                    "before login",
+                );
+            }
+
+            #[test]
+            fn a_client_that_never_reads() {
+                let limits = Limits {
+                    send_buffer_size: 4096,
+                    ..limits()
+                };
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| {
+                    on_thread(move || {
+                        let mut bystander = connect(env.addr);
+                        let s = small_receive_buffer(env.addr);
+                        let peer = s.local_addr().unwrap();
+                        let mut s = s;
+                        s.set_write_timeout(Some(Duration::from_millis(200)))
+                            .unwrap();
+                        let ping = frame::packet(client::PING, &[&[0; 64]]);
+                        // Write pings, never read: the echoes pile up on the server.
+                        for _ in 0..20_000 {
+                            if s.write_all(&ping).is_err() {
+                                break; // the server hung up
+                            }
+                        }
+                        ping_ok(&mut bystander);
+                        peer
+                    })
+                }) else {
+                    return;
+                };
+                let peer = out.value.to_string();
+                let lines: Vec<&str> = out
+                    .logs
+                    .lines()
+                    .filter(|l| l.contains("disconnected") && l.contains(&peer))
+                    .collect();
+                assert_eq!(lines.len(), 1, "{}", out.logs);
+                assert!(lines[0].contains("send buffer overflow"), "{}", lines[0]);
+                assert_eq!(out.stats.faults, 1);
+                assert_eq!(out.stats.connections, 0);
+            }
+
+            #[test]
+            fn a_slowloris_client_times_out() {
+                let limits = Limits {
+                    idle_timeout: Duration::from_secs(2),
+                    ..limits()
+                };
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| {
+                    on_thread(move || {
+                        let mut bystander = connect(env.addr);
+                        let mut s = connect(env.addr);
+                        let peer = s.local_addr().unwrap();
+                        let began = Instant::now();
+                        // A 200-byte say, one byte a second: never a whole packet.
+                        let mut trickle = vec![client::SAY, 0, 200]
+                            .into_iter()
+                            .chain(std::iter::repeat(b'z'));
+                        s.set_read_timeout(Some(Duration::from_millis(1000)))
+                            .unwrap();
+                        let mut buf = [0; 16];
+                        let closed = loop {
+                            if began.elapsed() > Duration::from_secs(10) {
+                                break false;
+                            }
+                            if s.write_all(&[trickle.next().unwrap()]).is_err() {
+                                break true;
+                            }
+                            match s.read(&mut buf) {
+                                Ok(0) => break true,
+                                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break true,
+                                _ => {}
+                            }
+                            // Keep the bystander's own idle clock fresh.
+                            ping_ok(&mut bystander);
+                        };
+                        assert!(closed, "still open after 10 s");
+                        assert!(began.elapsed() >= Duration::from_secs(2), "cut off early");
+                        ping_ok(&mut bystander);
+                        peer
+                    })
+                }) else {
+                    return;
+                };
+                let peer = out.value.to_string();
+                let lines: Vec<&str> = out
+                    .logs
+                    .lines()
+                    .filter(|l| l.contains("disconnected") && l.contains(&peer))
+                    .collect();
+                assert_eq!(lines.len(), 1, "{}", out.logs);
+                assert!(lines[0].contains("idle timeout"), "{}", lines[0]);
+                assert_eq!(out.stats.faults, 1, "{}", out.logs);
+            }
+
+            #[test]
+            fn connections_over_the_limit_are_closed_at_once() {
+                let limits = Limits {
+                    max_connections: 2,
+                    ..limits()
+                };
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| {
+                    on_thread(move || {
+                        let mut a = connect(env.addr);
+                        let mut b = connect(env.addr);
+                        ping_ok(&mut a);
+                        ping_ok(&mut b);
+                        let mut c = connect(env.addr);
+                        assert!(closed_by_server(&mut c));
+                        ping_ok(&mut a);
+                    })
+                }) else {
+                    return;
+                };
+                assert_eq!(out.stats.refused, 1);
+                assert!(out.logs.contains("refused a connection"), "{}", out.logs);
+            }
+        }
+    };
+}
+
+fn ping_ok(stream: &mut TcpStream) {
+    ping(stream, b"ok");
+}
+
+/// A client socket with a small receive buffer, so that what the server sends backs up fast.
+fn small_receive_buffer(addr: SocketAddr) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&addr.into()).unwrap();
+    let stream: TcpStream = socket.into();
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    stream
+}
+
+/// This process's resident set, from `/proc/self/statm`.
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    pages * page
+}
+
+/// Raises this process's open-file limit to at least `want`; false (with a message) if the
+/// hard limit does not allow it.
+fn raise_fd_limit(want: u64) -> bool {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed in.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            eprintln!("skipped: cannot read RLIMIT_NOFILE");
+            return false;
+        }
+        if limit.rlim_cur >= want {
+            return true;
+        }
+        if limit.rlim_max < want {
+            eprintln!(
+                "skipped: RLIMIT_NOFILE hard limit {} < {want}",
+                limit.rlim_max
+            );
+            return false;
+        }
+        limit.rlim_cur = want;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+    }
+}
+
+suite!(epoll, BackendKind::Epoll);
+suite!(io_uring, BackendKind::IoUring);
