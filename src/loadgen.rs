@@ -22,19 +22,25 @@
 //! resolution, ≤ 1.6 % bucket error, a few KiB per client whatever the run length). A client
 //! whose connection fails or is closed is counted as an error; the others carry on.
 //!
-//! **Runtime.** One current-thread tokio runtime drives every client. On a 2-core host shared
-//! with the server, against `examples/tokio_echo.rs` with 1000 ping clients (release build,
-//! 10 s), it did 5–8 % more round trips than a 2-worker multi-thread runtime, at a lower p50
-//! RTT: the work per round trip is two small syscalls, and
-//! a second worker mostly buys cross-thread wake-ups and steals while competing with the
-//! server for the second core. (The library's tokio features also have no `rt-multi-thread`.)
+//! **Runtime.** One current-thread tokio runtime drives every client. Measured on the
+//! 2-core host against `examples/tokio_echo.rs` (release builds, 5 s runs, alternating):
+//! 1000 ping clients made 78–90 k round trips/s with p99 17–21 ms, against 72–79 k/s and
+//! p99 28–40 ms for a 2-worker multi-thread runtime; 100 clients made 116–143 k/s with p99
+//! 1.2–2.0 ms, against 116–120 k/s and p99 4.4 ms. Either way this process used about one
+//! core and the echo server most of the other: the box, not the runtime, is the limit, and a
+//! second worker only adds cross-thread wake-ups and work stealing (hence its worse tail).
+//! (The library's tokio features have no `rt-multi-thread` anyway.) On a bigger host, if the
+//! report says this tool was saturated, run several `loadgen` processes side by side.
 //!
 //! **What it must never do** is be the bottleneck silently: a measuring tool that is slower
-//! than what it measures reports its own limits as the server's. So the report includes the
-//! tool's own CPU use (one core busy ⇒ the figures are the tool's ceiling, and it says so),
-//! and in `walk` mode how often a client fell behind its schedule: a tick that fired late
-//! (this tool was too busy) or a move skipped because the previous one was still unanswered
-//! (the server was slow).
+//! than what it measures reports its own limits as the server's. On loopback it shares the
+//! CPU with the server, and most of its time is the kernel's (each send also delivers the
+//! packet to the server's socket), so it can be. The report therefore shows the tool's own
+//! CPU use and its own scheduling delay (how long a client whose answer has arrived waits
+//! for the runtime's one thread), and in `walk` mode how often a client fell behind its
+//! schedule: a tick that fired late (this tool was too busy) or a move skipped because the
+//! previous one was still unanswered (the server was slow). When the tool may have set the
+//! figures, the report ends with a warning saying so.
 
 use std::fmt;
 use std::io;
@@ -44,7 +50,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::net::frame::{self, Frame, FrameError, client, server};
@@ -126,6 +132,7 @@ pub struct Report {
     /// From the first connect to the last client set up.
     pub setup: Duration,
     /// The measurement window: round trips are counted only if they start and end in it.
+    /// As asked, or shorter if every client failed before its end.
     pub duration: Duration,
     pub round_trips: u64,
     pub round_trips_per_sec: f64,
@@ -337,24 +344,36 @@ async fn drive(args: &LoadgenArgs) -> Result<Report, LoadgenError> {
         .collect();
     drop(ready_tx);
     // Every client reports once, set up or failed (`Ready` reports on drop), so this ends.
-    while ready_rx.recv().await.is_some() {}
+    let mut set_up = 0;
+    while let Some(ok) = ready_rx.recv().await {
+        set_up += u32::from(ok);
+    }
     let setup = setup_began.elapsed();
+    // With no client to measure, an empty window: the error comes at once, not `duration` on.
+    let duration = if set_up == 0 {
+        Duration::ZERO
+    } else {
+        args.duration
+    };
 
     let cpu_before = cpu_time();
     let start = Instant::now();
-    let window = Window {
+    window_tx.send_replace(Some(Window {
         start,
-        end: start + args.duration,
-    };
-    window_tx.send_replace(Some(window));
-    let lag = tokio::spawn(probe_lag(window.end));
+        end: start + duration,
+    }));
+    let (stop_lag, stopped) = oneshot::channel();
+    let lag = tokio::spawn(probe_lag(stopped));
     let mut total = Outcome::default();
     for (id, client) in (0..).zip(clients) {
         total.merge(id, client.await);
     }
+    // Every client is done: at the end of the window, or earlier if they all failed.
+    let _ = stop_lag.send(());
     let tool = Tool {
         setup,
-        duration: args.duration,
+        // Shorter than asked only if every client failed before the end.
+        duration: start.elapsed().min(duration),
         cpu: cpu_time().saturating_sub(cpu_before).as_secs_f64()
             / start.elapsed().as_secs_f64().max(1e-9),
         // The probe only sleeps and yields: it cannot panic, so a JoinError is unreachable.
@@ -366,19 +385,20 @@ async fn drive(args: &LoadgenArgs) -> Result<Report, LoadgenError> {
 /// How often the lag probe samples.
 const LAG_SAMPLE: Duration = Duration::from_millis(10);
 
-/// Samples this tool's own scheduling delay until `end`: a yield puts the probe at the back
+/// Samples this tool's own scheduling delay until `stop`: a yield puts the probe at the back
 /// of the run queue, behind every client ready at that moment, so the time to its next poll
-/// is what a client whose answer just arrived waits before it can take it.
-async fn probe_lag(end: Instant) -> Histogram {
+/// is what a client whose answer just arrived waits before it can take it. (A spawned task,
+/// not part of `drive`: the runtime polls its main future out of turn.)
+async fn probe_lag(mut stop: oneshot::Receiver<()>) -> Histogram {
     let mut lag = Histogram::default();
     let mut samples = tokio::time::interval(LAG_SAMPLE);
     samples.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
-        samples.tick().await;
-        let yielded = Instant::now();
-        if yielded >= end {
-            return lag;
+        tokio::select! {
+            _ = &mut stop => return lag,
+            _ = samples.tick() => {}
         }
+        let yielded = Instant::now();
         tokio::task::yield_now().await;
         lag.record(yielded.elapsed());
     }
@@ -392,21 +412,21 @@ struct Tool {
     lag: Histogram,
 }
 
-/// Tells the coordinator a client is done setting up, exactly once, even if it failed.
-struct Ready(Option<mpsc::UnboundedSender<()>>);
+/// Tells the coordinator whether a client is set up, exactly once, even if it failed.
+struct Ready(Option<mpsc::UnboundedSender<bool>>);
 
 impl Ready {
-    fn signal(&mut self) {
+    fn signal(&mut self, set_up: bool) {
         if let Some(tx) = self.0.take() {
             // The coordinator outlives every client, so this cannot fail while it matters.
-            let _ = tx.send(());
+            let _ = tx.send(set_up);
         }
     }
 }
 
 impl Drop for Ready {
     fn drop(&mut self) {
-        self.signal();
+        self.signal(false);
     }
 }
 
@@ -549,7 +569,7 @@ async fn client(
         conn.login(id, seen).await?;
     }
     seen.connected = 1;
-    ready.signal();
+    ready.signal(true);
     let window = conn.wait_for_start(window, seen).await?;
     match plan.mode {
         Mode::Ping => ping(&mut conn, id, plan.payload, window, seen).await,

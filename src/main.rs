@@ -5,12 +5,15 @@
 //!   or `shutdown` on the console; exit 0 after a clean stop.
 //! - `shardloop check-config`: the effective configuration and where each value came from.
 //! - `shardloop probe-host`: how well this host sleeps, wakes and reads its clocks.
+//! - `shardloop loadgen --connect ADDR ...`: a load client for a running shard (or
+//!   `examples/tokio_echo.rs`); prints round trips/s and RTT percentiles.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use shardloop::config::{Config, ConfigArgs, ConfigError, Loaded};
+use shardloop::loadgen::{self, LoadgenArgs};
 use shardloop::net::BackendKind;
 use shardloop::{probe_host, shard};
 use tracing_subscriber::EnvFilter;
@@ -30,7 +33,7 @@ struct Cli {
     log_format: LogFormat,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 enum Cmd {
     /// Run the shard (the default).
     Run,
@@ -38,6 +41,8 @@ enum Cmd {
     CheckConfig,
     /// Measure this host's clocks, sleeps and wake-ups, and grade each against a reference.
     ProbeHost,
+    /// Load a running server with N clients (ping or walk) and report round trips and RTT.
+    Loadgen(LoadgenArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -50,7 +55,21 @@ enum LogFormat {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command.unwrap_or(Cmd::Run) {
+    match cli.command.clone().unwrap_or(Cmd::Run) {
+        Cmd::Loadgen(args) => match loadgen::run(&args) {
+            Ok(report) => {
+                println!("{report}");
+                // A run where clients failed is not a clean measurement: say so to scripts.
+                match report.errors {
+                    0 => ExitCode::SUCCESS,
+                    _ => ExitCode::FAILURE,
+                }
+            }
+            Err(e) => {
+                eprintln!("shardloop loadgen: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::ProbeHost => {
             println!("{}", probe_host::report(&probe_host::run()));
             ExitCode::SUCCESS

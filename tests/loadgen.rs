@@ -1,5 +1,5 @@
-//! `loadgen` end to end: ping mode against an in-process echo server, and the error for a
-//! server that is not there. No speed is asserted: the host may be slow or busy.
+//! `loadgen` end to end: ping and walk modes against an in-process fake shard, and the error
+//! for a server that is not there. No speed is asserted: the host may be slow or busy.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -7,7 +7,7 @@ use std::thread;
 
 use clap::Parser;
 use shardloop::loadgen::{self, LoadgenArgs, LoadgenError, Mode};
-use shardloop::net::frame::{self, client};
+use shardloop::net::frame::{self, client, server};
 use tokio::net::{TcpListener, TcpStream};
 
 /// `shardloop loadgen`'s flags, parsed as the binary will parse them.
@@ -22,9 +22,9 @@ fn args(flags: &[&str]) -> LoadgenArgs {
     Cli::try_parse_from(argv).expect("valid flags").loadgen
 }
 
-/// Starts a ping echo server on its own thread (and runtime, separate from loadgen's);
-/// it lives until the test process ends.
-fn echo_server() -> SocketAddr {
+/// Starts a fake shard on its own thread (and runtime, separate from loadgen's); it lives
+/// until the test process ends.
+fn fake_shard() -> SocketAddr {
     let listener = StdListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     let addr = listener.local_addr().expect("bound address");
     listener
@@ -34,19 +34,21 @@ fn echo_server() -> SocketAddr {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .expect("echo runtime");
+            .expect("fake shard runtime");
         runtime.block_on(async move {
             let listener = TcpListener::from_std(listener).expect("tokio listener");
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(echo(stream));
+                tokio::spawn(serve(stream));
             }
         });
     });
     addr
 }
 
-/// Writes back every ping frame received, until the connection closes.
-async fn echo(stream: TcpStream) -> io::Result<()> {
+/// Answers like the shard, minus the world: pings echoed, login → `0x81`, move → `0x82`
+/// with the same seq and a `0x85` besides (as if another mobile moved), say → `0x84`,
+/// logout → close.
+async fn serve(stream: TcpStream) -> io::Result<()> {
     let mut buf = Vec::new();
     let mut chunk = [0; 4096];
     loop {
@@ -60,10 +62,22 @@ async fn echo(stream: TcpStream) -> io::Result<()> {
         let mut used = 0;
         let mut out = Vec::new();
         while let Some(packet) = frame::split(&buf[used..], 8192).map_err(io::Error::other)? {
-            if packet.id == client::PING {
-                out.extend_from_slice(packet.bytes);
-            }
             used += packet.bytes.len();
+            let xy = frame::serial_xy(7, 1300, 1450);
+            match packet.id {
+                client::PING => out.extend_from_slice(packet.bytes),
+                client::LOGIN => frame::put(&mut out, server::LOGIN_OK, &[&xy]),
+                client::MOVE => {
+                    frame::put(&mut out, server::MOBILE_MOVED, &[&xy]);
+                    frame::put(
+                        &mut out,
+                        server::MOVE_OK,
+                        &[&packet.payload()[1..], &xy[4..]],
+                    );
+                }
+                client::SAY => frame::put(&mut out, server::SPEECH, &[&xy[..4], packet.payload()]),
+                _ => return Ok(()),
+            }
         }
         buf.drain(..used);
         let mut rest = &out[..];
@@ -80,7 +94,7 @@ async fn echo(stream: TcpStream) -> io::Result<()> {
 
 #[test]
 fn ping_mode_measures_round_trips_on_every_connection() {
-    let addr = echo_server().to_string();
+    let addr = fake_shard().to_string();
     let args = args(&[
         "--connect",
         &addr,
@@ -109,6 +123,39 @@ fn ping_mode_measures_round_trips_on_every_connection() {
         "{shown}"
     );
     assert!(shown.contains("errors 0"), "{shown}");
+}
+
+#[test]
+fn walk_mode_times_moves_and_counts_what_the_server_pushes() {
+    let addr = fake_shard().to_string();
+    let args = args(&[
+        "--connect",
+        &addr,
+        "--connections",
+        "10",
+        "--duration",
+        "1s",
+        "--ramp",
+        "0s",
+        "--mode",
+        "walk",
+    ]);
+
+    let report = loadgen::run(&args).expect("a report");
+
+    assert_eq!((report.connected, report.errors), (10, 0), "{report}");
+    // A move every 250 ms: about 4 per client in 1 s, however slow the host.
+    assert!(report.round_trips > 0, "{report}");
+    assert!(report.round_trips <= 10 * 5, "{report}");
+    assert!(report.moved >= report.round_trips, "{report}");
+    assert_eq!(report.other, 0, "{report}");
+    assert!(report.rtt_p50 <= report.rtt_p99 && report.rtt_p99 <= report.rtt_max);
+    let shown = report.to_string();
+    assert!(
+        shown.starts_with("loadgen: walk, 10/10 connections"),
+        "{shown}"
+    );
+    assert!(shown.contains("received 0x84"), "{shown}");
 }
 
 #[test]
