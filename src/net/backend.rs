@@ -113,10 +113,18 @@ impl Signal {
         }
     }
 
-    /// Marks `token` ready and wakes the loop.
+    /// Marks `token` ready and wakes the loop — once per batch: only the first token since
+    /// the Network phase last took them wakes it (the others ride along), so a thousand
+    /// sockets becoming readable together cost one wake, not a thousand.
     pub fn raise(&self, token: Token) {
-        lock(&self.inner.ready).push(token);
-        self.inner.wake_loop.wake();
+        let first = {
+            let mut ready = lock(&self.inner.ready);
+            ready.push(token);
+            ready.len() == 1
+        };
+        if first {
+            self.inner.wake_loop.wake();
+        }
     }
 
     /// A waker that raises `token`.

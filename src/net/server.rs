@@ -14,6 +14,7 @@
 //! header (that is the handler table's business) and never block.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -34,6 +35,10 @@ use crate::timer::{self, TimerToken};
 /// Connections accepted per listener per iteration; a login rush takes a few iterations
 /// instead of starving the timers.
 const ACCEPTS_PER_ITERATION: usize = 64;
+/// Connections read per iteration. A busy iteration costs a few microseconds per connection
+/// (read, handlers, write), and a timer due meanwhile waits for the next iteration: this keeps
+/// that wait around a millisecond however many players are sending.
+const CONNS_PER_ITERATION: usize = 128;
 /// Bytes read per `read` call.
 const READ_CHUNK: usize = 16 * 1024;
 /// Bytes read from one connection per iteration before the next connection's turn.
@@ -98,7 +103,9 @@ struct Server {
     /// Tokens taken from the signal, being processed.
     ready: Vec<Token>,
     /// Connections to read this iteration, and listeners to accept on.
-    to_read: Vec<ConnId>,
+    /// FIFO, each connection at most once (`NetState::queued_read`): the order readiness
+    /// arrived in, so no connection waits behind others that keep getting data.
+    to_read: VecDeque<ConnId>,
     to_accept: Vec<usize>,
     /// Where reads land and packets are split; its content never outlives one connection's
     /// turn.
@@ -120,7 +127,7 @@ impl Net {
             signal: None,
             acceptors: Vec::new(),
             ready: Vec::new(),
-            to_read: Vec::new(),
+            to_read: VecDeque::new(),
             to_accept: Vec::new(),
             scratch: Vec::new(),
             stats: NetStats::default(),
@@ -283,8 +290,9 @@ impl Server {
         let Some(signal) = &self.signal else {
             return false;
         };
-        signal.take(&mut self.ready);
-        for token in self.ready.drain(..) {
+        let mut ready = std::mem::take(&mut self.ready);
+        signal.take(&mut ready);
+        for token in ready.drain(..) {
             match token {
                 Token::Listener(i) => self.to_accept.push(i),
                 Token::Conn(conn) => {
@@ -298,10 +306,11 @@ impl Server {
                             self.sessions.to_flush.push(conn);
                         }
                     }
-                    self.to_read.push(conn);
+                    self.queue_read(conn);
                 }
             }
         }
+        self.ready = ready; // keeps its allocation
         let mut pending = self.accept_all();
         pending |= self.read_all();
         self.reap();
@@ -355,7 +364,7 @@ impl Server {
                     self.stats.accepted += 1;
                     tracing::debug!(%peer, %conn, "connected");
                     // Data may have come with the connection: read without waiting for a signal.
-                    self.to_read.push(conn);
+                    self.queue_read(conn);
                 }
                 Poll::Ready(Err(e)) => {
                     self.accept_errors.log(|suppressed| {
@@ -373,20 +382,30 @@ impl Server {
         true
     }
 
+    fn queue_read(&mut self, conn: ConnId) {
+        if let Some(state) = self.sessions.conns.get_mut(conn.0)
+            && !state.queued_read
+        {
+            state.queued_read = true;
+            self.to_read.push_back(conn);
+        }
+    }
+
+    /// Reads up to [`CONNS_PER_ITERATION`] queued connections, oldest first; one that still
+    /// has data goes to the back of the queue. True if any are left for the next iteration.
     fn read_all(&mut self) -> bool {
-        let mut conns = std::mem::take(&mut self.to_read);
-        conns.sort_unstable();
-        conns.dedup();
-        let mut again = Vec::new();
-        for &conn in &conns {
+        for _ in 0..CONNS_PER_ITERATION {
+            let Some(conn) = self.to_read.pop_front() else {
+                break;
+            };
+            let Some(state) = self.sessions.conns.get_mut(conn.0) else {
+                continue;
+            };
+            state.queued_read = false;
             if self.read(conn) {
-                again.push(conn);
+                self.queue_read(conn);
             }
         }
-        conns.clear();
-        conns.append(&mut self.to_read);
-        conns.append(&mut again);
-        self.to_read = conns;
         !self.to_read.is_empty()
     }
 

@@ -78,6 +78,8 @@ pub(super) struct NetState {
     /// The socket said "full"; it signals when writable again.
     pub write_blocked: bool,
     pub queued_flush: bool,
+    /// In the server's read queue.
+    pub queued_read: bool,
 }
 
 impl NetState {
@@ -93,6 +95,7 @@ impl NetState {
             closing: None,
             write_blocked: false,
             queued_flush: false,
+            queued_read: false,
         }
     }
 

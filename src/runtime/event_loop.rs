@@ -21,6 +21,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+use tokio::task::coop::unconstrained;
 
 use tokio::time::{Duration, Instant};
 
@@ -241,7 +242,7 @@ impl EventLoop {
     /// Runs the loop until [`LoopContext::shutdown`], then runs what was already posted and
     /// returns. Timers and tasks stay for a later `run_until`.
     pub async fn run(&mut self) {
-        self.run_inner(std::future::pending::<()>(), true).await;
+        unconstrained(self.run_inner(std::future::pending::<()>(), true)).await;
         // Accepted before shutdown: delivered, not lost.
         let mut rest = self.core.shared.clear_posted();
         rest.extend(self.posted.drain(..));
@@ -253,13 +254,19 @@ impl EventLoop {
     /// Runs the loop until `future` completes — at the end of that iteration (L3) — and
     /// returns its output. `future` runs on the loop like a task and may be `!Send`.
     pub async fn run_until<F: Future>(&mut self, future: F) -> F::Output {
-        match self.run_inner(future, false).await {
+        match unconstrained(self.run_inner(future, false)).await {
             Some(output) => output,
             None => unreachable!("run_inner only stops early when asked to stop on shutdown"),
         }
     }
 
     /// Iterates until `future` completes or, with `until_closed`, the loop is shut down.
+    ///
+    /// Callers run it `unconstrained`: tokio's cooperative budget (128 resource polls per
+    /// task poll) would otherwise start failing the socket polls of the Network and Flush
+    /// phases part-way through an iteration with artificial `Pending`s. The loop needs no
+    /// such push: it hands control back to tokio at the end of every iteration, and bounds
+    /// each phase itself.
     async fn run_inner<F: Future>(&mut self, future: F, until_closed: bool) -> Option<F::Output> {
         if std::mem::take(&mut self.probe_host) && !health::probe(self.core.clock.tick) {
             self.core.health.borrow_mut().set_unsupported();

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Network figures of the shard against its peers, with `shardloop loadgen` as the client.
+#
+#   scripts/measure-network.sh [rounds] [seconds]        (defaults: 3 20)
+#
+# 1. 1000 clients ping-pong: the shard on epoll, the shard on io_uring and
+#    examples/tokio_echo.rs, each `rounds` times, interleaved; round trips/s and RTT from
+#    loadgen, and the shard's CPU and wheel lag (its `loop:` lines) over each run.
+# 2. 1 client ping-pong: the shard with its default idle_wait and with idle_wait = 0.
+# 3. 500 clients in walk mode for 60 s on the default backend: loop CPU, p99 wheel lag, late
+#    ticks.
+#
+# Every shard runs the default world (190,728 items, 33,158 mobiles, its timers) with a
+# `loop:` line every 5 s. It builds nothing: run `cargo build --release --examples` first
+# (or point SHARDLOOP_BIN / ECHO_BIN at binaries). Config overrides go through SHARD_*.
+set -euo pipefail
+
+rounds=${1:-3}
+seconds=${2:-20}
+bin=${SHARDLOOP_BIN:-target/release/shardloop}
+echo_bin=${ECHO_BIN:-target/release/examples/tokio_echo}
+port=${PORT:-26100}
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+for b in "$bin" "$echo_bin"; do
+    if [[ ! -x "$b" ]]; then
+        echo "measure-network: $b not found; run 'cargo build --release --examples' first" >&2
+        exit 2
+    fi
+done
+bin=$(realpath "$bin")
+echo_bin=$(realpath "$echo_bin")
+ulimit -n "$(ulimit -Hn)"
+
+# CPU time of every thread of a process, in nanoseconds.
+cpu_ns() {
+    local total=0 t
+    for t in /proc/"$1"/task/*/schedstat; do
+        read -r ns _ <"$t" || continue
+        total=$((total + ns))
+    done
+    echo "$total"
+}
+
+# start_shard NAME [VAR=value ...]: starts the shard, waits for "shard ready"; sets $pid.
+start_shard() {
+    local name=$1
+    shift
+    (cd "$work" && exec env SHARD_SERVER__PROBE_HOST=false SHARD_SERVER__LOOP_STATS_INTERVAL=5s \
+        SHARD_NETWORK__LISTEN="[\"127.0.0.1:$port\"]" "$@" \
+        "$bin" </dev/null >/dev/null 2>"$work/$name.log") &
+    pid=$!
+    for _ in $(seq 600); do
+        grep -q "shard ready" "$work/$name.log" 2>/dev/null && return
+        sleep 0.1
+    done
+    echo "measure-network: $name never became ready" >&2
+    cat "$work/$name.log" >&2
+    exit 1
+}
+
+stop() {
+    kill -TERM "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
+# load NAME PID ARGS...: runs loadgen against the server PID; prints its report, the
+# server's CPU over the run and, for a shard, the loop: lines logged during the run.
+load() {
+    local name=$1 server=$2
+    shift 2
+    local log="$work/$name.log" before_lines=0 cpu0 t0 cpu1 t1
+    [[ -f "$log" ]] && before_lines=$(wc -l <"$log")
+    cpu0=$(cpu_ns "$server")
+    t0=$(date +%s%N)
+    "$bin" loadgen --connect "127.0.0.1:$port" "$@" | sed 's/^/    /' || true
+    cpu1=$(cpu_ns "$server")
+    t1=$(date +%s%N)
+    awk -v c=$((cpu1 - cpu0)) -v t=$((t1 - t0)) \
+        'BEGIN { printf "    server cpu over the run (setup included): %.1f%% of a core\n", 100 * c / t }'
+    if [[ -f "$log" ]]; then
+        tail -n +"$((before_lines + 1))" "$log" | grep -o 'loop: .*' | sed 's/^/    /' || true
+    fi
+}
+
+echo "== 1000 clients, ping, ${seconds}s per run, $rounds rounds interleaved"
+for round in $(seq "$rounds"); do
+    for backend in epoll io_uring; do
+        echo "-- round $round: shard, network.backend = $backend"
+        start_shard "ping-$backend-$round" SHARD_NETWORK__BACKEND=$backend \
+            SHARD_NETWORK__MAX_CONNECTIONS=2000
+        grep -o 'listening for players.*' "$work/ping-$backend-$round.log" | sed 's/^/    /'
+        load "ping-$backend-$round" "$pid" --connections 1000 --duration "${seconds}s" --ramp 2s
+        stop "$pid"
+    done
+    echo "-- round $round: tokio_echo"
+    "$echo_bin" "127.0.0.1:$port" >/dev/null &
+    echo_pid=$!
+    sleep 0.5
+    load "echo-$round" "$echo_pid" --connections 1000 --duration "${seconds}s" --ramp 2s
+    stop "$echo_pid"
+done
+
+echo "== 1 client, ping, 10s per run: default idle_wait vs idle_wait = 0"
+for round in $(seq "$rounds"); do
+    for idle in default 0ms; do
+        echo "-- round $round: idle_wait $idle"
+        if [[ $idle == default ]]; then
+            start_shard "rtt-$idle-$round"
+        else
+            start_shard "rtt-$idle-$round" SHARD_SERVER__IDLE_WAIT=$idle
+        fi
+        load "rtt-$idle-$round" "$pid" --connections 1 --duration 10s
+        stop "$pid"
+    done
+done
+
+echo "== 500 clients, walk, 60s, default backend"
+start_shard walk
+load walk "$pid" --connections 500 --duration 60s --mode walk --ramp 5s
+stop "$pid"
