@@ -283,6 +283,43 @@ fn bad_duration_in_env_names_the_variable() {
 }
 
 #[test]
+fn network_and_spin_limits_are_checked() {
+    let cases = [
+        (
+            "SHARD_SERVER__SPIN_BEFORE_PARK",
+            "1s",
+            "server.spin_before_park",
+            "at most 10ms",
+        ),
+        (
+            "SHARD_NETWORK__MAX_PACKET",
+            "2",
+            "network.max_packet",
+            "between 3",
+        ),
+        (
+            "SHARD_NETWORK__IDLE_TIMEOUT",
+            "soon",
+            "network.idle_timeout",
+            "\"soon\"",
+        ),
+    ];
+    for (var, value, key, why) in cases {
+        let err = load_err(ConfigFile::None, &[(var, value)], Overrides::default());
+        assert_eq!(err.key(), Some(key), "{err}");
+        assert_eq!(err.origin(), Some(&env_origin(var)), "{err}");
+        assert!(err.to_string().contains(why), "{err}");
+    }
+    let ok = [
+        ("SHARD_SERVER__SPIN_BEFORE_PARK", "0us"),
+        ("SHARD_NETWORK__IDLE_TIMEOUT", "0s"),
+    ];
+    let loaded = load(ConfigFile::None, &ok, Overrides::default());
+    assert!(loaded.config.server.spin_before_park.is_zero());
+    assert!(loaded.config.network.idle_timeout.is_zero());
+}
+
+#[test]
 fn unknown_key_in_env_names_the_variable() {
     let env = [("SHARD_SERVER__IDEL_WAIT", "0ms")];
     let err = load_err(ConfigFile::None, &env, Overrides::default());

@@ -39,8 +39,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::runtime::{
-    DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD, DEFAULT_TICK,
-    EventLoop, EventLoopBuilder,
+    DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD,
+    DEFAULT_SPIN_BEFORE_PARK, DEFAULT_TICK, EventLoop, EventLoopBuilder,
 };
 
 pub use cli::ConfigArgs;
@@ -77,6 +77,10 @@ pub struct ServerConfig {
     /// Longest idle block; zero never sleeps (spins).
     #[serde(with = "duration")]
     pub idle_wait: Duration,
+    /// After a packet, connection or post woke the loop, poll this long before parking again
+    /// (0 ..= 10 ms; zero = park at once).
+    #[serde(with = "duration")]
+    pub spin_before_park: Duration,
     /// Late wakes per second tolerated before idle sleeping backs off.
     pub late_wake_threshold: u32,
     /// Share of sleeps (percent, 0–100) that must also be late before sleeping backs off.
@@ -96,6 +100,7 @@ impl Default for ServerConfig {
         ServerConfig {
             data_dir: PathBuf::from("./data"),
             idle_wait: DEFAULT_IDLE_WAIT,
+            spin_before_park: DEFAULT_SPIN_BEFORE_PARK,
             late_wake_threshold: DEFAULT_LATE_WAKE_THRESHOLD,
             late_wake_percent: DEFAULT_LATE_WAKE_PERCENT,
             tick: DEFAULT_TICK,
@@ -111,6 +116,7 @@ impl ServerConfig {
     pub fn loop_builder(&self) -> EventLoopBuilder {
         EventLoop::builder()
             .idle_wait(self.idle_wait)
+            .spin_before_park(self.spin_before_park)
             .tick(self.tick)
             .late_wake_threshold(self.late_wake_threshold)
             .late_wake_percent(self.late_wake_percent)
@@ -372,6 +378,12 @@ impl ServerConfig {
         }
         if self.late_wake_percent > 100 {
             return invalid("server.late_wake_percent", "must be between 0 and 100");
+        }
+        if self.spin_before_park > Duration::from_millis(10) {
+            return invalid(
+                "server.spin_before_park",
+                "must be at most 10ms (it is a short busy-poll, not a sleep; 0 turns it off)",
+            );
         }
         Ok(())
     }

@@ -12,8 +12,8 @@ mod stats;
 
 pub use context::{LoopClosed, LoopContext};
 pub use event_loop::{
-    DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD, DEFAULT_TICK,
-    EventLoop, EventLoopBuilder, Slot,
+    DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD,
+    DEFAULT_SPIN_BEFORE_PARK, DEFAULT_TICK, EventLoop, EventLoopBuilder, Slot,
 };
 pub use executor::{JoinError, JoinHandle, spawn};
 pub use stats::{LagHistogram, LoopStats, Verdict};
