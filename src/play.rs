@@ -12,8 +12,11 @@
 //! queues packets on [`Sessions`]).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::net::frame::{client, serial_xy, server};
 use crate::net::{Access, BadPacket, ConnId, Net, Sessions};
@@ -37,11 +40,53 @@ pub const START_SPREAD: u16 = 400;
 /// The body of a player character.
 const HUMAN_MALE: u16 = 0x190;
 
-/// Who is logged in on which connection, and where they stand.
+/// Lines a player may say in a burst, and how fast the allowance refills: a client that
+/// talks faster is disconnected (it would flood every player in range).
+pub const SPEECH_BURST: u32 = 10;
+pub const SPEECH_REFILL: Duration = Duration::from_millis(200);
+
+/// Who is logged in on which connection, and where they stand. Ordered maps: broadcasts go
+/// out in the same order on every run.
 #[derive(Default)]
 pub struct Players {
-    by_conn: HashMap<ConnId, Serial>,
-    by_serial: HashMap<Serial, (ConnId, Location)>,
+    by_conn: BTreeMap<ConnId, Serial>,
+    by_serial: BTreeMap<Serial, Player>,
+}
+
+struct Player {
+    conn: ConnId,
+    at: Location,
+    speech: Allowance,
+}
+
+/// A token bucket of [`SPEECH_BURST`] lines, one back every [`SPEECH_REFILL`].
+struct Allowance {
+    tokens: u32,
+    refilled: Instant,
+}
+
+impl Allowance {
+    fn new() -> Allowance {
+        Allowance {
+            tokens: SPEECH_BURST,
+            refilled: Instant::now(),
+        }
+    }
+
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let earned = ((now - self.refilled).as_millis() / SPEECH_REFILL.as_millis())
+            .min(u128::from(SPEECH_BURST)) as u32;
+        if earned > 0 {
+            self.tokens = (self.tokens + earned).min(SPEECH_BURST);
+            self.refilled = now;
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
 }
 
 impl Players {
@@ -61,12 +106,25 @@ impl Players {
         self.by_conn.get(&conn).copied()
     }
 
+    /// The player of a logged-in connection.
+    fn get_mut(&mut self, conn: ConnId) -> Result<(Serial, &mut Player), BadPacket> {
+        let serial = *self
+            .by_conn
+            .get(&conn)
+            .ok_or_else(|| BadPacket::new("no player on this connection"))?;
+        let player = self
+            .by_serial
+            .get_mut(&serial)
+            .ok_or_else(|| BadPacket::new("no player mobile"))?;
+        Ok((serial, player))
+    }
+
     /// Connections of players within [`VIEW_RANGE`] of `at`.
     fn in_range(&self, at: Location) -> impl Iterator<Item = (Serial, ConnId)> + '_ {
         self.by_serial
             .iter()
-            .filter(move |(_, (_, loc))| loc.distance(&at).is_some_and(|d| d <= VIEW_RANGE))
-            .map(|(serial, (conn, _))| (*serial, *conn))
+            .filter(move |(_, p)| p.at.distance(&at).is_some_and(|d| d <= VIEW_RANGE))
+            .map(|(serial, p)| (*serial, p.conn))
     }
 }
 
@@ -92,7 +150,7 @@ pub fn install(net: &Net, world: Rc<RefCell<World>>) -> Rc<RefCell<Players>> {
         client::SAY,
         "say",
         Access::LoggedIn,
-        move |s, conn, payload| say(&p.borrow(), s, conn, payload),
+        move |s, conn, payload| say(&mut p.borrow_mut(), s, conn, payload),
     );
     net.handle(client::LOGOUT, "logout", Access::LoggedIn, |s, conn, _| {
         s.close(conn, crate::net::Disconnect::normal("logged out"));
@@ -123,7 +181,14 @@ fn login(
         .map_err(|e| BadPacket::new(format!("cannot place the player: {e}")))?;
     world.activate_around(at);
     players.by_conn.insert(conn, serial);
-    players.by_serial.insert(serial, (conn, at));
+    players.by_serial.insert(
+        serial,
+        Player {
+            conn,
+            at,
+            speech: Allowance::new(),
+        },
+    );
     sessions.set_logged_in(conn);
     sessions.send_packet(conn, server::LOGIN_OK, &[&serial_xy(serial.0, at.x, at.y)]);
     tracing::info!(peer = ?sessions.peer(conn), %conn, %serial, name, "logged in");
@@ -145,15 +210,10 @@ fn walk(
     };
     let (dx, dy) = step(direction)
         .ok_or_else(|| BadPacket::new(format!("direction {direction}, expected 0 to 7")))?;
-    let serial = players
-        .player(conn)
-        .expect("logged-in connections have a player");
-    let Some(entry) = players.by_serial.get_mut(&serial) else {
-        return Err(BadPacket::new("no player mobile"));
-    };
-    let from = entry.1;
+    let (serial, player) = players.get_mut(conn)?;
+    let from = player.at;
     let to = from.offset_clamped(dx, dy);
-    entry.1 = to;
+    player.at = to;
     world.move_mobile(serial, to);
     if SectorId::of(&from) != SectorId::of(&to) {
         // Wake the new neighbourhood before the old one may fall asleep: the overlap stays up.
@@ -167,18 +227,20 @@ fn walk(
 }
 
 fn say(
-    players: &Players,
+    players: &mut Players,
     sessions: &mut Sessions,
     conn: ConnId,
     payload: &[u8],
 ) -> Result<(), BadPacket> {
     let line = text(payload, MAX_SPEECH, "speech")?;
-    let serial = players
-        .player(conn)
-        .expect("logged-in connections have a player");
-    let Some(&(_, at)) = players.by_serial.get(&serial) else {
-        return Err(BadPacket::new("no player mobile"));
-    };
+    let (serial, player) = players.get_mut(conn)?;
+    if !player.speech.take() {
+        return Err(BadPacket::new(format!(
+            "speech flood: more than {SPEECH_BURST} lines in a burst, or more than one per \
+             {SPEECH_REFILL:?} after it"
+        )));
+    }
+    let at = player.at;
     let serial_bytes = serial.0.to_be_bytes();
     for (_, listener) in players.in_range(at) {
         sessions.send_packet(listener, server::SPEECH, &[&serial_bytes, line.as_bytes()]);
@@ -191,8 +253,8 @@ fn leave(world: &mut World, players: &mut Players, conn: ConnId) {
     let Some(serial) = players.by_conn.remove(&conn) else {
         return;
     };
-    if let Some((_, at)) = players.by_serial.remove(&serial) {
-        world.deactivate_around(at);
+    if let Some(player) = players.by_serial.remove(&serial) {
+        world.deactivate_around(player.at);
     }
     world.remove_mobile(serial);
 }

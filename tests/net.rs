@@ -589,6 +589,15 @@ macro_rules! suite {
             }
 
             #[test]
+            fn speech_flood() {
+                let mut flood = Vec::new();
+                for _ in 0..=play::SPEECH_BURST {
+                    frame::put(&mut flood, client::SAY, &[b"buy my wares"]);
+                }
+                rejects(limits(), true, flood, "speech flood");
+            }
+
+            #[test]
             fn move_with_a_bad_direction() {
                 rejects(
                     limits(),

@@ -17,7 +17,8 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
-use std::rc::Rc;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::rc::{Rc, Weak};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -27,9 +28,10 @@ use super::backend::{Acceptor, Backend, ReadOutcome, Signal, Token};
 use super::frame;
 use super::handlers::{Access, BadPacket, PacketTable};
 use super::listener;
-use super::session::{ConnId, Disconnect, NetState, Sessions, release_if_large};
+use super::session::{ConnId, Disconnect, NetState, Sessions};
 use crate::LoopContext;
 use crate::config::NetworkConfig;
+use crate::runtime::executor::panic_message;
 use crate::timer::{self, TimerToken};
 
 /// Connections accepted per listener per iteration; a login rush takes a few iterations
@@ -39,6 +41,9 @@ const ACCEPTS_PER_ITERATION: usize = 64;
 /// (read, handlers, write), and a timer due meanwhile waits for the next iteration: this keeps
 /// that wait around a millisecond however many players are sending.
 const CONNS_PER_ITERATION: usize = 128;
+/// Packets handled from one connection per turn: a client flooding small packets gets its
+/// share of an iteration, not all of it.
+const PACKETS_PER_TURN: usize = 64;
 /// Bytes read per `read` call.
 const READ_CHUNK: usize = 16 * 1024;
 /// Bytes read from one connection per iteration before the next connection's turn.
@@ -113,28 +118,35 @@ struct Server {
     stats: NetStats,
     refusals: Throttle,
     accept_errors: Throttle,
+    /// Runs only while connections are open: an empty server adds no wake-ups to an idle
+    /// shard.
     sweeper: Option<TimerToken>,
+    /// The server itself, for the sweeper's callback (weak: dropping every `Net` frees it).
+    me: Weak<RefCell<Server>>,
 }
 
 impl Net {
     /// A server with these limits, answering ping; no listener yet ([`Net::start`]).
     pub fn new(limits: Limits) -> Net {
-        Net(Rc::new(RefCell::new(Server {
-            sessions: Sessions::new(limits.send_buffer_size),
-            limits,
-            table: PacketTable::new(),
-            on_disconnect: None,
-            signal: None,
-            acceptors: Vec::new(),
-            ready: Vec::new(),
-            to_read: VecDeque::new(),
-            to_accept: Vec::new(),
-            scratch: Vec::new(),
-            stats: NetStats::default(),
-            refusals: Throttle::default(),
-            accept_errors: Throttle::default(),
-            sweeper: None,
-        })))
+        Net(Rc::new_cyclic(|me| {
+            RefCell::new(Server {
+                me: me.clone(),
+                sessions: Sessions::new(limits.send_buffer_size),
+                limits,
+                table: PacketTable::new(),
+                on_disconnect: None,
+                signal: None,
+                acceptors: Vec::new(),
+                ready: Vec::new(),
+                to_read: VecDeque::new(),
+                to_accept: Vec::new(),
+                scratch: Vec::new(),
+                stats: NetStats::default(),
+                refusals: Throttle::default(),
+                accept_errors: Throttle::default(),
+                sweeper: None,
+            })
+        }))
     }
 
     /// Registers the handler of packet `id` (replacing any earlier one).
@@ -192,10 +204,6 @@ impl Net {
         server.acceptors = acceptors;
         server.signal = Some(signal);
         LoopContext::current().wake();
-        if !server.limits.idle_timeout.is_zero() {
-            let net = self.clone();
-            server.sweeper = Some(timer::every(IDLE_SWEEP).start(move || net.sweep_idle()));
-        }
         Ok(bound)
     }
 
@@ -206,13 +214,14 @@ impl Net {
             token.cancel();
         }
         server.acceptors.clear();
+        // Best effort, never blocking: what the sockets take now still reaches the players.
+        server.flush();
         let ids: Vec<ConnId> = server.sessions.ids().collect();
         for conn in ids {
             server
                 .sessions
                 .close(conn, Disconnect::normal("server shutting down"));
         }
-        server.flush();
         server.reap();
     }
 
@@ -227,9 +236,11 @@ impl Net {
         let net = self.clone();
         move || {
             let mut server = net.0.borrow_mut();
-            let pending = server.flush();
+            server.flush();
             server.reap();
-            pending
+            // A disconnect hook may have queued output for others: next iteration, not after
+            // a park.
+            !server.sessions.to_flush.is_empty()
         }
     }
 
@@ -247,9 +258,25 @@ impl Net {
             ..server.stats
         }
     }
+}
 
-    fn sweep_idle(&self) {
-        let mut server = self.0.borrow_mut();
+impl Server {
+    /// Starts the idle sweep if it is off and there is something to sweep.
+    fn start_sweeper(&mut self) {
+        if self.sweeper.is_some() || self.limits.idle_timeout.is_zero() {
+            return;
+        }
+        let me = self.me.clone();
+        self.sweeper = Some(timer::every(IDLE_SWEEP).start(move || {
+            if let Some(server) = me.upgrade() {
+                server.borrow_mut().sweep_idle();
+            }
+        }));
+    }
+
+    /// Closes connections idle past the timeout; stops itself once none are open.
+    fn sweep_idle(&mut self) {
+        let server = self;
         let timeout = server.limits.idle_timeout;
         let now = Instant::now();
         let idle: Vec<ConnId> = server
@@ -269,6 +296,11 @@ impl Net {
             );
         }
         server.reap();
+        if server.sessions.is_empty()
+            && let Some(token) = server.sweeper.take()
+        {
+            token.cancel();
+        }
     }
 }
 
@@ -362,10 +394,12 @@ impl Server {
                             .insert(NetState::new(transport, peer, Instant::now()));
                     debug_assert_eq!(key, conn.0);
                     self.stats.accepted += 1;
+                    self.start_sweeper();
                     tracing::debug!(%peer, %conn, "connected");
                     // Data may have come with the connection: read without waiting for a signal.
                     self.queue_read(conn);
                 }
+                Poll::Ready(Err(e)) if is_per_connection(&e) => continue, // that one is gone
                 Poll::Ready(Err(e)) => {
                     self.accept_errors.log(|suppressed| {
                         tracing::warn!(error = %e, suppressed, "accept failed; retrying shortly");
@@ -409,8 +443,8 @@ impl Server {
         !self.to_read.is_empty()
     }
 
-    /// Reads `conn` until it would block or its budget is spent, handling every complete
-    /// packet. True if it may have more.
+    /// Reads `conn` until it would block or its turn is used up (bytes or packets), handling
+    /// every complete packet. True if it may have more.
     fn read(&mut self, conn: ConnId) -> bool {
         let Some(state) = self.sessions.conns.get_mut(conn.0) else {
             return false;
@@ -421,55 +455,58 @@ impl Server {
         self.scratch.clear();
         self.scratch.extend_from_slice(&state.recv);
         state.recv = Vec::new();
+        let mut packets = PACKETS_PER_TURN;
         let mut total = 0;
-        let more = loop {
-            let Some(state) = self.sessions.conns.get_mut(conn.0) else {
-                break false;
-            };
-            if state.closing.is_some() {
-                break false;
-            }
-            match state.transport.read(&mut self.scratch, READ_CHUNK) {
-                ReadOutcome::Data(n) => {
-                    total += n;
-                    self.stats.bytes_in += n as u64;
-                    self.dispatch(conn);
-                    if total >= READ_BUDGET {
-                        break true;
+        // Whole packets held back last turn go first.
+        let more = !self.dispatch(conn, &mut packets)
+            || loop {
+                let Some(state) = self.sessions.conns.get_mut(conn.0) else {
+                    break false;
+                };
+                if state.closing.is_some() {
+                    break false;
+                }
+                match state.transport.read(&mut self.scratch, READ_CHUNK) {
+                    ReadOutcome::Data(n) => {
+                        total += n;
+                        self.stats.bytes_in += n as u64;
+                        if !self.dispatch(conn, &mut packets) || total >= READ_BUDGET {
+                            break true;
+                        }
+                    }
+                    ReadOutcome::WouldBlock => break false,
+                    ReadOutcome::Closed => {
+                        let why = if self.scratch.is_empty() {
+                            "closed by the client"
+                        } else {
+                            "closed by the client in the middle of a packet"
+                        };
+                        self.sessions.close(conn, Disconnect::normal(why));
+                        break false;
+                    }
+                    ReadOutcome::Failed(e) => {
+                        let why = format!("read failed: {e}");
+                        self.sessions.close(conn, Disconnect::normal(why));
+                        break false;
                     }
                 }
-                ReadOutcome::WouldBlock => break false,
-                ReadOutcome::Closed => {
-                    let why = if self.scratch.is_empty() {
-                        "closed by the client"
-                    } else {
-                        "closed by the client in the middle of a packet"
-                    };
-                    self.sessions.close(conn, Disconnect::normal(why));
-                    break false;
-                }
-                ReadOutcome::Failed(e) => {
-                    let why = format!("read failed: {e}");
-                    self.sessions.close(conn, Disconnect::normal(why));
-                    break false;
-                }
-            }
-        };
+            };
         if let Some(state) = self.sessions.conns.get_mut(conn.0)
             && state.closing.is_none()
         {
             state.recv.extend_from_slice(&self.scratch);
         }
+        // Kept, not freed: one buffer, at most `max_packet + READ_CHUNK` long.
         self.scratch.clear();
-        release_if_large(&mut self.scratch);
         more
     }
 
-    /// Handles every complete packet at the front of the scratch buffer and drops them from
-    /// it; an incomplete tail stays.
-    fn dispatch(&mut self, conn: ConnId) {
+    /// Handles the complete packets at the front of the scratch buffer, at most `budget` of
+    /// them, and drops them from it; the rest stays. False if the budget ran out first.
+    fn dispatch(&mut self, conn: ConnId, budget: &mut usize) -> bool {
         let mut at = 0;
         let max_packet = self.limits.max_packet;
+        let mut done = true;
         while self.sessions.is_open(conn) {
             let frame = match frame::split(&self.scratch[at..], max_packet) {
                 Ok(Some(frame)) => frame,
@@ -479,6 +516,11 @@ impl Server {
                     break;
                 }
             };
+            if *budget == 0 {
+                done = false;
+                break;
+            }
+            *budget -= 1;
             at += frame.bytes.len();
             self.stats.packets_in += 1;
             if let Some(state) = self.sessions.conns.get_mut(conn.0) {
@@ -495,13 +537,28 @@ impl Server {
                 self.sessions.close(conn, Disconnect::fault(why));
                 break;
             }
-            if let Err(bad) = (entry.handler)(&mut self.sessions, conn, frame.payload()) {
-                let why = format!("bad packet 0x{:02x} ({}): {bad}", frame.id, entry.name);
-                self.sessions.close(conn, Disconnect::fault(why));
-                break;
-            }
+            let sessions = &mut self.sessions;
+            let handled = catch_unwind(AssertUnwindSafe(|| {
+                (entry.handler)(sessions, conn, frame.payload())
+            }));
+            let why = match handled {
+                Ok(Ok(())) => continue,
+                Ok(Err(bad)) => format!("bad packet 0x{:02x} ({}): {bad}", frame.id, entry.name),
+                Err(panic) => {
+                    tracing::error!(
+                        packet = format_args!("0x{:02x}", frame.id),
+                        "the {} handler panicked: {}; disconnecting that client",
+                        entry.name,
+                        panic_message(&*panic)
+                    );
+                    format!("the {} handler panicked", entry.name)
+                }
+            };
+            self.sessions.close(conn, Disconnect::fault(why));
+            break;
         }
         self.scratch.drain(..at);
+        done
     }
 
     /// Writes queued output. Never leaves work pending: a full socket signals when writable.
@@ -549,7 +606,14 @@ impl Server {
             let condemned = std::mem::take(&mut self.sessions.to_close);
             for conn in condemned {
                 if let Some(hook) = &mut self.on_disconnect {
-                    hook(&mut self.sessions, conn);
+                    let sessions = &mut self.sessions;
+                    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| hook(sessions, conn))) {
+                        tracing::error!(
+                            %conn,
+                            "the disconnect hook panicked: {}; the connection closes anyway",
+                            panic_message(&*panic)
+                        );
+                    }
                 }
                 let Some(state) = self.sessions.conns.remove(conn.0) else {
                     continue;
@@ -568,6 +632,15 @@ impl Server {
             }
         }
     }
+}
+
+/// An accept error that concerns only the connection being accepted (it was reset or
+/// aborted before we took it): the listener is fine.
+fn is_per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+    )
 }
 
 /// Logs at most once per [`LOG_EVERY`], counting what it suppressed in between.

@@ -104,12 +104,18 @@ impl NetState {
         self.send.len() - self.sent
     }
 
-    /// Forgets the written prefix; frees the buffer once it is empty and oversized.
+    /// Forgets the written prefix: all of it once everything is out (then frees an oversized
+    /// buffer), or by moving the unsent tail to the front once the prefix is the larger half
+    /// — so a client that reads about as fast as it is sent to never leaves a growing trail
+    /// of written bytes behind its unsent ones. The move costs at most what was written.
     pub fn compact_send(&mut self) {
         if self.sent == self.send.len() {
             self.send.clear();
             self.sent = 0;
             release_if_large(&mut self.send);
+        } else if self.sent >= self.send.len() - self.sent {
+            self.send.drain(..self.sent);
+            self.sent = 0;
         }
     }
 }
@@ -230,5 +236,35 @@ impl Sessions {
             .iter()
             .filter(|(_, s)| s.closing.is_none())
             .map(|(key, _)| ConnId(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nothing;
+    impl Transport for Nothing {
+        fn read(&mut self, _: &mut Vec<u8>, _: usize) -> super::super::backend::ReadOutcome {
+            super::super::backend::ReadOutcome::WouldBlock
+        }
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Ok(0)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_partly_written_send_buffer_never_keeps_more_than_twice_its_unsent_bytes() {
+        let peer = "127.0.0.1:1".parse().unwrap();
+        let mut state = NetState::new(Box::new(Nothing), peer, Instant::now());
+        // A slow reader: each round 1000 bytes are queued and 990 written.
+        for _ in 0..1000 {
+            state.send.extend_from_slice(&[7; 1000]);
+            state.sent += 990;
+            state.compact_send();
+            assert!(state.send.len() <= 2 * state.pending_output() + 1000);
+        }
+        assert_eq!(state.pending_output(), 10_000);
+        assert!(state.send.len() < 25_000, "{}", state.send.len());
     }
 }

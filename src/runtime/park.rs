@@ -110,7 +110,10 @@ impl Park {
             // the park, can see the expiry we arm now.
             if !armed {
                 armed = true;
-                let _ = fd.get_ref().arm(Duration::from_nanos(1));
+                if fd.get_ref().arm(Duration::from_nanos(1)).is_err() {
+                    // Nothing would wake us: make it a plain yield instead.
+                    cx.waker().wake_by_ref();
+                }
             }
             Poll::Pending
         })
