@@ -168,7 +168,7 @@ impl Default for NetworkConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
-    /// io_uring when compiled in and the kernel allows it, else epoll.
+    /// The backend measured best here: epoll (see `docs/configuration.md`).
     #[default]
     Auto,
     /// tokio's epoll reactor.
