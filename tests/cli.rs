@@ -129,38 +129,14 @@ fn console_commands_then_shutdown_exit_0() {
 #[test]
 fn headless_shard_stops_on_sigterm_with_json_logs() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = shardloop(dir.path())
-        .args(["run", "--log-format", "json"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (lines_tx, lines_rx) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { return };
-            if lines_tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    while !seen.iter().any(|l: &String| l.contains("shard ready")) {
-        match lines_rx.recv_timeout(PATIENCE) {
-            Ok(line) => seen.push(line),
-            Err(_) => {
-                let _ = child.kill();
-                panic!("never became ready; logs so far: {seen:#?}");
-            }
-        }
-    }
+    let mut cmd = shardloop(dir.path());
+    cmd.args(["run", "--log-format", "json"]);
+    let (child, mut seen, rest) = start_until_ready(cmd);
     // SAFETY: kill(2) on the child we spawned, which is still running.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = finish(child).status;
-    reader.join().unwrap();
-    seen.extend(lines_rx.try_iter());
+    // Until the reader thread sees EOF and hangs up.
+    seen.extend(rest.iter());
 
     assert_eq!(status.code(), Some(0), "{seen:#?}");
     assert!(seen.iter().any(|l| l.contains("shard stopped cleanly")));
@@ -238,7 +214,8 @@ fn players_play_on_the_binary_with_either_backend() {
         // SAFETY: kill(2) on the child we spawned, which is still running.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let status = finish(child).status;
-        seen.extend(rest.try_iter());
+        // Until the reader thread sees EOF and hangs up.
+        seen.extend(rest.iter());
         assert_eq!(status.code(), Some(0), "{seen:#?}");
         let ran = if backend == "io_uring" && shardloop::net::io_uring_available().is_err() {
             "epoll" // refused here: one warning, then epoll

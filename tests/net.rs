@@ -147,6 +147,21 @@ where
     Some(outcome)
 }
 
+impl<T> Outcome<T> {
+    /// The one log line about `peer`'s disconnect, which must give `reason`.
+    fn one_disconnect_line(&self, peer: SocketAddr, reason: &str) -> &str {
+        let peer = peer.to_string();
+        let lines: Vec<&str> = self
+            .logs
+            .lines()
+            .filter(|l| l.contains("disconnected") && l.contains(&peer))
+            .collect();
+        assert_eq!(lines.len(), 1, "{reason}: {}", self.logs);
+        assert!(lines[0].contains(reason), "{reason}: {}", lines[0]);
+        lines[0]
+    }
+}
+
 /// Waits (on the loop) until no connection is open, up to a few seconds.
 async fn settle(net: &Net) {
     let deadline = Instant::now() + TIMEOUT;
@@ -518,15 +533,8 @@ macro_rules! suite {
                 }) else {
                     return;
                 };
-                let peer = out.value.to_string();
-                let lines: Vec<&str> = out
-                    .logs
-                    .lines()
-                    .filter(|l| l.contains("disconnected") && l.contains(&peer))
-                    .collect();
-                assert_eq!(lines.len(), 1, "{reason}: {}", out.logs);
-                assert!(lines[0].contains(reason), "{reason}: {}", lines[0]);
-                assert!(lines[0].contains("WARN"), "{}", lines[0]);
+                let line = out.one_disconnect_line(out.value, reason);
+                assert!(line.contains("WARN"), "{line}");
                 assert_eq!(out.stats.faults, 1);
                 assert!(out.timer_runs > 0);
                 // Everyone's gone afterwards (the bystander hung up): nothing left behind.
@@ -654,14 +662,7 @@ macro_rules! suite {
                 }) else {
                     return;
                 };
-                let peer = out.value.to_string();
-                let lines: Vec<&str> = out
-                    .logs
-                    .lines()
-                    .filter(|l| l.contains("disconnected") && l.contains(&peer))
-                    .collect();
-                assert_eq!(lines.len(), 1, "{}", out.logs);
-                assert!(lines[0].contains("send buffer overflow"), "{}", lines[0]);
+                out.one_disconnect_line(out.value, "send buffer overflow");
                 assert_eq!(out.stats.faults, 1);
                 assert_eq!(out.stats.connections, 0);
             }
@@ -708,14 +709,7 @@ macro_rules! suite {
                 }) else {
                     return;
                 };
-                let peer = out.value.to_string();
-                let lines: Vec<&str> = out
-                    .logs
-                    .lines()
-                    .filter(|l| l.contains("disconnected") && l.contains(&peer))
-                    .collect();
-                assert_eq!(lines.len(), 1, "{}", out.logs);
-                assert!(lines[0].contains("idle timeout"), "{}", lines[0]);
+                out.one_disconnect_line(out.value, "idle timeout");
                 assert_eq!(out.stats.faults, 1, "{}", out.logs);
             }
 
