@@ -85,7 +85,9 @@ pub fn probe() -> io::Result<()> {
 ///
 /// tokio-uring hands queued operations to the kernel only when the runtime parks (its
 /// `on_thread_park` hook): while the future keeps waking itself (`yield_now` in a loop that
-/// never sleeps), reads and writes issued meanwhile wait for the next park.
+/// never sleeps), reads and writes issued meanwhile wait for the next park. An `EventLoop`
+/// on this runtime therefore needs `EventLoopBuilder::yield_through_park(true)`, which the
+/// shard sets for this backend.
 pub fn block_on<F: Future>(future: F) -> io::Result<F::Output> {
     let mut builder = tokio_uring::builder();
     builder.entries(RING_ENTRIES);
