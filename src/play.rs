@@ -18,8 +18,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::EventLoopBuilder;
 use crate::net::frame::{client, serial_xy, server};
-use crate::net::{Access, BadPacket, ConnId, Net, Sessions};
+use crate::net::{Access, BackendKind, BadPacket, ConnId, Net, Sessions};
+use crate::runtime::Slot;
 use crate::world::{DELTAS_PER_ITERATION, Delta, Location, MapId, Mobile, SectorId, Serial, World};
 
 /// Players see mobiles and hear speech within this many tiles.
@@ -257,6 +259,22 @@ fn leave(world: &mut World, players: &mut Players, conn: ConnId) {
         world.deactivate_around(player.at);
     }
     world.remove_mobile(serial);
+}
+
+/// Puts the server and the world on a loop: the Network and Flush slots to `net`, the
+/// Deltas slot to [`deltas_handler`], and the yield that `backend` needs.
+pub fn wire(
+    builder: EventLoopBuilder,
+    backend: BackendKind,
+    net: &Net,
+    world: Rc<RefCell<World>>,
+    players: Rc<RefCell<Players>>,
+) -> EventLoopBuilder {
+    builder
+        .yield_through_park(backend == BackendKind::IoUring)
+        .slot(Slot::Network, net.network_slot())
+        .slot(Slot::Deltas, deltas_handler(world, players, net.clone()))
+        .slot(Slot::Flush, net.flush_slot())
 }
 
 /// The Deltas slot handler with players connected: drains the world's changes like

@@ -31,7 +31,7 @@ use crate::admin::{self, Command};
 use crate::config::{Config, GenerateConfig};
 use crate::net::{self, BackendKind, Limits, Net};
 use crate::play::{self, Players};
-use crate::runtime::{self, LoopStats, Slot};
+use crate::runtime::{self, LoopStats};
 use crate::status::{StatusLine, StatusReporter};
 use crate::timer::{self, TimerToken};
 use crate::world::{self, GameLogic, World};
@@ -163,17 +163,8 @@ pub async fn run_with(
     let world = Rc::new(RefCell::new(generate_world(&config.world.generate)));
     let net = Net::new(Limits::from_config(&config.network));
     let players = play::install(&net, world.clone());
-    let mut event_loop = config
-        .server
-        .loop_builder()
-        .yield_through_park(backend == BackendKind::IoUring)
-        .slot(Slot::Network, net.network_slot())
-        .slot(
-            Slot::Deltas,
-            play::deltas_handler(world.clone(), players.clone(), net.clone()),
-        )
-        .slot(Slot::Flush, net.flush_slot())
-        .build();
+    let builder = config.server.loop_builder();
+    let mut event_loop = play::wire(builder, backend, &net, world.clone(), players.clone()).build();
     let game = Game {
         world,
         net,

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use shardloop::net::frame::{self, client, server};
 use shardloop::net::{BackendKind, Limits, Net, NetStats};
 use shardloop::play::{self, Players};
-use shardloop::runtime::Slot;
 use shardloop::world::{Location, MapId, Mobile, World};
 use shardloop::{EventLoop, timer};
 
@@ -87,16 +86,9 @@ where
             let world = Rc::new(RefCell::new(World::new(7)));
             let net = Net::new(limits);
             let players = play::install(&net, world.clone());
-            let mut event_loop = EventLoop::builder()
-                .idle_wait(idle_wait)
-                .yield_through_park(kind == BackendKind::IoUring)
-                .slot(Slot::Network, net.network_slot())
-                .slot(
-                    Slot::Deltas,
-                    play::deltas_handler(world.clone(), players.clone(), net.clone()),
-                )
-                .slot(Slot::Flush, net.flush_slot())
-                .build();
+            let builder = EventLoop::builder().idle_wait(idle_wait);
+            let mut event_loop =
+                play::wire(builder, kind, &net, world.clone(), players.clone()).build();
             let runs = Rc::new(RefCell::new(0u64));
             let env_net = net.clone();
             let (w, p) = (world.clone(), players.clone());
