@@ -331,12 +331,8 @@ impl Server {
                     let Some(state) = self.sessions.conns.get_mut(conn.0) else {
                         continue; // stale: closed since
                     };
-                    if state.write_blocked {
-                        state.write_blocked = false;
-                        if !state.queued_flush {
-                            state.queued_flush = true;
-                            self.sessions.to_flush.push(conn);
-                        }
+                    if std::mem::take(&mut state.write_blocked) {
+                        self.sessions.queue_flush(conn);
                     }
                     self.queue_read(conn);
                 }

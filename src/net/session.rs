@@ -136,7 +136,6 @@ pub struct Sessions {
     pub(super) to_flush: Vec<ConnId>,
     /// Connections condemned since they were last reaped.
     pub(super) to_close: Vec<ConnId>,
-    pub(super) bytes_queued: u64,
 }
 
 impl Sessions {
@@ -146,7 +145,6 @@ impl Sessions {
             send_limit,
             to_flush: Vec::new(),
             to_close: Vec::new(),
-            bytes_queued: 0,
         }
     }
 
@@ -210,12 +208,18 @@ impl Sessions {
             return false;
         }
         frame::put(&mut state.send, id, parts);
-        self.bytes_queued += len as u64;
-        if !state.queued_flush {
+        self.queue_flush(conn);
+        true
+    }
+
+    /// Puts `conn` in the next Flush phase's list, once.
+    pub(super) fn queue_flush(&mut self, conn: ConnId) {
+        if let Some(state) = self.conns.get_mut(conn.0)
+            && !state.queued_flush
+        {
             state.queued_flush = true;
             self.to_flush.push(conn);
         }
-        true
     }
 
     /// Condemns `conn`: nothing more is read from or sent to it, and it is closed (with one

@@ -452,9 +452,7 @@ impl EventLoop {
         }
         core.health.borrow_mut().record_sleep(late);
     }
-}
 
-impl EventLoop {
     /// Opens a spin window when an outside event woke the loop since it last looked (see
     /// [`EventLoopBuilder::spin_before_park`]); true while one is open.
     fn in_spin_window(&mut self) -> bool {

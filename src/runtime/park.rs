@@ -83,9 +83,7 @@ impl Park {
         }
         woken
     }
-}
 
-impl Park {
     /// Lets tokio run once *through a real park*, without blocking: the timerfd is armed to
     /// expire at once, so the reactor's wait returns immediately. Costs a few syscalls more
     /// than `yield_now`, which tokio services with a zero-timeout poll of its drivers that
