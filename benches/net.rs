@@ -28,11 +28,14 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkFilter, BenchmarkId, Criterion, SamplingMode, Throughput};
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use shardloop::EventLoop;
 use shardloop::net::frame::{self, client};
 use shardloop::net::{BackendKind, Limits, Net};
 use shardloop::runtime::{DEFAULT_IDLE_WAIT, Slot};
+
+mod support;
+use support::median;
 
 #[path = "../examples/tokio_echo.rs"]
 #[allow(dead_code)]
@@ -244,16 +247,6 @@ fn bench(c: &mut Criterion, connections: usize) {
     group.finish();
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-    }
-}
-
 /// Median round-trip time (µs) per RTT peer and median round trips/s per fan-out peer, runs
 /// interleaved between peers so that drift in the machine's load hits all of them alike.
 fn summary(connections: usize) {
@@ -330,33 +323,16 @@ fn min_max(xs: &[f64]) -> (f64, f64) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    let bench_mode = has("--bench") && !has("--test") && !has("--list");
-    let positional: Vec<&str> = args
-        .iter()
-        .filter(|a| !a.starts_with('-'))
-        .map(String::as_str)
-        .collect();
-    let connections = if bench_mode {
+    let (mut criterion, run) = support::invocation();
+    let connections = if run.full_size {
         CONNECTIONS
     } else {
         TEST_CONNECTIONS
     };
     raise_fd_limit(4 * connections as u64 + 256);
-
-    let mut criterion = Criterion::default().configure_from_args();
-    let mut run_summary = bench_mode;
-    match positional.first() {
-        None => {}
-        Some(&"summary") => {
-            criterion = criterion.with_benchmark_filter(BenchmarkFilter::RejectAll);
-        }
-        Some(_) => run_summary = false,
-    }
     bench(&mut criterion, connections);
     criterion.final_summary();
-    if run_summary {
+    if run.summary {
         summary(connections);
     }
 }

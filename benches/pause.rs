@@ -33,9 +33,12 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkFilter, Criterion, SamplingMode, Throughput};
+use criterion::{Criterion, SamplingMode, Throughput};
 use shardloop::EventLoop;
 use shardloop::timer::pause;
+
+mod support;
+use support::median;
 
 /// Tasks alive at once.
 const TASKS: usize = 100_000;
@@ -229,16 +232,6 @@ fn bench(c: &mut Criterion, shape: Shape) {
     group.finish();
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-    }
-}
-
 fn summary(shapes: &[Shape]) {
     println!();
     println!("pause summary: paused clock, {PAUSE_MS} ms pauses, median of {REPS} runs per peer");
@@ -270,28 +263,11 @@ fn summary(shapes: &[Shape]) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    let bench_mode = has("--bench") && !has("--test") && !has("--list");
-    let positional: Vec<&str> = args
-        .iter()
-        .filter(|a| !a.starts_with('-'))
-        .map(String::as_str)
-        .collect();
-    let shape = if bench_mode { MAIN } else { TEST };
-
-    let mut criterion = Criterion::default().configure_from_args();
-    let mut run_summary = bench_mode;
-    match positional.first() {
-        None => {}
-        Some(&"summary") => {
-            criterion = criterion.with_benchmark_filter(BenchmarkFilter::RejectAll);
-        }
-        Some(_) => run_summary = false,
-    }
+    let (mut criterion, run) = support::invocation();
+    let shape = if run.full_size { MAIN } else { TEST };
     bench(&mut criterion, shape);
     criterion.final_summary();
-    if run_summary {
+    if run.summary {
         summary(&[MAIN, SMALL]);
     }
 }

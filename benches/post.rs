@@ -30,8 +30,11 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkFilter, BenchmarkId, Criterion, SamplingMode, Throughput};
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use shardloop::EventLoop;
+
+mod support;
+use support::median;
 
 /// Closures posted per run, over all producers.
 const POSTS: u64 = 1_000_000;
@@ -188,16 +191,6 @@ fn bench(c: &mut Criterion, posts: u64) {
     group.finish();
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-    }
-}
-
 fn summary(posts: u64) {
     println!();
     println!("post summary: {posts} posts per run, median of {REPS} runs (M posts/s)");
@@ -226,28 +219,11 @@ fn summary(posts: u64) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    let bench_mode = has("--bench") && !has("--test") && !has("--list");
-    let positional: Vec<&str> = args
-        .iter()
-        .filter(|a| !a.starts_with('-'))
-        .map(String::as_str)
-        .collect();
-    let posts = if bench_mode { POSTS } else { TEST_POSTS };
-
-    let mut criterion = Criterion::default().configure_from_args();
-    let mut run_summary = bench_mode;
-    match positional.first() {
-        None => {}
-        Some(&"summary") => {
-            criterion = criterion.with_benchmark_filter(BenchmarkFilter::RejectAll);
-        }
-        Some(_) => run_summary = false,
-    }
+    let (mut criterion, run) = support::invocation();
+    let posts = if run.full_size { POSTS } else { TEST_POSTS };
     bench(&mut criterion, posts);
     criterion.final_summary();
-    if run_summary {
+    if run.summary {
         summary(posts);
     }
 }

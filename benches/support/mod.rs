@@ -1,0 +1,44 @@
+//! What the `pause`, `post` and `net` benches share: how the binary was started, and the
+//! median their summary tables report.
+
+use criterion::{BenchmarkFilter, Criterion};
+
+/// How a bench binary was started, and so what it should run.
+pub struct Invocation {
+    /// `cargo bench` (full-size workloads) rather than `cargo test --bench` (one small pass).
+    pub full_size: bool,
+    /// Print the summary table after the criterion groups: under `cargo bench` with no
+    /// filter, or alone with `-- summary`.
+    pub summary: bool,
+}
+
+/// Reads the command line: criterion's own flags, plus `summary` as the first positional
+/// argument (criterion groups off, summary only); any other positional argument is a
+/// criterion filter and skips the summary.
+pub fn invocation() -> (Criterion, Invocation) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    let full_size = has("--bench") && !has("--test") && !has("--list");
+    let first_positional = args.iter().find(|a| !a.starts_with('-'));
+    let mut criterion = Criterion::default().configure_from_args();
+    let summary = match first_positional.map(String::as_str) {
+        None => full_size,
+        Some("summary") => {
+            criterion = criterion.with_benchmark_filter(BenchmarkFilter::RejectAll);
+            full_size
+        }
+        Some(_) => false,
+    };
+    (criterion, Invocation { full_size, summary })
+}
+
+/// The median of a sample (the mean of the middle two for an even count).
+pub fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
