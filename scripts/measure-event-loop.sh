@@ -25,15 +25,8 @@ if ! [[ "$warmup" =~ ^[0-9]+$ && "$sample" =~ ^[0-9]+$ && "$sample" -gt 0 ]]; th
     exit 2
 fi
 
-# CPU time of every thread of a process, in nanoseconds (first field of each schedstat).
-cpu_ns() {
-    local total=0 t
-    for t in /proc/"$1"/task/*/schedstat; do
-        read -r ns _ <"$t" || continue
-        total=$((total + ns))
-    done
-    echo "$total"
-}
+# shellcheck source=scripts/cpu-time.sh
+source "$(dirname "$0")/cpu-time.sh"
 
 now_ns() { date +%s%N; }
 

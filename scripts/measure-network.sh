@@ -33,15 +33,8 @@ bin=$(realpath "$bin")
 echo_bin=$(realpath "$echo_bin")
 ulimit -n "$(ulimit -Hn)"
 
-# CPU time of every thread of a process, in nanoseconds.
-cpu_ns() {
-    local total=0 t
-    for t in /proc/"$1"/task/*/schedstat; do
-        read -r ns _ <"$t" || continue
-        total=$((total + ns))
-    done
-    echo "$total"
-}
+# shellcheck source=scripts/cpu-time.sh
+source "$(dirname "$0")/cpu-time.sh"
 
 # start_shard NAME [VAR=value ...]: starts the shard, waits for "shard ready"; sets $pid.
 start_shard() {
