@@ -22,6 +22,7 @@ pub mod admin;
 pub mod config;
 pub mod loadgen;
 pub mod net;
+pub mod persist;
 pub mod play;
 pub mod probe_host;
 pub mod runtime;

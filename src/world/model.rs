@@ -123,6 +123,19 @@ impl World {
         serial.expect("mobile serial range exhausted")
     }
 
+    /// The serials the item and mobile allocators try next. A save stores them so that a
+    /// loaded world goes on numbering exactly where the saved one would have.
+    pub fn next_serials(&self) -> (Serial, Serial) {
+        (self.item_serials.peek(), self.mobile_serials.peek())
+    }
+
+    /// Sets what [`next_serials`](Self::next_serials) returns (after loading a save).
+    /// Serials outside the allocator's range are ignored.
+    pub fn resume_serials(&mut self, item: Serial, mobile: Serial) {
+        self.item_serials.resume_at(item);
+        self.mobile_serials.resume_at(mobile);
+    }
+
     /// Adds an item that appears in the game (marks it `ADDED`). Its parent must exist.
     pub fn add_item(&mut self, item: Item) -> Result<Serial, WorldError> {
         if let Some(parent) = item.parent

@@ -85,6 +85,13 @@ impl SerialAllocator {
         }
     }
 
+    /// Makes `next` the serial tried first (ignored outside the range).
+    pub fn resume_at(&mut self, next: Serial) {
+        if (self.min..=self.max).contains(&next.0) {
+            self.next = next.0;
+        }
+    }
+
     /// The next serial for which `in_use` is false; `None` only if the whole range is in use.
     pub fn allocate(&mut self, in_use: impl Fn(Serial) -> bool) -> Option<Serial> {
         let start = self.next;

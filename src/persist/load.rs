@@ -1,0 +1,152 @@
+//! Loading a save: check everything, then build the world.
+//!
+//! The manifest is read first; each data file must match its size and CRC-32 there, and its
+//! own header and checksum; every record must decode, and the entity counts must agree. Only
+//! then is the world assembled, and it must hang together (no item inside a container or
+//! mobile that is not in the save, no serial twice). Any failure names the file and what is
+//! wrong. Loading never modifies or deletes anything.
+//!
+//! Owns reading. Must never write to the save directory.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::codec::{self, DecodeError, Reader};
+use super::file::{self, Kind};
+use super::manifest::{self, Manifest};
+use crate::world::World;
+
+/// A loaded world and what its manifest said.
+#[derive(Debug)]
+pub struct Loaded {
+    pub world: World,
+    pub manifest: Manifest,
+    pub took: Duration,
+}
+
+/// Why a save cannot be loaded: the file and the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadError {
+    pub file: PathBuf,
+    pub reason: String,
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot load the save: {}: {}. Nothing was changed or deleted; restore a backup \
+             from Backups/ (or move this save away) to start",
+            self.file.display(),
+            self.reason
+        )
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Loads the save in `dir`.
+pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
+    let began = Instant::now();
+    let manifest_path = dir.join(manifest::FILE_NAME);
+    let manifest = Manifest::read(dir).map_err(|reason| LoadError {
+        file: manifest_path.clone(),
+        reason,
+    })?;
+    let mut world = World::new(manifest.seed);
+    world.reserve(manifest.items as usize, manifest.mobiles as usize);
+    for kind in Kind::ALL {
+        let path = dir.join(kind.file_name());
+        let err = |reason: String| LoadError {
+            file: path.clone(),
+            reason,
+        };
+        let checked = file::read(&path, kind).map_err(err)?;
+        vouch(&manifest, kind, &checked).map_err(err)?;
+        add_records(&mut world, kind, &checked).map_err(err)?;
+    }
+    world.resume_serials(manifest.next_item_serial, manifest.next_mobile_serial);
+    check_parents(&world).map_err(|reason| LoadError {
+        file: dir.join(Kind::Items.file_name()),
+        reason,
+    })?;
+    Ok(Loaded {
+        world,
+        manifest,
+        took: began.elapsed(),
+    })
+}
+
+/// The file is the one the manifest describes.
+fn vouch(manifest: &Manifest, kind: Kind, checked: &file::Checked) -> Result<(), String> {
+    let listed = manifest
+        .file(kind)
+        .ok_or_else(|| "not listed in the manifest".to_owned())?;
+    if listed.bytes != checked.bytes || listed.crc32 != checked.crc32 {
+        return Err(format!(
+            "does not match the manifest ({} bytes, crc32 {:08x}; the manifest says {} bytes, \
+             crc32 {:08x}): it comes from another save or was changed",
+            checked.bytes, checked.crc32, listed.bytes, listed.crc32
+        ));
+    }
+    if checked.count != manifest.count(kind) {
+        return Err(format!(
+            "holds {} {kind}; the manifest says {}",
+            checked.count,
+            manifest.count(kind)
+        ));
+    }
+    Ok(())
+}
+
+fn add_records(world: &mut World, kind: Kind, checked: &file::Checked) -> Result<(), String> {
+    let mut r = Reader::new(checked.records());
+    let version = checked.record_version;
+    for index in 0..checked.count {
+        let at = r.offset();
+        let added = match kind {
+            Kind::Items => {
+                let item = codec::decode_item(version, &mut r).map_err(|e| record(index, e))?;
+                world.restore_item(item).map(drop)
+            }
+            Kind::Mobiles => {
+                let mobile = codec::decode_mobile(version, &mut r).map_err(|e| record(index, e))?;
+                world.restore_mobile(mobile).map(drop)
+            }
+            Kind::Spawners => {
+                let spawner =
+                    codec::decode_spawner(version, &mut r).map_err(|e| record(index, e))?;
+                world.add_spawner(spawner)
+            }
+        };
+        added.map_err(|e| format!("record {index} (byte {at} of the records): {e}"))?;
+    }
+    if !r.is_done() {
+        return Err(format!(
+            "{} bytes left over after the {} records the header counts",
+            checked.records().len() - r.offset(),
+            checked.count
+        ));
+    }
+    Ok(())
+}
+
+fn record(index: u64, e: DecodeError) -> String {
+    format!("record {index}: {e}")
+}
+
+fn check_parents(world: &World) -> Result<(), String> {
+    for item in world.items() {
+        if let Some(parent) = item.parent
+            && world.item(parent).is_none()
+            && world.mobile(parent).is_none()
+        {
+            return Err(format!(
+                "item {} is inside {parent}, which is not in the save",
+                item.serial
+            ));
+        }
+    }
+    Ok(())
+}

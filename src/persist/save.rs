@@ -1,0 +1,176 @@
+//! Writing a save: everything after the snapshot, on a blocking thread.
+//!
+//! In order: sort the snapshot; encode each entity type with `threads` workers, streaming
+//! the encoded chunks into the type's file in a fresh temp directory; fsync every file; write
+//! and fsync the manifest (last: it is what makes the directory a save); fsync the directory;
+//! swap it in as `Saves/` (`layout`). Until that swap the previous save is untouched, and a
+//! failure at any step removes the temp directory and leaves everything else as it was.
+//!
+//! Workers take chunks round-robin and each hands its chunks over a channel two deep, which
+//! the writing thread reads in chunk order: the bytes do not depend on the number of
+//! workers, and at most `2 × threads` encoded chunks exist at once, whatever the world's size.
+//!
+//! Owns the write. Must never run on the loop thread, and never touch the world (it only has
+//! the snapshot).
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::codec;
+use super::file::{self, Kind, Written};
+use super::layout::{self, Layout};
+use super::manifest::{self, Manifest};
+use super::snapshot::Snapshot;
+
+/// Records encoded per chunk (items are 22 bytes: about 180 KB per chunk).
+const CHUNK: usize = 8192;
+
+/// A save that is on disk and in place.
+#[derive(Debug, Clone)]
+pub struct Saved {
+    pub manifest: Manifest,
+    /// Where the save it replaced went, if there was one.
+    pub backup: Option<PathBuf>,
+    /// Sorting, encoding, writing, syncing and swapping.
+    pub took: Duration,
+}
+
+/// Why a save failed: the step, the path, and the OS error. The previous save is intact.
+#[derive(Debug)]
+pub struct SaveError {
+    pub step: &'static str,
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+impl fmt::Display for SaveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "world save failed while {} {}: {}; the previous save is intact",
+            self.step,
+            self.path.display(),
+            self.source
+        )
+    }
+}
+
+impl std::error::Error for SaveError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Writes `snapshot` as the new current save. Blocking: call it from `spawn_blocking`.
+pub fn write(layout: &Layout, mut snapshot: Snapshot, threads: usize) -> Result<Saved, SaveError> {
+    let began = Instant::now();
+    snapshot.sort();
+    let staged = layout
+        .create_temp_dir("save")
+        .map_err(|source| fail("creating", layout.root(), source))?;
+    match stage(&staged, &snapshot, threads.max(1)) {
+        Ok(manifest) => {
+            drop(snapshot);
+            let backup = layout.swap_in(&staged).map_err(|source| {
+                let _ = std::fs::remove_dir_all(&staged);
+                fail("putting in place", &layout.saves, source)
+            })?;
+            Ok(Saved {
+                manifest,
+                backup,
+                took: began.elapsed(),
+            })
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staged);
+            Err(e)
+        }
+    }
+}
+
+/// Writes every file of the save into `dir`, the manifest last.
+fn stage(dir: &Path, snap: &Snapshot, threads: usize) -> Result<Manifest, SaveError> {
+    let files = vec![
+        (Kind::Items, write_kind(dir, Kind::Items, &snap.items, threads, codec::encode_item)?),
+        (Kind::Mobiles, write_kind(dir, Kind::Mobiles, &snap.mobiles, threads, codec::encode_mobile)?),
+        (Kind::Spawners, write_kind(dir, Kind::Spawners, &snap.spawners, threads, codec::encode_spawner)?),
+    ];
+    let manifest = Manifest {
+        format: manifest::SAVE_FORMAT,
+        created: snap.created,
+        writer: env!("CARGO_PKG_VERSION").to_owned(),
+        seed: snap.seed,
+        next_item_serial: snap.next_item_serial,
+        next_mobile_serial: snap.next_mobile_serial,
+        items: snap.items.len() as u64,
+        mobiles: snap.mobiles.len() as u64,
+        spawners: snap.spawners.len() as u64,
+        files,
+    };
+    let path = dir.join(manifest::FILE_NAME);
+    write_synced(&path, manifest.to_toml().as_bytes())
+        .map_err(|source| fail("writing", &path, source))?;
+    layout::sync_dir(dir).map_err(|source| fail("syncing", dir, source))?;
+    Ok(manifest)
+}
+
+fn write_kind<T: Sync>(
+    dir: &Path,
+    kind: Kind,
+    records: &[T],
+    threads: usize,
+    encode: fn(&T, &mut Vec<u8>),
+) -> Result<Written, SaveError> {
+    let path = dir.join(kind.file_name());
+    let chunks: Vec<&[T]> = records.chunks(CHUNK).collect();
+    let threads = threads.min(chunks.len()).max(1);
+    std::thread::scope(|scope| {
+        let mut outputs = Vec::with_capacity(threads);
+        for worker in 0..threads {
+            let (send, receive) = mpsc::sync_channel::<Vec<u8>>(2);
+            let mine: Vec<&[T]> = chunks.iter().copied().skip(worker).step_by(threads).collect();
+            scope.spawn(move || {
+                for chunk in mine {
+                    let mut bytes = Vec::with_capacity(chunk.len() * 32);
+                    chunk.iter().for_each(|r| encode(r, &mut bytes));
+                    if send.send(bytes).is_err() {
+                        return; // the writer gave up (I/O error): stop encoding
+                    }
+                }
+            });
+            outputs.push(receive);
+        }
+        // Chunk i comes from worker i % threads; a worker that stopped early means a bug, not
+        // a short file, so it is an error rather than silently fewer records.
+        let in_order = (0..chunks.len()).map(|i| {
+            outputs[i % threads]
+                .recv()
+                .map_err(|_| io::Error::other("a serialization worker stopped early"))
+        });
+        file::write(&path, kind, records.len() as u64, in_order)
+            .map_err(|source| fail("writing", &path, source))
+    })
+}
+
+fn write_synced(path: &Path, data: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create_new(path)?;
+    f.write_all(data)?;
+    f.sync_all()
+}
+
+fn fail(step: &'static str, path: &Path, source: io::Error) -> SaveError {
+    SaveError {
+        step,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The default number of serialization workers: one per core but the loop's, at least one.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
+}

@@ -1,0 +1,242 @@
+//! The saver: runs world saves on the loop, one at a time.
+//!
+//! A save is a snapshot on the loop thread (the only stall the game sees) and then
+//! [`save::write`] on tokio's blocking pool. While one is writing, any number of further
+//! requests fold into a single queued save, started (with a fresh snapshot) when the current
+//! one ends: saves never overlap and never pile up.
+//!
+//! What happens is told through [`Notice`]s (the shard turns them into player broadcasts and
+//! log lines); callers that need the outcome await [`Saver::save`].
+//!
+//! Owns the save state machine. Must never block the loop: nothing here waits on the disk.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use tokio::sync::watch;
+
+use super::clock::Clock;
+use super::layout::Layout;
+use super::save::{self, Saved};
+use super::snapshot::Snapshot;
+use crate::world::{Mobile, World};
+
+/// What a finished save reports.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// How long the loop was held for the snapshot.
+    pub stall: Duration,
+    /// From the snapshot to the save in place.
+    pub took: Duration,
+    pub bytes: u64,
+    pub items: u64,
+    pub mobiles: u64,
+    pub created: Timestamp,
+    pub backup: Option<PathBuf>,
+}
+
+/// Something players or staff should hear about.
+#[derive(Debug, Clone)]
+pub enum Notice {
+    /// An autosave is this far away.
+    Warning(Duration),
+    /// A save has started.
+    Saving,
+    Saved(Report),
+    /// A save failed (the previous save is intact); the text says why.
+    Failed(String),
+}
+
+impl fmt::Display for Notice {
+    /// The line players see.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Notice::Warning(d) => write!(f, "The world will save in {}.", spoken(*d)),
+            Notice::Saving => f.write_str("The world is saving, please wait."),
+            Notice::Saved(r) => write!(
+                f,
+                "World save completed in {:.2} seconds.",
+                r.took.as_secs_f64()
+            ),
+            Notice::Failed(_) => f.write_str("The world save failed; staff have been told."),
+        }
+    }
+}
+
+/// "1 minute", "30 seconds", "2 hours": whole units, as a person would say it.
+fn spoken(d: Duration) -> String {
+    let secs = d.as_secs_f64().round() as u64;
+    let (n, unit) = match secs {
+        s if s >= 3600 && s % 3600 == 0 => (s / 3600, "hour"),
+        s if s >= 60 && s % 60 == 0 => (s / 60, "minute"),
+        s => (s, "second"),
+    };
+    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
+}
+
+/// How [`Saver::request`] took a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// A save started now.
+    Started,
+    /// One is writing; another will follow it (requests made meanwhile share it).
+    Queued,
+}
+
+/// Everything the saver needs, given once.
+pub struct SaverConfig {
+    pub layout: Layout,
+    /// Serialization workers.
+    pub threads: usize,
+    pub clock: Clock,
+    /// Which mobiles a save keeps (the shard leaves out players).
+    pub keep: Box<dyn Fn(&Mobile) -> bool>,
+    pub notices: Box<dyn Fn(&Notice)>,
+}
+
+/// The world's saver; clones share it. Lives on the loop thread.
+#[derive(Clone)]
+pub struct Saver {
+    inner: Rc<Inner>,
+}
+
+struct Inner {
+    world: Rc<RefCell<World>>,
+    config: SaverConfig,
+    writing: Cell<bool>,
+    queued: Cell<bool>,
+    /// Saves started so far; save n is the n-th.
+    started: Cell<u64>,
+    /// Saves finished so far, and the outcome of the last one.
+    finished: watch::Sender<(u64, Option<Result<Report, String>>)>,
+}
+
+impl Saver {
+    pub fn new(world: Rc<RefCell<World>>, config: SaverConfig) -> Saver {
+        Saver {
+            inner: Rc::new(Inner {
+                world,
+                config,
+                writing: Cell::new(false),
+                queued: Cell::new(false),
+                started: Cell::new(0),
+                finished: watch::Sender::new((0, None)),
+            }),
+        }
+    }
+
+    /// Starts a save, or queues one behind the save that is writing. On the loop thread.
+    pub fn request(&self) -> Request {
+        if self.inner.writing.get() {
+            self.inner.queued.set(true);
+            Request::Queued
+        } else {
+            Inner::start(&self.inner);
+            Request::Started
+        }
+    }
+
+    /// Saves the world as it is now (or as it is when the save writing now ends) and waits
+    /// until that save is on disk.
+    pub async fn save(&self) -> Result<Report, String> {
+        let target = self.inner.started.get() + 1;
+        self.request();
+        let mut finished = self.inner.finished.subscribe();
+        let seen = finished.wait_for(|(n, _)| *n >= target).await;
+        let (_, outcome) = &*seen.expect("the saver owns the sender");
+        outcome.clone().expect("a finished save has an outcome")
+    }
+
+    /// Waits until no save is writing or queued.
+    pub async fn idle(&self) {
+        let mut finished = self.inner.finished.subscribe();
+        while self.inner.writing.get() {
+            let _ = finished.changed().await;
+        }
+    }
+
+    /// A save is writing now.
+    pub fn is_writing(&self) -> bool {
+        self.inner.writing.get()
+    }
+
+    /// Saves that have finished (successfully or not) since start.
+    pub fn finished(&self) -> u64 {
+        self.inner.finished.borrow().0
+    }
+}
+
+impl Inner {
+    fn start(this: &Rc<Inner>) {
+        this.writing.set(true);
+        this.started.set(this.started.get() + 1);
+        (this.config.notices)(&Notice::Saving);
+        let began = Instant::now();
+        let snapshot = Snapshot::take(
+            &this.world.borrow(),
+            this.config.clock.now(),
+            &this.config.keep,
+        );
+        let stall = began.elapsed();
+        tracing::debug!(?stall, "world save: snapshot taken");
+        let layout = this.config.layout.clone();
+        let threads = this.config.threads;
+        let job = tokio::task::spawn_blocking(move || save::write(&layout, snapshot, threads));
+        let this = this.clone();
+        // Detached: the outcome reaches waiters through `finished`.
+        let _ = crate::spawn(async move {
+            let outcome = match job.await {
+                Ok(Ok(saved)) => Ok(report(saved, stall, began.elapsed())),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(format!("world save failed: the writer thread died: {e}")),
+            };
+            this.finish(outcome);
+        });
+    }
+
+    fn finish(self: Rc<Inner>, outcome: Result<Report, String>) {
+        match &outcome {
+            Ok(r) => (self.config.notices)(&Notice::Saved(r.clone())),
+            Err(e) => (self.config.notices)(&Notice::Failed(e.clone())),
+        }
+        self.writing.set(false);
+        self.finished.send_modify(|(n, last)| {
+            *n += 1;
+            *last = Some(outcome);
+        });
+        if self.queued.replace(false) {
+            Inner::start(&self);
+        }
+    }
+}
+
+fn report(saved: Saved, stall: Duration, took: Duration) -> Report {
+    Report {
+        stall,
+        took,
+        bytes: saved.manifest.data_bytes(),
+        items: saved.manifest.items,
+        mobiles: saved.manifest.mobiles,
+        created: saved.manifest.created,
+        backup: saved.backup,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_are_spoken_in_whole_units() {
+        let w = |s| Notice::Warning(Duration::from_secs(s)).to_string();
+        assert_eq!(w(60), "The world will save in 1 minute.");
+        assert_eq!(w(120), "The world will save in 2 minutes.");
+        assert_eq!(w(90), "The world will save in 90 seconds.");
+        assert_eq!(w(7200), "The world will save in 2 hours.");
+        assert_eq!(w(1), "The world will save in 1 second.");
+    }
+}

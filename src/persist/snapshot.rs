@@ -1,0 +1,120 @@
+//! The snapshot: a consistent copy of the world's plain data, taken on the loop thread.
+//!
+//! Taking it is the only part of a save the game waits for, so it does the least that makes
+//! the copy consistent: clone the entities as they are at this instant, in whatever order the
+//! world iterates. Sorting, encoding, checksums and disk work happen later on other threads
+//! (`save`), on data the game can no longer change under them.
+//!
+//! Owns the copy. Must never encode, sort or touch the disk.
+
+use std::collections::HashSet;
+
+use jiff::Timestamp;
+
+use crate::world::{Item, Mobile, Serial, Spawner, World};
+
+/// A world's entities at one instant.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub created: Timestamp,
+    pub seed: u64,
+    pub next_item_serial: Serial,
+    pub next_mobile_serial: Serial,
+    pub items: Vec<Item>,
+    pub mobiles: Vec<Mobile>,
+    pub spawners: Vec<Spawner>,
+}
+
+impl Snapshot {
+    /// Copies `world`, leaving out the mobiles `keep` refuses and everything they wear or
+    /// carry (the shard leaves out players: in this demo a character lives only as long as
+    /// its connection).
+    pub fn take(world: &World, created: Timestamp, keep: impl Fn(&Mobile) -> bool) -> Snapshot {
+        let (next_item_serial, next_mobile_serial) = world.next_serials();
+        let mut mobiles = Vec::with_capacity(world.mobile_count());
+        let mut left_out = Vec::new();
+        for mobile in world.mobiles() {
+            if keep(mobile) {
+                mobiles.push(mobile.clone());
+            } else {
+                left_out.push(mobile.serial);
+            }
+        }
+        let skip = held_by(world, left_out);
+        let items = if skip.is_empty() {
+            world.items().cloned().collect()
+        } else {
+            let kept = world.items().filter(|i| !skip.contains(&i.serial));
+            kept.cloned().collect()
+        };
+        Snapshot {
+            created,
+            seed: world.seed(),
+            next_item_serial,
+            next_mobile_serial,
+            items,
+            mobiles,
+            spawners: world.spawners().cloned().collect(),
+        }
+    }
+
+    /// Puts every list in serial order, so the same world always encodes to the same bytes
+    /// whatever order its maps iterate in. Off the loop thread.
+    pub fn sort(&mut self) {
+        self.items.sort_unstable_by_key(|i| i.serial);
+        self.mobiles.sort_unstable_by_key(|m| m.serial);
+        self.spawners.sort_unstable_by_key(|s| s.serial);
+    }
+}
+
+/// Every item inside `owners`, at any depth.
+fn held_by(world: &World, mut owners: Vec<Serial>) -> HashSet<Serial> {
+    let mut held = HashSet::new();
+    while let Some(owner) = owners.pop() {
+        for &item in world.contents(owner) {
+            if held.insert(item) {
+                owners.push(item);
+            }
+        }
+    }
+    held
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::world::{Location, MapId};
+
+    #[test]
+    fn left_out_mobiles_take_what_they_carry_with_them() {
+        let mut world = World::new(7);
+        let npc = Mobile {
+            is_npc: true,
+            ..Mobile::new(Serial(1), "npc", 1)
+        };
+        let player = Mobile::new(Serial(2), "player", 1);
+        world.restore_mobile(npc).unwrap();
+        world.restore_mobile(player).unwrap();
+        let mut pack = Item::new(Serial(0x4000_0001), 0xE75);
+        pack.parent = Some(Serial(2));
+        let mut coin = Item::new(Serial(0x4000_0002), 0xEED);
+        coin.parent = Some(pack.serial);
+        let mut rock = Item::new(Serial(0x4000_0003), 0x1363);
+        rock.location = Location {
+            map: MapId::FELUCCA,
+            x: 10,
+            y: 10,
+            z: 0,
+        };
+        for item in [pack, coin, rock] {
+            world.restore_item(item).unwrap();
+        }
+        let mut snap = Snapshot::take(&world, Timestamp::UNIX_EPOCH, |m| m.is_npc);
+        snap.sort();
+        let mobiles: Vec<_> = snap.mobiles.iter().map(|m| m.serial).collect();
+        let items: Vec<_> = snap.items.iter().map(|i| i.serial).collect();
+        assert_eq!(mobiles, [Serial(1)]);
+        assert_eq!(items, [Serial(0x4000_0003)]);
+        assert_eq!(snap.next_item_serial, Serial(0x4000_0004));
+    }
+}

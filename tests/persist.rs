@@ -1,0 +1,278 @@
+//! World saves: round trips, byte-identical re-saves, damaged saves refused with the file
+//! named, crash leftovers recovered, and the saver's one-at-a-time rule.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use shardloop::EventLoop;
+use shardloop::persist::{self, Clock, Layout, Notice, Request, Saver, SaverConfig, Snapshot};
+use shardloop::world::{self, Mobile, World};
+
+const CREATED: &str = "2026-12-03T10:00:00Z";
+
+fn small_world() -> World {
+    world::generate(42, 3000, 400)
+}
+
+fn layout(root: &Path) -> Layout {
+    Layout::new(root, root.join("Saves"))
+}
+
+fn save(layout: &Layout, world: &World, created: &str) -> persist::Saved {
+    let snapshot = Snapshot::take(world, created.parse().unwrap(), |_| true);
+    persist::save::write(layout, snapshot, 2).unwrap()
+}
+
+/// Every file under `dir`, relative, sorted, with its bytes.
+fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                out.push((path.strip_prefix(dir).unwrap().to_path_buf(), bytes));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_saved_world_loads_back_equal_and_saves_to_the_same_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let world = small_world();
+    let saved = save(&layout, &world, CREATED);
+    assert_eq!(saved.manifest.items, world.item_count() as u64);
+    assert!(saved.backup.is_none());
+
+    let loaded = persist::load(&layout.saves).unwrap();
+    assert_eq!(loaded.world, world, "entities, spawners and serial cursors");
+    let first = tree(&layout.saves);
+
+    let other = tempfile::tempdir().unwrap();
+    let again = self::layout(other.path());
+    save(&again, &loaded.world, CREATED);
+    assert_eq!(tree(&again.saves), first, "save → load → save is byte-identical");
+}
+
+#[test]
+fn the_byte_layout_does_not_depend_on_the_number_of_workers() {
+    let world = small_world();
+    let mut trees = Vec::new();
+    for threads in [1, 3] {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = layout(dir.path());
+        let snapshot = Snapshot::take(&world, CREATED.parse().unwrap(), |_| true);
+        persist::save::write(&layout, snapshot, threads).unwrap();
+        trees.push(tree(&layout.saves));
+    }
+    assert_eq!(trees[0], trees[1]);
+}
+
+#[test]
+fn a_new_save_moves_the_old_one_to_backups_with_a_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let mut world = small_world();
+    save(&layout, &world, CREATED);
+    let old = tree(&layout.saves);
+    let gone = world.mobiles().next().unwrap().serial;
+    world.remove_mobile(gone);
+    let saved = save(&layout, &world, "2026-12-03T11:00:00Z");
+
+    let backup = saved.backup.expect("the first save became a backup");
+    assert_eq!(backup, layout.backups.join("2026-12-03-10-00-00"));
+    assert!(backup.join(persist::layout::BACKUP_MARKER).is_file());
+    let mut backed_up = tree(&backup);
+    backed_up.retain(|(p, _)| p != Path::new(persist::layout::BACKUP_MARKER));
+    assert_eq!(backed_up, old);
+    assert_eq!(persist::load(&layout.saves).unwrap().world, world);
+    assert_eq!(temp_dirs(dir.path()), Vec::<String>::new());
+}
+
+fn temp_dirs(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(persist::layout::TEMP_PREFIX))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Damages a copy of a good save with `damage`, loads it, and checks the error names `file`
+/// and contains `says`, and that loading changed nothing on disk.
+fn refused(damage: impl FnOnce(&Path), file: &str, says: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    save(&layout, &small_world(), CREATED);
+    damage(&layout.saves);
+    let before = tree(dir.path());
+    let err = persist::load(&layout.saves).unwrap_err();
+    assert!(err.file.ends_with(file), "{err}");
+    assert!(err.reason.contains(says), "expected {says:?} in: {err}");
+    assert!(err.to_string().contains(file), "{err}");
+    assert_eq!(tree(dir.path()), before, "loading must not change or delete anything");
+}
+
+fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
+    let mut bytes = std::fs::read(path).unwrap();
+    f(&mut bytes);
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn a_truncated_file_is_refused_naming_it() {
+    refused(
+        |s| edit(&s.join("items.bin"), |b| b.truncate(b.len() / 2)),
+        "items.bin",
+        "checksum",
+    );
+    refused(
+        |s| edit(&s.join("spawners.bin"), |b| b.truncate(7)),
+        "spawners.bin",
+        "truncated",
+    );
+}
+
+#[test]
+fn a_flipped_bit_is_refused_naming_the_file() {
+    refused(
+        |s| edit(&s.join("mobiles.bin"), |b| b[100] ^= 1),
+        "mobiles.bin",
+        "checksum",
+    );
+}
+
+#[test]
+fn a_missing_or_damaged_manifest_is_refused() {
+    refused(
+        |s| std::fs::remove_file(s.join("manifest.toml")).unwrap(),
+        "manifest.toml",
+        "cannot read",
+    );
+    refused(
+        |s| edit(&s.join("manifest.toml"), |b| b.truncate(b.len() - 30)),
+        "manifest.toml",
+        "",
+    );
+}
+
+#[test]
+fn a_file_from_another_save_is_refused() {
+    let other = tempfile::tempdir().unwrap();
+    let other_layout = layout(other.path());
+    save(&other_layout, &world::generate(7, 3000, 400), CREATED);
+    let foreign = other_layout.saves.join("items.bin");
+    refused(
+        |s| {
+            std::fs::copy(&foreign, s.join("items.bin")).unwrap();
+        },
+        "items.bin",
+        "does not match the manifest",
+    );
+}
+
+#[test]
+fn a_missing_data_file_is_refused() {
+    refused(
+        |s| std::fs::remove_file(s.join("mobiles.bin")).unwrap(),
+        "mobiles.bin",
+        "cannot read",
+    );
+}
+
+#[test]
+fn startup_recovery_removes_unfinished_saves_and_keeps_finished_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let world = small_world();
+    save(&layout, &world, CREATED);
+
+    // An unfinished save: files but no manifest.
+    let unfinished = layout.create_temp_dir("save").unwrap();
+    std::fs::write(unfinished.join("items.bin"), b"half").unwrap();
+    // A replaced save caught between the swap and its move to Backups/: older, complete.
+    let older = tempfile::tempdir().unwrap();
+    save(&self::layout(older.path()), &world, "2026-12-03T09:00:00Z");
+    let caught = layout.create_temp_dir("save").unwrap();
+    std::fs::remove_dir(&caught).unwrap();
+    std::fs::rename(older.path().join("Saves"), &caught).unwrap();
+
+    let done = layout.recover().unwrap();
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert_eq!(temp_dirs(dir.path()), Vec::<String>::new());
+    let backup = layout.backups.join("2026-12-03-09-00-00");
+    assert!(backup.join("manifest.toml").is_file(), "{done:?}");
+    assert_eq!(
+        persist::load(&layout.saves).unwrap().manifest.created,
+        CREATED.parse::<Timestamp>().unwrap()
+    );
+}
+
+#[test]
+fn startup_recovery_puts_a_finished_save_in_place_when_saves_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let world = small_world();
+    save(&layout, &world, CREATED);
+    // A crash between the two renames of the fallback swap: no Saves/, the save in a temp dir.
+    let staged = layout.create_temp_dir("save").unwrap();
+    std::fs::remove_dir(&staged).unwrap();
+    std::fs::rename(&layout.saves, &staged).unwrap();
+
+    layout.recover().unwrap();
+    assert_eq!(persist::load(&layout.saves).unwrap().world, world);
+    assert_eq!(temp_dirs(dir.path()), Vec::<String>::new());
+}
+
+fn saver_on(world: Rc<RefCell<World>>, root: &Path, notices: Rc<RefCell<Vec<String>>>) -> Saver {
+    Saver::new(
+        world,
+        SaverConfig {
+            layout: layout(root),
+            threads: 1,
+            clock: Clock::System,
+            keep: Box::new(|_: &Mobile| true),
+            notices: Box::new(move |n: &Notice| notices.borrow_mut().push(n.to_string())),
+        },
+    )
+}
+
+#[tokio::test]
+async fn requests_during_a_save_fold_into_one_queued_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = Rc::new(RefCell::new(small_world()));
+    let notices = Rc::new(RefCell::new(Vec::new()));
+    let mut event_loop = EventLoop::builder().idle_wait(Duration::from_millis(5)).build();
+    let saver_world = world.clone();
+    let root = dir.path().to_path_buf();
+    let heard = notices.clone();
+    event_loop
+        .run_until(async move {
+            let saver = saver_on(saver_world, &root, heard);
+            assert_eq!(saver.request(), Request::Started);
+            assert_eq!(saver.request(), Request::Queued);
+            assert_eq!(saver.request(), Request::Queued);
+            assert!(saver.is_writing());
+            saver.idle().await;
+            assert_eq!(saver.finished(), 2, "one save and one queued behind it");
+            let report = saver.save().await.unwrap();
+            assert_eq!(saver.finished(), 3);
+            assert_eq!(report.items, 3000);
+        })
+        .await;
+    let heard = notices.borrow();
+    assert_eq!(heard.iter().filter(|n| n.contains("is saving")).count(), 3);
+    assert_eq!(heard.iter().filter(|n| n.contains("completed")).count(), 3);
+    assert_eq!(std::fs::read_dir(dir.path().join("Backups/Automatic")).unwrap().count(), 2);
+}
