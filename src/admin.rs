@@ -16,6 +16,7 @@ use std::fmt;
 use std::io::{self, BufRead, Write};
 use std::sync::mpsc as std_mpsc;
 use std::thread;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -29,17 +30,26 @@ pub enum Command {
     Status,
     DumpTimers,
     LoopStats,
+    /// Save the world now (or right after the save that is writing).
+    Save,
+    /// Change the autosave cadence; `warning` unchanged when `None`.
+    SaveFrequency {
+        every: Duration,
+        warning: Option<Duration>,
+    },
+    /// Turn autosave on or off until restart; `None` shows the schedule.
+    Autosave(Option<bool>),
     Shutdown,
 }
 
 impl Command {
-    /// Every command with its one-line description, for `help`.
-    pub const ALL: [(Command, &'static str, &'static str); 5] = [
+    /// Every command (arguments as placeholders) with its usage and one-line description.
+    pub const ALL: [(Command, &'static str, &'static str); 8] = [
         (Command::Help, "help", "list the commands"),
         (
             Command::Status,
             "status",
-            "verdict, uptime, entity counts, live timers, last loop: line",
+            "verdict, uptime, entity counts, live timers, saves, last loop: line",
         ),
         (
             Command::DumpTimers,
@@ -51,25 +61,57 @@ impl Command {
             "loopstats",
             "the loop's production counters since start",
         ),
+        (Command::Save, "save", "save the world now"),
+        (
+            Command::SaveFrequency {
+                every: Duration::ZERO,
+                warning: None,
+            },
+            "savefrequency",
+            "<every> [warning]: autosave cadence, e.g. `savefrequency 30m 1m` (kept across \
+             restarts in <data_dir>/autosave.toml)",
+        ),
+        (
+            Command::Autosave(None),
+            "autosave",
+            "[on|off]: show the autosave schedule, or turn it on/off until restart",
+        ),
         (
             Command::Shutdown,
             "shutdown",
-            "finish the current iteration and stop cleanly",
+            "finish the current iteration, save the world and stop cleanly",
         ),
     ];
 
-    /// Parses one line (without its newline). Case-insensitive; surrounding blanks ignored.
+    /// Parses one line (without its newline). Command names are case-insensitive; surrounding
+    /// blanks ignored.
     pub fn parse(line: &[u8]) -> Result<Option<Command>, ConsoleError> {
         let text = std::str::from_utf8(line).map_err(|_| ConsoleError::NotUtf8)?;
-        let word = text.trim();
-        if word.is_empty() {
+        let mut words = text.split_whitespace();
+        let Some(word) = words.next() else {
             return Ok(None);
-        }
-        Self::ALL
+        };
+        let args: Vec<&str> = words.collect();
+        let (template, name, _) = Self::ALL
             .iter()
             .find(|(_, name, _)| name.eq_ignore_ascii_case(word))
-            .map(|(command, _, _)| Some(*command))
-            .ok_or_else(|| ConsoleError::Unknown(abbreviate(word)))
+            .ok_or_else(|| ConsoleError::Unknown(abbreviate(text.trim())))?;
+        let bad = |reason: String| ConsoleError::BadArguments {
+            command: name,
+            reason,
+        };
+        let command = match template {
+            Command::SaveFrequency { .. } => parse_frequency(&args).map_err(bad)?,
+            Command::Autosave(_) => match args.as_slice() {
+                [] => Command::Autosave(None),
+                [switch] if switch.eq_ignore_ascii_case("on") => Command::Autosave(Some(true)),
+                [switch] if switch.eq_ignore_ascii_case("off") => Command::Autosave(Some(false)),
+                _ => return Err(bad("expected `on` or `off`".into())),
+            },
+            command if args.is_empty() => *command,
+            _ => return Err(bad("takes no arguments".into())),
+        };
+        Ok(Some(command))
     }
 
     /// The text of `help`.
@@ -77,7 +119,7 @@ impl Command {
     pub fn help() -> String {
         let mut out = String::from("commands:\n");
         for (_, name, what) in Self::ALL {
-            out.push_str(&format!("  {name:<11} {what}\n"));
+            out.push_str(&format!("  {name:<13} {what}\n"));
         }
         out
     }
@@ -89,6 +131,10 @@ pub enum ConsoleError {
     NotUtf8,
     TooLong,
     Unknown(String),
+    BadArguments {
+        command: &'static str,
+        reason: String,
+    },
 }
 
 impl fmt::Display for ConsoleError {
@@ -104,11 +150,32 @@ impl fmt::Display for ConsoleError {
                 f,
                 "error: unknown command '{word}'; type 'help' for the list"
             ),
+            ConsoleError::BadArguments { command, reason } => {
+                write!(f, "error: {command}: {reason}; nothing changed")
+            }
         }
     }
 }
 
 impl std::error::Error for ConsoleError {}
+
+fn parse_frequency(args: &[&str]) -> Result<Command, String> {
+    let duration = |text: &str| {
+        humantime::parse_duration(text)
+            .map_err(|e| format!("{:?} is not a duration: {e}", abbreviate(text)))
+    };
+    match args {
+        [every] => Ok(Command::SaveFrequency {
+            every: duration(every)?,
+            warning: None,
+        }),
+        [every, warning] => Ok(Command::SaveFrequency {
+            every: duration(every)?,
+            warning: Some(duration(warning)?),
+        }),
+        _ => Err("usage: savefrequency <every> [warning], e.g. `savefrequency 30m 1m`".into()),
+    }
+}
 
 /// At most 40 characters of what the operator typed, for error messages.
 fn abbreviate(word: &str) -> String {
@@ -325,6 +392,49 @@ mod tests {
         let long = "z".repeat(500);
         let err = Command::parse(long.as_bytes()).unwrap_err().to_string();
         assert!(err.len() < 120, "{err}");
+    }
+
+    #[test]
+    fn save_commands_take_their_arguments_and_refuse_bad_ones() {
+        let min = |m: u64| Duration::from_secs(60 * m);
+        assert_eq!(Command::parse(b"save"), Ok(Some(Command::Save)));
+        assert_eq!(
+            Command::parse(b"SaveFrequency 30m 1m"),
+            Ok(Some(Command::SaveFrequency {
+                every: min(30),
+                warning: Some(min(1))
+            }))
+        );
+        assert_eq!(
+            Command::parse(b"savefrequency 2h"),
+            Ok(Some(Command::SaveFrequency {
+                every: min(120),
+                warning: None
+            }))
+        );
+        assert_eq!(
+            Command::parse(b"autosave off"),
+            Ok(Some(Command::Autosave(Some(false))))
+        );
+        assert_eq!(
+            Command::parse(b"autosave"),
+            Ok(Some(Command::Autosave(None)))
+        );
+        for bad in [
+            &b"savefrequency"[..],
+            b"savefrequency soon",
+            b"savefrequency 1h 1m 1s",
+        ] {
+            let err = Command::parse(bad).unwrap_err().to_string();
+            assert!(
+                err.starts_with("error: savefrequency:") && err.ends_with("nothing changed"),
+                "{err}"
+            );
+        }
+        let err = Command::parse(b"autosave maybe").unwrap_err().to_string();
+        assert!(err.contains("`on` or `off`"), "{err}");
+        let err = Command::parse(b"save now please").unwrap_err().to_string();
+        assert!(err.contains("takes no arguments"), "{err}");
     }
 
     #[test]

@@ -120,19 +120,32 @@ fn run(config: &Config) -> ExitCode {
         idle_wait = ?config.server.idle_wait,
         "shardloop starting"
     );
+    // A file size limit (ulimit -f) makes a too-large write fail with EFBIG, which a save
+    // reports and survives; by default SIGXFSZ would kill the shard instead.
+    // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     let backend = BackendKind::resolve(config.network.backend);
     let stopped = backend.block_on(async {
-        let stop = stop_signals().map_err(|e| format!("cannot listen for SIGINT/SIGTERM: {e}"))?;
+        let stop = stop_signals().map_err(|e| {
+            tracing::error!("cannot listen for SIGINT/SIGTERM: {e}");
+            ExitCode::FAILURE
+        })?;
         shard::run_with(config, backend, shard::Console::stdio(), stop)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| {
+                tracing::error!("{e}");
+                ExitCode::from(e.exit_code())
+            })
     });
     match stopped {
-        Ok(Ok(_)) => ExitCode::SUCCESS,
-        Ok(Err(e)) => {
-            tracing::error!("{e}");
-            ExitCode::FAILURE
-        }
+        Ok(Ok(stopped)) => match stopped.final_save {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!("the final save failed ({e}): the last save on disk is older");
+                ExitCode::FAILURE
+            }
+        },
+        Ok(Err(code)) => code,
         Err(e) => {
             tracing::error!("cannot start the {} runtime: {e}", backend.name());
             ExitCode::FAILURE
@@ -142,6 +155,10 @@ fn run(config: &Config) -> ExitCode {
 
 /// Ctrl-C (SIGINT), or SIGTERM from a service manager. Both are registered before this
 /// returns, so a signal that arrives once the shard says "ready" is never missed.
+///
+/// The first one starts a clean stop (with its final save). A second one while that runs
+/// exits at once, after saying so: the save being written is abandoned, and the previous one
+/// in `Saves/` is what the next start loads (a half-written save is never loaded).
 fn stop_signals() -> std::io::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -151,5 +168,16 @@ fn stop_signals() -> std::io::Result<impl Future<Output = ()>> {
             _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
         }
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            tracing::warn!(
+                "second stop signal: exiting now without the final save; the last complete \
+                 save in Saves/ is what the next start loads"
+            );
+            std::process::exit(130);
+        });
     })
 }

@@ -108,6 +108,13 @@ impl Players {
         self.by_conn.get(&conn).copied()
     }
 
+    /// `serial` is a logged-in player's mobile (it lives only as long as its connection, so
+    /// world saves leave it out).
+    #[must_use]
+    pub fn is_player(&self, serial: Serial) -> bool {
+        self.by_serial.contains_key(&serial)
+    }
+
     /// The player of a logged-in connection.
     fn get_mut(&mut self, conn: ConnId) -> Result<(Serial, &mut Player), BadPacket> {
         let serial = *self
@@ -248,6 +255,24 @@ fn say(
         sessions.send_packet(listener, server::SPEECH, &[&serial_bytes, line.as_bytes()]);
     }
     Ok(())
+}
+
+/// The serial a system message is sent from: 0 is never an entity's serial.
+pub const SYSTEM: Serial = Serial(0);
+
+/// Sends `text` to every logged-in player as a system message (`0x84` from serial 0), cut
+/// at a character boundary to [`MAX_SPEECH`] bytes.
+pub fn broadcast(net: &Net, players: &Players, text: &str) {
+    let mut end = text.len().min(MAX_SPEECH);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let from = SYSTEM.0.to_be_bytes();
+    net.with_sessions(|sessions| {
+        for &conn in players.by_conn.keys() {
+            sessions.send_packet(conn, server::SPEECH, &[&from, text[..end].as_bytes()]);
+        }
+    });
 }
 
 /// The connection closed: its player leaves the world.

@@ -30,6 +30,7 @@ use tokio::sync::Notify;
 use crate::admin::{self, Command};
 use crate::config::{Config, GenerateConfig};
 use crate::net::{self, BackendKind, Limits, Net};
+use crate::persist::{self, Autosave, Cadence, Clock, Notice, Request, Saver, SaverConfig};
 use crate::play::{self, Players};
 use crate::runtime::{self, LoopStats};
 use crate::status::{StatusLine, StatusReporter};
@@ -95,6 +96,9 @@ pub struct Stopped {
     /// From "ready" to the end of the shutdown hooks, on tokio's clock (so a test with a
     /// paused clock sees game time).
     pub uptime: Duration,
+    /// The save taken at shutdown: its report, or why it failed (the previous save is then
+    /// the one on disk).
+    pub final_save: Result<persist::Report, String>,
 }
 
 /// Why the shard could not start.
@@ -106,6 +110,21 @@ pub enum ShardError {
     Console(io::Error),
     /// A `network.listen` address could not be bound (the error names it).
     Listen(io::Error),
+    /// What a crash left in the data directory could not be cleaned up.
+    Recover { path: PathBuf, source: io::Error },
+    /// The save in `Saves/` cannot be loaded (the error names the file and the reason).
+    Load(persist::LoadError),
+}
+
+impl ShardError {
+    /// The process exit code for this error: 2 for a save that cannot be loaded (bad input:
+    /// nothing started, nothing changed), 1 for the rest.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ShardError::Load(_) => 2,
+            _ => 1,
+        }
+    }
 }
 
 impl fmt::Display for ShardError {
@@ -118,6 +137,12 @@ impl fmt::Display for ShardError {
             ),
             ShardError::Console(e) => write!(f, "cannot start the console: {e}"),
             ShardError::Listen(e) => write!(f, "{e} (network.listen, --listen)"),
+            ShardError::Recover { path, source } => write!(
+                f,
+                "cannot clean up after an interrupted save in {}: {source}",
+                path.display()
+            ),
+            ShardError::Load(e) => write!(f, "{e}"),
         }
     }
 }
@@ -127,7 +152,9 @@ impl std::error::Error for ShardError {
         match self {
             ShardError::DataDir { source, .. }
             | ShardError::Console(source)
+            | ShardError::Recover { source, .. }
             | ShardError::Listen(source) => Some(source),
+            ShardError::Load(e) => Some(e),
         }
     }
 }
@@ -160,7 +187,18 @@ pub async fn run_with(
     let network = &config.network;
     let listeners = net::bind_all(&network.listen, network.send_buffer_size as usize)
         .map_err(ShardError::Listen)?;
-    let world = Rc::new(RefCell::new(generate_world(&config.world.generate)));
+    let layout = persist::Layout::new(data_dir, config.save_path());
+    for line in layout.recover().map_err(|source| ShardError::Recover {
+        path: layout.root().to_owned(),
+        source,
+    })? {
+        tracing::warn!("after an interrupted save: {line}");
+    }
+    let world = match layout.saves.exists() {
+        true => load_world(&layout)?,
+        false => generate_world(&config.world.generate),
+    };
+    let world = Rc::new(RefCell::new(world));
     let net = Net::new(Limits::from_config(&config.network));
     let players = play::install(&net, world.clone());
     let builder = config.server.loop_builder();
@@ -171,6 +209,7 @@ pub async fn run_with(
         players,
         backend,
         listeners,
+        layout,
     };
     let serving = event_loop
         .run_until(serve(config, game, console, stop, started))
@@ -192,7 +231,24 @@ pub async fn run_with(
         stats,
         startup: serving.startup,
         uptime: serving.uptime,
+        final_save: serving.final_save,
     })
+}
+
+fn load_world(layout: &persist::Layout) -> Result<World, ShardError> {
+    let loaded = persist::load(&layout.saves).map_err(ShardError::Load)?;
+    let m = &loaded.manifest;
+    tracing::info!(
+        dir = %layout.saves.display(),
+        created = %m.created,
+        items = m.items,
+        mobiles = m.mobiles,
+        spawners = m.spawners,
+        bytes = m.data_bytes(),
+        took = ?loaded.took,
+        "loaded the world save"
+    );
+    Ok(loaded.world)
 }
 
 fn generate_world(plan: &GenerateConfig) -> World {
@@ -217,6 +273,7 @@ struct Serving {
     reason: StopReason,
     startup: Duration,
     uptime: Duration,
+    final_save: Result<persist::Report, String>,
 }
 
 /// The world and the network, as the shard wires them.
@@ -227,6 +284,7 @@ struct Game {
     backend: BackendKind,
     /// Bound before the world was built; accepting starts on the loop.
     listeners: Vec<std::net::TcpListener>,
+    layout: persist::Layout,
 }
 
 /// Everything that lives on the loop thread, from "start the game" to the shutdown hooks.
@@ -243,6 +301,7 @@ async fn serve(
         players,
         backend,
         listeners,
+        layout,
     } = game;
     let listening = net
         .start(&*backend.backend(), listeners)
@@ -254,6 +313,7 @@ async fn serve(
         tracing::info!(%addr, backend = %backend.name(), "listening for players");
     }
     let logic = Rc::new(world::start_game_logic(world.clone()));
+    let (saver, autosave) = start_saving(config, layout, &world, &net, &players);
     let status = Rc::new(StatusState::new(config));
     let status_timer = config
         .server
@@ -269,6 +329,9 @@ async fn serve(
             logic: logic.clone(),
             status: status.clone(),
             shutdown: console_shutdown.clone(),
+            saver: saver.clone(),
+            autosave: autosave.clone(),
+            data_dir: config.server.data_dir.clone(),
         };
         printer = Some(
             admin::start(input, output, move |command| shared.answer(command))
@@ -290,12 +353,16 @@ async fn serve(
         () = console_shutdown.notified() => StopReason::Console,
     };
     tracing::info!(%reason, "stopping: running shutdown hooks");
+    autosave.stop();
+    logic.stop();
+    // Players are still connected: they hear that the world saves before they are let go.
+    tracing::info!("taking the final world save (Ctrl-C again to exit without it)");
+    let final_save = saver.save().await;
     net.stop();
     if let Some(token) = status_timer {
         token.cancel();
         status.emit();
     }
-    logic.stop();
     if let Some(printer) = printer {
         // The answer to `shutdown` should reach the operator before the process exits.
         printer.flush(CONSOLE_FLUSH_TIMEOUT);
@@ -304,7 +371,87 @@ async fn serve(
         reason,
         startup,
         uptime: ready.elapsed(),
+        final_save,
     })
+}
+
+/// The saver (players left out of saves, notices to players and the log) and the autosave
+/// schedule, with the cadence `savefrequency` stored if there is one.
+fn start_saving(
+    config: &Config,
+    layout: persist::Layout,
+    world: &Rc<RefCell<World>>,
+    net: &Net,
+    players: &Rc<RefCell<Players>>,
+) -> (Saver, Autosave) {
+    let tell = {
+        let (net, players) = (net.clone(), players.clone());
+        Rc::new(move |notice: &Notice| {
+            log_notice(notice);
+            play::broadcast(&net, &players.borrow(), &notice.to_string());
+        })
+    };
+    let in_world = players.clone();
+    let saver_tell = tell.clone();
+    let saver = Saver::new(
+        world.clone(),
+        SaverConfig {
+            layout,
+            threads: config.save_threads(),
+            clock: Clock::System,
+            keep: Box::new(move |m| !in_world.borrow().is_player(m.serial)),
+            notices: Box::new(move |n| saver_tell(n)),
+        },
+    );
+    let configured = &config.autosave;
+    let mut cadence = Cadence {
+        every: configured.frequency,
+        warning: configured.warning,
+    };
+    match persist::autosave::read_override(&config.server.data_dir) {
+        Ok(None) => {}
+        Ok(Some(stored)) => {
+            tracing::info!(
+                every = %humantime::format_duration(stored.every),
+                warning = %humantime::format_duration(stored.warning),
+                "autosave cadence from {} (set with `savefrequency`; delete the file to use \
+                 [autosave] of the configuration)",
+                persist::autosave::OVERRIDE_FILE
+            );
+            cadence = stored;
+        }
+        Err(e) => {
+            tracing::warn!("ignoring the stored autosave cadence: {e}; using the configuration's")
+        }
+    }
+    let autosave = Autosave::start(
+        saver.clone(),
+        Clock::System,
+        config.time.zone.time_zone().clone(),
+        configured.enabled,
+        cadence,
+        Box::new(move |n| tell(n)),
+    );
+    (saver, autosave)
+}
+
+fn log_notice(notice: &Notice) {
+    match notice {
+        Notice::Warning(left) => {
+            tracing::info!(in_ = %humantime::format_duration(*left), "world save warning sent")
+        }
+        Notice::Saving => tracing::info!("world save started"),
+        Notice::Saved(r) => tracing::info!(
+            items = r.items,
+            mobiles = r.mobiles,
+            bytes = r.bytes,
+            loop_stall = ?r.stall,
+            took = ?r.took,
+            backup = %r.backup.as_deref().map_or("none".into(), |p| p.display().to_string()),
+            "world saved"
+        ),
+        Notice::Failed(e) => tracing::error!("{e}; the next save tries again"),
+    }
 }
 
 /// The status line's reporter and its last line (which `status` on the console shows).
@@ -352,6 +499,9 @@ struct ConsoleState {
     logic: Rc<GameLogic>,
     status: Rc<StatusState>,
     shutdown: Rc<Notify>,
+    saver: Saver,
+    autosave: Autosave,
+    data_dir: PathBuf,
 }
 
 impl ConsoleState {
@@ -361,11 +511,61 @@ impl ConsoleState {
             Command::Status => self.status_report(),
             Command::DumpTimers => timer::dump().to_string(),
             Command::LoopStats => runtime::stats().to_string(),
+            Command::Save => match self.saver.request() {
+                Request::Started => "saving the world now; the log says when it is on disk".into(),
+                Request::Queued => {
+                    "a save is writing; one more will start as soon as it ends".into()
+                }
+            },
+            Command::SaveFrequency { every, warning } => self.set_frequency(every, warning),
+            Command::Autosave(None) => self.autosave_report(),
+            Command::Autosave(Some(on)) => {
+                self.autosave.set_enabled(on);
+                format!(
+                    "autosave {} until restart (autosave.enabled decides at start)\n{}",
+                    if on { "on" } else { "off" },
+                    self.autosave_report()
+                )
+            }
             Command::Shutdown => {
                 self.shutdown.notify_one();
                 "shutting down: finishing the current iteration, then the shutdown hooks".into()
             }
         }
+    }
+
+    fn set_frequency(&self, every: Duration, warning: Option<Duration>) -> String {
+        let warning = warning.unwrap_or(self.autosave.cadence().warning);
+        let cadence = match Cadence::new(every, warning) {
+            Ok(c) => c,
+            Err(e) => return format!("error: savefrequency: {e}; nothing changed"),
+        };
+        self.autosave.set_cadence(cadence);
+        let stored = match persist::autosave::store_override(&self.data_dir, cadence) {
+            Ok(path) => format!("kept across restarts in {}", path.display()),
+            Err(e) => format!("NOT kept across restarts (cannot write the override file: {e})"),
+        };
+        format!("{}; {stored}", self.autosave_report())
+    }
+
+    fn autosave_report(&self) -> String {
+        let cadence = self.autosave.cadence();
+        let warning = match cadence.warning.is_zero() {
+            true => "no warning".to_owned(),
+            false => format!(
+                "players warned {} before",
+                humantime::format_duration(cadence.warning)
+            ),
+        };
+        let next = match self.autosave.next() {
+            Some(at) => format!("next at {at}"),
+            None if !self.autosave.enabled() => "off".to_owned(),
+            None => "next not scheduled yet".to_owned(),
+        };
+        format!(
+            "autosave every {} ({warning}), {next}",
+            humantime::format_duration(cadence.every)
+        )
     }
 
     fn status_report(&self) -> String {
@@ -383,7 +583,8 @@ impl ConsoleState {
         format!(
             "verdict   {}\nuptime    {}\nworld     {} items, {} mobiles, {} spawners\n\
              players   {} logged in, {} connections ({} accepted, {} refused, {} faults)\n\
-             timers    {} live ({} world timers, {} NPCs barking)\nlast      {last}",
+             timers    {} live ({} world timers, {} NPCs barking)\n\
+             saves     {} since start{}; {}\nlast      {last}",
             stats.verdict,
             humantime::format_duration(whole_seconds(self.status.started.elapsed())),
             world.item_count(),
@@ -397,6 +598,13 @@ impl ConsoleState {
             timer::live(),
             self.logic.world_timers(),
             self.logic.barking(),
+            self.saver.finished(),
+            if self.saver.is_writing() {
+                ", one writing now"
+            } else {
+                ""
+            },
+            self.autosave_report(),
         )
     }
 }

@@ -88,7 +88,10 @@ fn defaults_are_documented_values_and_match_the_runtime() {
     assert_eq!(config.world.generate.mobiles, 33_158);
     assert_eq!(config.network.backend, Backend::Auto);
     assert_eq!(config.archive.compression, Compression::Zstd);
-    assert_eq!(config.time.zone.name(), "system");
+    assert_eq!(config.time.zone.name(), "UTC");
+    assert_eq!(config.autosave.frequency, Duration::from_secs(3600));
+    assert_eq!(config.autosave.warning, Duration::from_secs(60));
+    assert_eq!(config.world.save_threads, 0);
     assert_eq!(config.save_path(), Path::new("./data/Saves"));
     assert_eq!(loaded.origin("server.idle_wait"), Some(Origin::Default));
 }
@@ -388,9 +391,18 @@ fn out_of_range_values_name_key_and_source() {
     assert_eq!(err.key(), Some("archive.level"));
     assert_eq!(err.origin(), Some(&env_origin("SHARD_ARCHIVE__LEVEL")));
 
-    let env = [("SHARD_AUTOSAVE__WARNING", "10m")];
+    let env = [("SHARD_AUTOSAVE__WARNING", "2h")];
     let err = load_err(ConfigFile::None, &env, Overrides::default());
     assert_eq!(err.key(), Some("autosave.warning"));
+
+    let env = [("SHARD_AUTOSAVE__FREQUENCY", "25h")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("autosave.frequency"));
+    assert!(err.to_string().contains("24h"), "{err}");
+
+    let env = [("SHARD_WORLD__SAVE_THREADS", "1000")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("world.save_threads"));
 }
 
 #[test]

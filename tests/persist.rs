@@ -61,7 +61,11 @@ fn a_saved_world_loads_back_equal_and_saves_to_the_same_bytes() {
     let other = tempfile::tempdir().unwrap();
     let again = self::layout(other.path());
     save(&again, &loaded.world, CREATED);
-    assert_eq!(tree(&again.saves), first, "save → load → save is byte-identical");
+    assert_eq!(
+        tree(&again.saves),
+        first,
+        "save → load → save is byte-identical"
+    );
 }
 
 #[test]
@@ -121,7 +125,11 @@ fn refused(damage: impl FnOnce(&Path), file: &str, says: &str) {
     assert!(err.file.ends_with(file), "{err}");
     assert!(err.reason.contains(says), "expected {says:?} in: {err}");
     assert!(err.to_string().contains(file), "{err}");
-    assert_eq!(tree(dir.path()), before, "loading must not change or delete anything");
+    assert_eq!(
+        tree(dir.path()),
+        before,
+        "loading must not change or delete anything"
+    );
 }
 
 fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
@@ -253,7 +261,9 @@ async fn requests_during_a_save_fold_into_one_queued_save() {
     let dir = tempfile::tempdir().unwrap();
     let world = Rc::new(RefCell::new(small_world()));
     let notices = Rc::new(RefCell::new(Vec::new()));
-    let mut event_loop = EventLoop::builder().idle_wait(Duration::from_millis(5)).build();
+    let mut event_loop = EventLoop::builder()
+        .idle_wait(Duration::from_millis(5))
+        .build();
     let saver_world = world.clone();
     let root = dir.path().to_path_buf();
     let heard = notices.clone();
@@ -274,5 +284,10 @@ async fn requests_during_a_save_fold_into_one_queued_save() {
     let heard = notices.borrow();
     assert_eq!(heard.iter().filter(|n| n.contains("is saving")).count(), 3);
     assert_eq!(heard.iter().filter(|n| n.contains("completed")).count(), 3);
-    assert_eq!(std::fs::read_dir(dir.path().join("Backups/Automatic")).unwrap().count(), 2);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("Backups/Automatic"))
+            .unwrap()
+            .count(),
+        2
+    );
 }

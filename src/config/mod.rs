@@ -183,6 +183,8 @@ pub enum Backend {
 pub struct WorldConfig {
     /// The current save; relative paths are under `server.data_dir`.
     pub save_dir: PathBuf,
+    /// Serialization workers per save; 0 = one per core but the loop's (at least 1).
+    pub save_threads: u32,
     /// The world generated when no save exists.
     pub generate: GenerateConfig,
 }
@@ -191,6 +193,7 @@ impl Default for WorldConfig {
     fn default() -> Self {
         WorldConfig {
             save_dir: PathBuf::from("Saves"),
+            save_threads: 0,
             generate: GenerateConfig::default(),
         }
     }
@@ -236,8 +239,8 @@ impl Default for AutosaveConfig {
     fn default() -> Self {
         AutosaveConfig {
             enabled: true,
-            frequency: Duration::from_secs(5 * 60),
-            warning: Duration::ZERO,
+            frequency: Duration::from_secs(60 * 60),
+            warning: Duration::from_secs(60),
         }
     }
 }
@@ -328,6 +331,14 @@ impl Config {
         self.data_path(&self.world.save_dir)
     }
 
+    /// `world.save_threads`, with 0 resolved to one per core but the loop's (at least 1).
+    pub fn save_threads(&self) -> usize {
+        match self.world.save_threads {
+            0 => crate::persist::save::default_threads(),
+            n => n as usize,
+        }
+    }
+
     /// The archive directory, resolved against `server.data_dir` when relative.
     pub fn archive_path(&self) -> PathBuf {
         self.data_path(&self.archive.dir)
@@ -343,6 +354,12 @@ impl Config {
         self.server.check()?;
         self.network.check()?;
         check_dir("world.save_dir", &self.world.save_dir)?;
+        if self.world.save_threads > 256 {
+            return invalid(
+                "world.save_threads",
+                "must be between 0 (automatic) and 256",
+            );
+        }
         self.autosave.check()?;
         self.archive.check()
     }
@@ -422,6 +439,12 @@ impl AutosaveConfig {
             return invalid(
                 "autosave.frequency",
                 "must be greater than 0 (set autosave.enabled = false to turn autosave off)",
+            );
+        }
+        if self.frequency > crate::persist::schedule::MAX_FREQUENCY {
+            return invalid(
+                "autosave.frequency",
+                "must be at most 24h (saves are aligned to each day's midnight)",
             );
         }
         if self.warning >= self.frequency {

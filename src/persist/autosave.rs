@@ -263,7 +263,11 @@ mod tests {
         let s = Duration::from_secs;
         assert!(Cadence::new(s(60), s(60)).unwrap_err().contains("shorter"));
         assert!(Cadence::new(s(0), s(0)).is_err());
-        assert!(Cadence::new(s(25 * 3600), s(0)).unwrap_err().contains("24h"));
+        assert!(
+            Cadence::new(s(25 * 3600), s(0))
+                .unwrap_err()
+                .contains("24h")
+        );
         assert!(Cadence::new(s(3600), s(60)).is_ok());
     }
 }

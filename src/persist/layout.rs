@@ -172,8 +172,7 @@ impl Layout {
         for entry in entries {
             let entry = entry?;
             let name = entry.file_name();
-            if name.as_bytes().starts_with(TEMP_PREFIX.as_bytes()) && entry.file_type()?.is_dir()
-            {
+            if name.as_bytes().starts_with(TEMP_PREFIX.as_bytes()) && entry.file_type()?.is_dir() {
                 dirs.push(entry.path());
             }
         }

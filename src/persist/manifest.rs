@@ -58,7 +58,9 @@ impl Manifest {
     /// The manifest's text. Deterministic: the same manifest always gives the same bytes.
     pub fn to_toml(&self) -> String {
         let mut s = String::new();
-        s.push_str("# shardloop save manifest. Written last: a directory without it is not a save.\n");
+        s.push_str(
+            "# shardloop save manifest. Written last: a directory without it is not a save.\n",
+        );
         s.push_str("# Every data file below is checked against its size and CRC-32 at load.\n");
         let _ = writeln!(s, "format = {}", self.format);
         let _ = writeln!(s, "created = \"{}\"", self.created);
@@ -104,7 +106,9 @@ impl Manifest {
         let mut manifest = Manifest {
             format,
             created,
-            writer: string(&doc, "writer")?.trim_start_matches("shardloop ").to_owned(),
+            writer: string(&doc, "writer")?
+                .trim_start_matches("shardloop ")
+                .to_owned(),
             seed,
             next_item_serial: Serial(u32_field(&doc, "next_item_serial")?),
             next_mobile_serial: Serial(u32_field(&doc, "next_mobile_serial")?),
@@ -198,7 +202,11 @@ mod tests {
     fn a_damaged_manifest_says_what_is_wrong() {
         let text = sample().to_toml();
         let cut = &text[..text.find("[files").unwrap()];
-        assert!(Manifest::parse(cut).unwrap_err().contains("`files` is missing"));
+        assert!(
+            Manifest::parse(cut)
+                .unwrap_err()
+                .contains("`files` is missing")
+        );
         let newer = text.replace("format = 1", "format = 7");
         assert!(Manifest::parse(&newer).unwrap_err().contains("format 7"));
         assert!(Manifest::parse("created = ").unwrap_err().contains("TOML"));

@@ -94,9 +94,30 @@ pub fn write(layout: &Layout, mut snapshot: Snapshot, threads: usize) -> Result<
 /// Writes every file of the save into `dir`, the manifest last.
 fn stage(dir: &Path, snap: &Snapshot, threads: usize) -> Result<Manifest, SaveError> {
     let files = vec![
-        (Kind::Items, write_kind(dir, Kind::Items, &snap.items, threads, codec::encode_item)?),
-        (Kind::Mobiles, write_kind(dir, Kind::Mobiles, &snap.mobiles, threads, codec::encode_mobile)?),
-        (Kind::Spawners, write_kind(dir, Kind::Spawners, &snap.spawners, threads, codec::encode_spawner)?),
+        (
+            Kind::Items,
+            write_kind(dir, Kind::Items, &snap.items, threads, codec::encode_item)?,
+        ),
+        (
+            Kind::Mobiles,
+            write_kind(
+                dir,
+                Kind::Mobiles,
+                &snap.mobiles,
+                threads,
+                codec::encode_mobile,
+            )?,
+        ),
+        (
+            Kind::Spawners,
+            write_kind(
+                dir,
+                Kind::Spawners,
+                &snap.spawners,
+                threads,
+                codec::encode_spawner,
+            )?,
+        ),
     ];
     let manifest = Manifest {
         format: manifest::SAVE_FORMAT,
@@ -131,7 +152,12 @@ fn write_kind<T: Sync>(
         let mut outputs = Vec::with_capacity(threads);
         for worker in 0..threads {
             let (send, receive) = mpsc::sync_channel::<Vec<u8>>(2);
-            let mine: Vec<&[T]> = chunks.iter().copied().skip(worker).step_by(threads).collect();
+            let mine: Vec<&[T]> = chunks
+                .iter()
+                .copied()
+                .skip(worker)
+                .step_by(threads)
+                .collect();
             scope.spawn(move || {
                 for chunk in mine {
                     let mut bytes = Vec::with_capacity(chunk.len() * 32);

@@ -21,7 +21,10 @@ pub fn next_save(now: Timestamp, every: Duration, zone: &TimeZone) -> Timestamp 
     let every = every.clamp(Duration::from_secs(1), MAX_FREQUENCY);
     let every = SignedDuration::try_from(every).expect("at most a day");
     let today = now.to_zoned_datetime(zone.clone());
-    let midnight = today.start_of_day().expect("every day has a start").timestamp();
+    let midnight = today
+        .start_of_day()
+        .expect("every day has a start")
+        .timestamp();
     let tomorrow = today
         .tomorrow()
         .and_then(|d| d.start_of_day())
@@ -48,7 +51,11 @@ mod tests {
     #[test]
     fn an_hourly_save_lands_on_the_hour_whenever_the_shard_started() {
         let utc = TimeZone::UTC;
-        for start in ["2026-12-03T10:00:00Z", "2026-12-03T10:17:42Z", "2026-12-03T10:59:59.9Z"] {
+        for start in [
+            "2026-12-03T10:00:00Z",
+            "2026-12-03T10:17:42Z",
+            "2026-12-03T10:59:59.9Z",
+        ] {
             assert_eq!(next_save(at(start), HOUR, &utc), at("2026-12-03T11:00:00Z"));
         }
         assert_eq!(
@@ -61,8 +68,14 @@ mod tests {
     fn a_frequency_that_does_not_divide_the_day_restarts_at_midnight() {
         let utc = TimeZone::UTC;
         let seven = 7 * HOUR;
-        assert_eq!(next_save(at("2026-12-03T20:00:00Z"), seven, &utc), at("2026-12-03T21:00:00Z"));
-        assert_eq!(next_save(at("2026-12-03T21:00:00Z"), seven, &utc), at("2026-12-04T00:00:00Z"));
+        assert_eq!(
+            next_save(at("2026-12-03T20:00:00Z"), seven, &utc),
+            at("2026-12-03T21:00:00Z")
+        );
+        assert_eq!(
+            next_save(at("2026-12-03T21:00:00Z"), seven, &utc),
+            at("2026-12-04T00:00:00Z")
+        );
     }
 
     #[test]
