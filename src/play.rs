@@ -270,7 +270,7 @@ pub fn broadcast(net: &Net, players: &Players, text: &str) {
     let from = SYSTEM.0.to_be_bytes();
     net.with_sessions(|sessions| {
         for &conn in players.by_conn.keys() {
-            sessions.send_packet(conn, server::SPEECH, &[&from, text[..end].as_bytes()]);
+            sessions.send_packet(conn, server::SPEECH, &[&from, &text.as_bytes()[..end]]);
         }
     });
 }

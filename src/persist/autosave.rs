@@ -107,7 +107,7 @@ impl Autosave {
         });
         let task = inner.clone();
         // Detached: it ends when `stop` is called (or with the loop).
-        let _ = crate::spawn(async move { task.run().await });
+        drop(crate::spawn(async move { task.run().await }));
         Autosave { inner }
     }
 

@@ -188,14 +188,14 @@ impl Inner {
         let job = tokio::task::spawn_blocking(move || save::write(&layout, snapshot, threads));
         let this = this.clone();
         // Detached: the outcome reaches waiters through `finished`.
-        let _ = crate::spawn(async move {
+        drop(crate::spawn(async move {
             let outcome = match job.await {
                 Ok(Ok(saved)) => Ok(report(saved, stall, began.elapsed())),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(e) => Err(format!("world save failed: the writer thread died: {e}")),
             };
             this.finish(outcome);
-        });
+        }));
     }
 
     fn finish(self: Rc<Inner>, outcome: Result<Report, String>) {
