@@ -119,7 +119,7 @@ impl<'a> Reader<'a> {
             s => Some(Serial(s)),
         })
     }
-    fn str(&mut self) -> Result<String, DecodeError> {
+    fn str(&mut self) -> Result<std::sync::Arc<str>, DecodeError> {
         let len = usize::from(self.u16()?);
         let start = self.at;
         let bytes = self
@@ -127,10 +127,13 @@ impl<'a> Reader<'a> {
             .get(start..start + len)
             .ok_or_else(|| self.error("a string runs past the end of the records"))?;
         self.at += len;
-        String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError {
-            offset: start,
-            what: "a string is not valid UTF-8".into(),
-        })
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Ok(text.into()),
+            Err(_) => Err(DecodeError {
+                offset: start,
+                what: "a string is not valid UTF-8".into(),
+            }),
+        }
     }
     fn location(&mut self) -> Result<Location, DecodeError> {
         Ok(Location {

@@ -4,6 +4,8 @@
 //! hold runtime state (timers, tasks, sockets) nor know how it is encoded on disk or on the
 //! wire; the `World` keeps every index built from them.
 
+use std::sync::Arc;
+
 use super::location::Location;
 use super::serial::Serial;
 
@@ -72,7 +74,9 @@ impl Item {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mobile {
     pub serial: Serial,
-    pub name: String,
+    /// Shared, immutable text: copying a mobile (a save's snapshot copies every one) bumps a
+    /// count instead of allocating.
+    pub name: Arc<str>,
     /// The body graphic the client draws.
     pub body: u16,
     pub hue: u16,
@@ -95,7 +99,7 @@ pub struct Mobile {
 
 impl Mobile {
     /// A mobile of body `body` with 1 in every stat, nowhere.
-    pub fn new(serial: Serial, name: impl Into<String>, body: u16) -> Mobile {
+    pub fn new(serial: Serial, name: impl Into<Arc<str>>, body: u16) -> Mobile {
         Mobile {
             serial,
             name: name.into(),
