@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use super::clock::Clock;
 use super::layout::Layout;
 use super::save::{self, Saved};
-use super::snapshot::Snapshot;
+use super::snapshot::{Buffers, Snapshot};
 use crate::world::{Mobile, World};
 
 /// What a finished save reports.
@@ -175,27 +175,47 @@ impl Inner {
         this.writing.set(true);
         this.started.set(this.started.get() + 1);
         (this.config.notices)(&Notice::Saving);
-        let began = Instant::now();
-        let snapshot = Snapshot::take(
-            &this.world.borrow(),
-            this.config.clock.now(),
-            &this.config.keep,
-        );
-        let stall = began.elapsed();
-        tracing::debug!(?stall, "world save: snapshot taken");
-        let layout = this.config.layout.clone();
-        let threads = this.config.threads;
-        let job = tokio::task::spawn_blocking(move || save::write(&layout, snapshot, threads));
         let this = this.clone();
         // Detached: the outcome reaches waiters through `finished`.
         drop(crate::spawn(async move {
-            let outcome = match job.await {
-                Ok(Ok(saved)) => Ok(report(saved, stall, began.elapsed())),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(e) => Err(format!("world save failed: the writer thread died: {e}")),
-            };
+            let outcome = this.run().await;
             this.finish(outcome);
         }));
+    }
+
+    /// One save: buffers prepared off the loop, the snapshot on it, the rest off it again.
+    async fn run(&self) -> Result<Report, String> {
+        let counts = {
+            let world = self.world.borrow();
+            (
+                world.item_count(),
+                world.mobile_count(),
+                world.spawner_count(),
+            )
+        };
+        let buffers =
+            tokio::task::spawn_blocking(move || Buffers::prefaulted(counts.0, counts.1, counts.2))
+                .await
+                .map_err(|e| format!("world save failed: the buffer thread died: {e}"))?;
+        let began = Instant::now();
+        let snapshot = Snapshot::take_into(
+            buffers,
+            &self.world.borrow(),
+            self.config.clock.now(),
+            &self.config.keep,
+        );
+        let stall = began.elapsed();
+        tracing::debug!(?stall, "world save: snapshot taken");
+        let layout = self.config.layout.clone();
+        let threads = self.config.threads;
+        let job = tokio::task::spawn_blocking(move || {
+            save::write_in_background(&layout, snapshot, threads)
+        });
+        match job.await {
+            Ok(Ok(saved)) => Ok(report(saved, stall, began.elapsed())),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(format!("world save failed: the writer thread died: {e}")),
+        }
     }
 
     fn finish(self: Rc<Inner>, outcome: Result<Report, String>) {

@@ -1,0 +1,312 @@
+//! Save benchmark, on the default world (190,728 items, 33,158 mobiles).
+//!
+//! Criterion groups, each against its peer in the same run:
+//! - `save_stall`: what the loop waits for. `snapshot` (ours: copy the plain data, the rest
+//!   happens off the loop) against `encode_on_loop` (the naive save: snapshot, sort and
+//!   encode every record on the loop thread, as a shard that serializes inline would).
+//! - `save_write`: the off-loop part, `persist::save::write` (sort, encode with the default
+//!   workers, write, fsync, swap in) against `disk_floor` (one `std::fs::write` of the same
+//!   number of bytes plus an fsync: what the disk alone costs).
+//! - `load`: `persist::load` (read, check, decode, build the world) against `generate` (the
+//!   other way a shard gets its world at startup).
+//!
+//! Summary (after the groups under `cargo bench`, or alone with `-- summary`): `SAVES` saves
+//! through the `Saver` on an `EventLoop` running the world's game logic (its decay and
+//! spawner timers) plus a probe timer every tick, so the loop has due ticks to be late for.
+//! Per save: the loop stall (snapshot), the wall time, the size; over the run: the largest
+//! wheel lag and late ticks; memory: resident set before, its peak during the save (VmHWM,
+//! reset through /proc/self/clear_refs before each save) and after, as multiples of the
+//! save's size. Medians are quoted.
+//!
+//! Running: `cargo bench --bench save` (~1 min). `cargo test --bench save` runs each group
+//! once on a small world.
+
+use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
+use std::cell::RefCell;
+use std::hint::black_box;
+use std::io::Write;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use criterion::{Criterion, SamplingMode};
+use shardloop::persist::{self, Clock, Layout, Saver, SaverConfig, Snapshot, codec};
+use shardloop::world::{self, World};
+use shardloop::{EventLoop, runtime, timer};
+
+mod support;
+use support::median;
+
+/// Counts the bytes the process has asked for and not yet freed, and their peak since the
+/// last reset: the memory a save needs, whatever the allocator keeps cached.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: defers every call to `System`, only counting on the side.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Saves in the summary.
+const SAVES: usize = 7;
+
+fn world_for(full_size: bool) -> World {
+    match full_size {
+        true => world::generate_default(world::DEFAULT_SEED),
+        false => world::generate(world::DEFAULT_SEED, 5_000, 800),
+    }
+}
+
+/// The naive save's loop stall: everything but the disk, on the calling thread.
+fn encode_on_loop(world: &World) -> usize {
+    let mut snap = Snapshot::take(world, jiff::Timestamp::now(), |_| true);
+    snap.sort();
+    let mut bytes = Vec::new();
+    snap.items
+        .iter()
+        .for_each(|i| codec::encode_item(i, &mut bytes));
+    snap.mobiles
+        .iter()
+        .for_each(|m| codec::encode_mobile(m, &mut bytes));
+    snap.spawners
+        .iter()
+        .for_each(|s| codec::encode_spawner(s, &mut bytes));
+    bytes.len()
+}
+
+fn write_save(world: &World, root: &Path) -> u64 {
+    let layout = Layout::new(root, root.join("Saves"));
+    let snap = Snapshot::take(world, jiff::Timestamp::now(), |_| true);
+    let saved =
+        persist::save::write(&layout, snap, persist::save::default_threads()).expect("save");
+    // Keep one backup at most, so the disk does not fill over many iterations.
+    if let Some(backup) = saved.backup {
+        std::fs::remove_dir_all(backup).expect("remove backup");
+    }
+    saved.manifest.data_bytes()
+}
+
+fn disk_floor(root: &Path, bytes: &[u8]) {
+    let path = root.join("floor.bin");
+    let mut f = std::fs::File::create(&path).expect("create");
+    f.write_all(bytes).expect("write");
+    f.sync_all().expect("fsync");
+    drop(f);
+    std::fs::remove_file(path).expect("remove");
+}
+
+fn groups(c: &mut Criterion, world: &World) {
+    let mut stall = c.benchmark_group("save_stall");
+    stall.sampling_mode(SamplingMode::Flat).sample_size(20);
+    stall.bench_function("snapshot", |b| {
+        b.iter(|| black_box(Snapshot::take(world, jiff::Timestamp::now(), |_| true)))
+    });
+    stall.bench_function("encode_on_loop", |b| {
+        b.iter(|| black_box(encode_on_loop(world)))
+    });
+    stall.finish();
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let size = write_save(world, dir.path());
+    let floor = vec![0x5Au8; size as usize];
+    let mut write = c.benchmark_group("save_write");
+    write.sampling_mode(SamplingMode::Flat).sample_size(10);
+    write.bench_function("save", |b| b.iter(|| write_save(world, dir.path())));
+    write.bench_function("disk_floor", |b| b.iter(|| disk_floor(dir.path(), &floor)));
+    write.finish();
+
+    let mut load = c.benchmark_group("load");
+    load.sampling_mode(SamplingMode::Flat).sample_size(10);
+    let saves = dir.path().join("Saves");
+    load.bench_function("load", |b| {
+        b.iter(|| black_box(persist::load(&saves).expect("load")))
+    });
+    let plan = (
+        world.seed(),
+        world.item_count() as u32,
+        world.mobile_count() as u32,
+    );
+    load.bench_function("generate", |b| {
+        b.iter(|| black_box(world::generate(plan.0, plan.1, plan.2)))
+    });
+    load.finish();
+}
+
+/// Resident set now and its peak since the last reset, in bytes.
+fn rss() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn reset_peak() {
+    // "5" resets VmHWM to the current resident set (Linux 4.0+).
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+struct Row {
+    /// Allocated bytes: before the save, the peak during it, after it.
+    heap: (usize, usize, usize),
+    stall: Duration,
+    took: Duration,
+    bytes: u64,
+    before: u64,
+    peak: u64,
+    after: u64,
+}
+
+fn summary(world: World) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (rows, lag, late) = runtime.block_on(async {
+        let world = Rc::new(RefCell::new(world));
+        let mut event_loop = EventLoop::builder().build();
+        let root = dir.path().to_path_buf();
+        let w = world.clone();
+        let (rows, lag, late) = event_loop
+            .run_until(async move {
+                let logic = world::start_game_logic(w.clone());
+                let probe = timer::every(Duration::from_millis(8)).start(|| {});
+                let saver = Saver::new(
+                    w,
+                    SaverConfig {
+                        layout: Layout::new(&root, root.join("Saves")),
+                        threads: persist::save::default_threads(),
+                        clock: Clock::System,
+                        keep: Box::new(|_| true),
+                        notices: Box::new(|_| {}),
+                    },
+                );
+                timer::pause(500).await;
+                runtime::take_lag_window();
+                let late_before = runtime::stats().late_ticks;
+                let mut rows = Vec::new();
+                for _ in 0..SAVES {
+                    timer::pause(300).await;
+                    let (before, _) = rss();
+                    reset_peak();
+                    let heap_before = LIVE.load(Ordering::Relaxed);
+                    PEAK.store(heap_before, Ordering::Relaxed);
+                    let report = saver.save().await.expect("save");
+                    let (_, peak) = rss();
+                    let heap_peak = PEAK.load(Ordering::Relaxed);
+                    timer::pause(200).await;
+                    let (after, _) = rss();
+                    let heap = (heap_before, heap_peak, LIVE.load(Ordering::Relaxed));
+                    rows.push(Row {
+                        heap,
+                        stall: report.stall,
+                        took: report.took,
+                        bytes: report.bytes,
+                        before,
+                        peak,
+                        after,
+                    });
+                }
+                let lag = runtime::take_lag_window().max();
+                let late = runtime::stats().late_ticks - late_before;
+                probe.cancel();
+                logic.stop();
+                (rows, lag, late)
+            })
+            .await;
+        drop(world);
+        (rows, lag, late)
+    });
+    print_summary(&rows, lag, late);
+}
+
+fn print_summary(rows: &[Row], max_lag: Duration, late: u64) {
+    let mb = |b: u64| b as f64 / 1e6;
+    let times = |a: u64, b: u64, size: u64| a.saturating_sub(b) as f64 / size as f64;
+    println!(
+        "\nsave summary: {SAVES} saves of the default world through the Saver, on a loop running its timers"
+    );
+    println!(
+        "  heap: bytes allocated and not freed (counting allocator); RSS: resident set (VmRSS/VmHWM)"
+    );
+    println!(
+        "{:>4} {:>9} {:>8} {:>6} {:>11} {:>11} {:>10} {:>10} {:>10}",
+        "save",
+        "stall",
+        "wall",
+        "MB",
+        "heap peak×",
+        "heap kept×",
+        "RSS MB",
+        "RSS peak×",
+        "RSS kept×"
+    );
+    let (mut heap_peak, mut heap_kept, mut rss_peak) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, r) in rows.iter().enumerate() {
+        let (before, peak, after) = (r.heap.0 as u64, r.heap.1 as u64, r.heap.2 as u64);
+        heap_peak.push(times(peak, before, r.bytes));
+        heap_kept.push(times(after, before, r.bytes));
+        rss_peak.push(times(r.peak, r.before, r.bytes));
+        println!(
+            "{:>4} {:>9.2?} {:>8.1?} {:>6.2} {:>11.2} {:>11.2} {:>10.1} {:>10.2} {:>10.2}",
+            i + 1,
+            r.stall,
+            r.took,
+            mb(r.bytes),
+            times(peak, before, r.bytes),
+            times(after, before, r.bytes),
+            mb(r.before),
+            times(r.peak, r.before, r.bytes),
+            times(r.after, r.before, r.bytes),
+        );
+    }
+    let ms =
+        |f: fn(&Row) -> Duration| median(rows.iter().map(|r| f(r).as_secs_f64() * 1e3).collect());
+    println!(
+        "median: stall {:.2} ms, wall {:.0} ms, size {:.2} MB, extra memory during a save {:.2}× \
+         the save (heap; RSS {:.2}×), kept after {:.2}×",
+        ms(|r| r.stall),
+        ms(|r| r.took),
+        mb(rows[0].bytes),
+        median(heap_peak),
+        median(rss_peak),
+        median(heap_kept),
+    );
+    println!("max wheel lag over all saves: {max_lag:.2?}; late ticks: {late}");
+}
+
+fn main() {
+    let (mut criterion, invocation) = support::invocation();
+    let world = world_for(invocation.full_size);
+    // The summary first: its resident-set figures would otherwise include what the groups
+    // left in the allocator's caches.
+    if invocation.summary {
+        summary(world_for(invocation.full_size));
+    }
+    groups(&mut criterion, &world);
+    criterion.final_summary();
+}
