@@ -98,7 +98,7 @@ fn write_save(world: &World, root: &Path) -> u64 {
     let saved =
         persist::save::write(&layout, snap, persist::save::default_threads()).expect("save");
     // Keep one backup at most, so the disk does not fill over many iterations.
-    if let Some(backup) = saved.backup {
+    if let Some(backup) = saved.replaced.backup() {
         std::fs::remove_dir_all(backup).expect("remove backup");
     }
     saved.manifest.data_bytes()

@@ -441,15 +441,24 @@ fn log_notice(notice: &Notice) {
             tracing::info!(in_ = %humantime::format_duration(*left), "world save warning sent")
         }
         Notice::Saving => tracing::info!("world save started"),
-        Notice::Saved(r) => tracing::info!(
-            items = r.items,
-            mobiles = r.mobiles,
-            bytes = r.bytes,
-            loop_stall = ?r.stall,
-            took = ?r.took,
-            backup = %r.backup.as_deref().map_or("none".into(), |p| p.display().to_string()),
-            "world saved"
-        ),
+        Notice::Saved(r) => {
+            tracing::info!(
+                items = r.items,
+                mobiles = r.mobiles,
+                bytes = r.bytes,
+                loop_stall = ?r.stall,
+                took = ?r.took,
+                backup = %r.replaced.backup().map_or("none".into(), |p| p.display().to_string()),
+                "world saved"
+            );
+            if let persist::Replaced::LeftAt { path, error } = &r.replaced {
+                tracing::warn!(
+                    "the save it replaced is intact at {} but not in Backups/ yet ({error}); \
+                     the next start moves it",
+                    path.display()
+                );
+            }
+        }
         Notice::Failed(e) => tracing::error!("{e}; the next save tries again"),
     }
 }

@@ -52,7 +52,7 @@ fn a_saved_world_loads_back_equal_and_saves_to_the_same_bytes() {
     let world = small_world();
     let saved = save(&layout, &world, CREATED);
     assert_eq!(saved.manifest.items, world.item_count() as u64);
-    assert!(saved.backup.is_none());
+    assert_eq!(saved.replaced, persist::Replaced::Nothing);
 
     let loaded = persist::load(&layout.saves).unwrap();
     assert_eq!(loaded.world, world, "entities, spawners and serial cursors");
@@ -93,7 +93,11 @@ fn a_new_save_moves_the_old_one_to_backups_with_a_marker() {
     world.remove_mobile(gone);
     let saved = save(&layout, &world, "2026-12-03T11:00:00Z");
 
-    let backup = saved.backup.expect("the first save became a backup");
+    let backup = saved
+        .replaced
+        .backup()
+        .expect("the first save became a backup")
+        .to_owned();
     assert_eq!(backup, layout.backups.join("2026-12-03-10-00-00"));
     assert!(backup.join(persist::layout::BACKUP_MARKER).is_file());
     let mut backed_up = tree(&backup);
@@ -289,5 +293,25 @@ async fn requests_during_a_save_fold_into_one_queued_save() {
             .unwrap()
             .count(),
         2
+    );
+}
+
+#[test]
+fn startup_recovery_marks_a_backup_moved_but_not_yet_marked() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let world = small_world();
+    save(&layout, &world, CREATED);
+    let saved = save(&layout, &world, "2026-12-03T11:00:00Z");
+    let backup = saved.replaced.backup().unwrap().to_owned();
+    let marker = backup.join(persist::layout::BACKUP_MARKER);
+    std::fs::remove_file(&marker).unwrap(); // a crash between the move and the marker
+
+    let done = layout.recover().unwrap();
+    assert!(marker.is_file(), "{done:?}");
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert!(
+        layout.recover().unwrap().is_empty(),
+        "nothing left to do the second time"
     );
 }

@@ -70,47 +70,70 @@ impl Layout {
         }
     }
 
-    /// Puts the complete save in `staged` in place as `Saves/`. The save it replaces (if any)
-    /// moves to `Backups/Automatic/`; its path is returned.
-    pub fn swap_in(&self, staged: &Path) -> io::Result<Option<PathBuf>> {
+    /// Puts the complete save in `staged` in place as `Saves/`, and the save it replaces
+    /// (if any) in `Backups/Automatic/`.
+    ///
+    /// An error means the new save is *not* in place (`Saves/` is as before, or, if even
+    /// that could not be restored, missing with the new save still complete in `staged`
+    /// for [`recover`](Self::recover)). Once the new save is in place, trouble with the old
+    /// one is no failure of the save: it is reported in [`Replaced::LeftAt`], and the old
+    /// save is never deleted.
+    pub fn swap_in(&self, staged: &Path) -> io::Result<Replaced> {
         if !self.saves.exists() {
             std::fs::rename(staged, &self.saves)?;
-            sync_dir(self.root())?;
-            return Ok(None);
+            return Ok(match sync_dir(self.root()) {
+                Ok(()) => Replaced::Nothing,
+                Err(e) => left_at(&self.saves, &e),
+            });
         }
-        match exchange(staged, &self.saves) {
-            Ok(()) => {}
+        let old = match exchange(staged, &self.saves) {
+            Ok(()) => staged.to_owned(),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
-                // No atomic exchange here: two renames. A crash between them leaves no
-                // `Saves/`, and `recover` promotes the newest complete temp save.
-                let old = self.create_temp_dir("old")?;
-                std::fs::remove_dir(&old)?;
-                std::fs::rename(&self.saves, &old)?;
-                std::fs::rename(staged, &self.saves)?;
-                sync_dir(self.root())?;
-                return self.back_up(&old).map(Some);
+                self.two_renames(staged)?
             }
             Err(e) => return Err(e),
+        };
+        if let Err(e) = sync_dir(self.root()) {
+            return Ok(left_at(&old, &e));
         }
-        sync_dir(self.root())?;
-        // `staged` now holds the replaced save.
-        self.back_up(staged).map(Some)
+        Ok(self.back_up(&old))
+    }
+
+    /// The swap without an atomic exchange: `Saves/` aside, `staged` in, and back if that
+    /// fails. Returns where the old save went.
+    fn two_renames(&self, staged: &Path) -> io::Result<PathBuf> {
+        let old = self.create_temp_dir("old")?;
+        std::fs::remove_dir(&old)?;
+        std::fs::rename(&self.saves, &old)?;
+        if let Err(e) = std::fs::rename(staged, &self.saves) {
+            // Put the old save back; if even that fails, `Saves/` is missing and the next
+            // start promotes the newest complete temp save (the new one, in `staged`).
+            let _ = std::fs::rename(&old, &self.saves);
+            return Err(e);
+        }
+        Ok(old)
     }
 
     /// Moves a complete replaced save to `Backups/Automatic/<its creation time, UTC>/` and
     /// marks it complete.
-    fn back_up(&self, old: &Path) -> io::Result<PathBuf> {
+    fn back_up(&self, old: &Path) -> Replaced {
         let created = Manifest::read(old).map_or_else(|_| Timestamp::now(), |m| m.created);
-        std::fs::create_dir_all(&self.backups)?;
-        let target = self.free_backup_name(created);
-        std::fs::rename(old, &target)?;
-        sync_dir(&self.backups)?;
-        sync_dir(self.root())?;
-        let marker = target.join(BACKUP_MARKER);
-        std::fs::write(&marker, format!("{}\n", Timestamp::now()))?;
-        std::fs::File::open(&marker)?.sync_all()?;
-        sync_dir(&target)?;
-        Ok(target)
+        let moved = std::fs::create_dir_all(&self.backups).and_then(|()| {
+            let target = self.free_backup_name(created);
+            std::fs::rename(old, &target)?;
+            Ok(target)
+        });
+        let target = match moved {
+            Ok(target) => target,
+            Err(e) => return left_at(old, &e),
+        };
+        let marked = sync_dir(&self.backups)
+            .and_then(|()| sync_dir(self.root()))
+            .and_then(|()| mark_complete(&target));
+        match marked {
+            Ok(()) => Replaced::BackedUp(target),
+            Err(e) => left_at(&target, &e),
+        }
     }
 
     fn free_backup_name(&self, created: Timestamp) -> PathBuf {
@@ -152,15 +175,46 @@ impl Layout {
         complete.sort();
         for (created, path) in complete {
             let current = Manifest::read(&self.saves).ok().map(|m| m.created);
-            if current.is_none_or(|c| created > c) {
-                self.swap_in(&path)?;
+            let replaced = if current.is_none_or(|c| created > c) {
+                let replaced = self.swap_in(&path)?;
                 done.push(format!("finished putting the save of {created} in place"));
+                replaced
             } else {
-                let target = self.back_up(&path)?;
-                done.push(format!("moved a replaced save to {}", target.display()));
+                self.back_up(&path)
+            };
+            match replaced {
+                Replaced::Nothing => {}
+                Replaced::BackedUp(to) => {
+                    done.push(format!("moved a replaced save to {}", to.display()));
+                }
+                Replaced::LeftAt { path, error } => {
+                    return Err(io::Error::other(format!(
+                        "cannot move the replaced save {} to {}: {error}",
+                        path.display(),
+                        self.backups.display()
+                    )));
+                }
             }
         }
+        self.mark_backups(&mut done)?;
         Ok(done)
+    }
+
+    /// Marks complete every backup that holds a readable manifest but no marker (a crash
+    /// between its move and its marker).
+    fn mark_backups(&self, done: &mut Vec<String>) -> io::Result<()> {
+        let entries = match std::fs::read_dir(&self.backups) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            other => other?,
+        };
+        for entry in entries {
+            let dir = entry?.path();
+            if dir.is_dir() && !dir.join(BACKUP_MARKER).exists() && Manifest::read(&dir).is_ok() {
+                mark_complete(&dir)?;
+                done.push(format!("marked the backup {} complete", dir.display()));
+            }
+        }
+        Ok(())
     }
 
     fn temp_dirs(&self) -> io::Result<Vec<PathBuf>> {
@@ -179,6 +233,43 @@ impl Layout {
         dirs.sort();
         Ok(dirs)
     }
+}
+
+/// What became of the save a new one replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replaced {
+    /// There was none.
+    Nothing,
+    /// In `Backups/Automatic/`, marked complete.
+    BackedUp(PathBuf),
+    /// Not (completely) moved or marked: it is intact at `path`, and the next start's
+    /// [`Layout::recover`] finishes the job. `error` says what went wrong.
+    LeftAt { path: PathBuf, error: String },
+}
+
+impl Replaced {
+    /// The backup's path, once it is fully in place.
+    pub fn backup(&self) -> Option<&Path> {
+        match self {
+            Replaced::BackedUp(path) => Some(path),
+            _ => None,
+        }
+    }
+}
+
+fn left_at(path: &Path, e: &io::Error) -> Replaced {
+    Replaced::LeftAt {
+        path: path.to_owned(),
+        error: e.to_string(),
+    }
+}
+
+/// Writes the completion marker into a backup directory, durably.
+fn mark_complete(backup: &Path) -> io::Result<()> {
+    let marker = backup.join(BACKUP_MARKER);
+    std::fs::write(&marker, format!("{}\n", Timestamp::now()))?;
+    std::fs::File::open(&marker)?.sync_all()?;
+    sync_dir(backup)
 }
 
 /// Swaps two paths atomically (both must exist).

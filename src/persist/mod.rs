@@ -30,7 +30,7 @@ pub mod snapshot;
 
 pub use autosave::{Autosave, Cadence};
 pub use clock::Clock;
-pub use layout::Layout;
+pub use layout::{Layout, Replaced};
 pub use load::{LoadError, Loaded, load};
 pub use manifest::Manifest;
 pub use save::{SaveError, Saved};

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use super::codec;
 use super::file::{self, Kind, Written};
-use super::layout::{self, Layout};
+use super::layout::{self, Layout, Replaced};
 use super::manifest::{self, Manifest};
 use super::snapshot::Snapshot;
 
@@ -32,8 +32,8 @@ const CHUNK: usize = 8192;
 #[derive(Debug, Clone)]
 pub struct Saved {
     pub manifest: Manifest,
-    /// Where the save it replaced went, if there was one.
-    pub backup: Option<PathBuf>,
+    /// What became of the save it replaced.
+    pub replaced: Replaced,
     /// Sorting, encoding, writing, syncing and swapping.
     pub took: Duration,
 }
@@ -113,13 +113,17 @@ pub fn write(layout: &Layout, mut snapshot: Snapshot, threads: usize) -> Result<
     match stage(&staged, &snapshot, threads.max(1)) {
         Ok(manifest) => {
             drop(snapshot);
-            let backup = layout.swap_in(&staged).map_err(|source| {
-                let _ = std::fs::remove_dir_all(&staged);
+            let replaced = layout.swap_in(&staged).map_err(|source| {
+                // Not in place. Drop it, unless it is the only complete save left (a
+                // failed fallback swap with no `Saves/`): startup recovery promotes it.
+                if layout.saves.exists() {
+                    let _ = std::fs::remove_dir_all(&staged);
+                }
                 fail("putting in place", &layout.saves, source)
             })?;
             Ok(Saved {
                 manifest,
-                backup,
+                replaced,
                 took: began.elapsed(),
             })
         }

@@ -12,7 +12,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +19,7 @@ use jiff::Timestamp;
 use tokio::sync::watch;
 
 use super::clock::Clock;
-use super::layout::Layout;
+use super::layout::{Layout, Replaced};
 use super::save::{self, Saved};
 use super::snapshot::{Buffers, Snapshot};
 use crate::world::{Mobile, World};
@@ -36,7 +35,8 @@ pub struct Report {
     pub items: u64,
     pub mobiles: u64,
     pub created: Timestamp,
-    pub backup: Option<PathBuf>,
+    /// What became of the save this one replaced.
+    pub replaced: Replaced,
 }
 
 /// Something players or staff should hear about.
@@ -242,7 +242,7 @@ fn report(saved: Saved, stall: Duration, took: Duration) -> Report {
         items: saved.manifest.items,
         mobiles: saved.manifest.mobiles,
         created: saved.manifest.created,
-        backup: saved.backup,
+        replaced: saved.replaced,
     }
 }
 
