@@ -106,7 +106,12 @@ fn init_logging(format: LogFormat) {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
+        .with_ansi(std::io::stderr().is_terminal())
+        // When stderr is gone (a closed pipe, a restarted log collector), drop log lines
+        // quietly: by default tracing-subscriber reports the failed write with `eprintln!`,
+        // which panics on the same dead stderr and would take the shard, and its final
+        // save, down with it.
+        .log_internal_errors(false);
     match format {
         LogFormat::Pretty => logs.init(),
         LogFormat::Json => logs.json().init(),

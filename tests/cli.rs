@@ -276,3 +276,134 @@ fn probe_host_prints_a_verdict_for_each_primitive() {
         "no verdict line in:\n{out}"
     );
 }
+
+/// Reads log lines until one contains `what`; panics with the log after [`PATIENCE`].
+fn wait_for(lines: &mpsc::Receiver<String>, seen: &mut Vec<String>, what: &str) {
+    while !seen.iter().any(|l| l.contains(what)) {
+        match lines.recv_timeout(PATIENCE) {
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no {what:?} in the log: {seen:#?}"),
+        }
+    }
+}
+
+#[test]
+fn a_stop_signal_takes_a_final_save_that_the_next_start_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, mut seen, rest) = start_until_ready(shardloop(dir.path()));
+    assert!(seen.iter().any(|l| l.contains("generated the world")));
+    // SAFETY: kill(2) on the child we spawned, which is still running.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = finish(child).status;
+    seen.extend(rest.iter());
+    assert_eq!(status.code(), Some(0), "{seen:#?}");
+    let saved = seen
+        .iter()
+        .position(|l| l.contains("world saved"))
+        .expect("a final save");
+    let stopped = seen
+        .iter()
+        .position(|l| l.contains("shard stopped cleanly"))
+        .unwrap();
+    assert!(saved < stopped, "{seen:#?}");
+
+    let (child, seen, _rest) = start_until_ready(shardloop(dir.path()));
+    assert!(
+        seen.iter().any(|l| l.contains("loaded the world save")),
+        "{seen:#?}"
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(finish(child).status.code(), Some(0));
+}
+
+#[test]
+fn a_second_ctrl_c_exits_at_once_without_the_final_save_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = shardloop(dir.path());
+    // A world big enough that its save takes a good fraction of a second: the second
+    // signal lands while it is being written.
+    cmd.env("SHARD_WORLD__GENERATE__ITEMS", "2000000")
+        .env("SHARD_WORLD__GENERATE__MOBILES", "300000");
+    let (child, mut seen, rest) = start_until_ready(cmd);
+    // SAFETY: kill(2) on the child we spawned, which is still running.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    wait_for(&rest, &mut seen, "taking the final world save");
+    // SAFETY: as above; it is still writing its final save.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = finish(child).status;
+    seen.extend(rest.iter());
+    assert_eq!(status.code(), Some(130), "{seen:#?}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("exiting now without the final save")),
+        "{seen:#?}"
+    );
+    assert!(!seen.iter().any(|l| l.contains("world saved")), "{seen:#?}");
+
+    // Nothing half-written is ever loaded: with no save before, the next start generates,
+    // and whatever the interrupted save left is cleaned up.
+    let (child, seen, _rest) = start_until_ready(shardloop(dir.path()));
+    assert!(
+        seen.iter().any(|l| l.contains("generated the world")),
+        "{seen:#?}"
+    );
+    let data = dir.path().join("data");
+    let leftovers: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = finish(child);
+}
+
+#[test]
+fn a_corrupt_save_stops_the_start_with_exit_2_naming_the_file_and_deletes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // The log receiver is dropped at once, so the shard's stderr closes under it: its
+    // shutdown and final save must not care (tracing's own error report would panic).
+    let (child, _, _) = start_until_ready(shardloop(dir.path()));
+    // SAFETY: kill(2) on the child we spawned, which is still running.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(
+        finish(child).status.code(),
+        Some(0),
+        "a closed stderr must not stop the shard"
+    );
+    let items = dir.path().join("data/Saves/items.bin");
+    let mut bytes = std::fs::read(&items).unwrap();
+    bytes.truncate(bytes.len() - 100);
+    std::fs::write(&items, &bytes).unwrap();
+    let listing = |d: &Path| {
+        let mut names: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(&dir.path().join("data/Saves"));
+
+    let out = finish(
+        shardloop(dir.path())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let log = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(
+        log.contains("items.bin") && log.contains("checksum"),
+        "{log}"
+    );
+    assert!(!log.contains("shard ready"), "{log}");
+    assert_eq!(listing(&dir.path().join("data/Saves")), before);
+    assert_eq!(
+        std::fs::read(&items).unwrap(),
+        bytes,
+        "the damaged file is left as it was"
+    );
+}
