@@ -126,3 +126,121 @@ async fn a_data_dir_that_cannot_be_created_is_a_clear_error() {
     assert!(message.contains("not-a-dir/data"), "{message}");
     assert!(message.contains("--data-dir"), "{message}");
 }
+
+#[tokio::test]
+async fn save_commands_change_the_schedule_and_the_cadence_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(dir.path());
+    let screen = Screen::default();
+    let input = "savefrequency 30m 1m\nsavefrequency 1m 5m\nautosave off\nsave\nshutdown\n";
+    let console = Console::new(Cursor::new(input), screen.clone());
+    let stopped = shard::run(&config, console, std::future::pending())
+        .await
+        .expect("the shard runs");
+    stopped.final_save.expect("the final save");
+    let text = screen.text();
+    assert!(
+        text.contains("autosave every 30m (players warned 1m before)"),
+        "{text}"
+    );
+    assert!(text.contains("warning 5m must be shorter"), "{text}");
+    assert!(text.contains("autosave off until restart"), "{text}");
+    let stored = config.server.data_dir.join("autosave.toml");
+    assert!(text.contains(&stored.display().to_string()), "{text}");
+    assert!(config.save_path().join("manifest.toml").is_file());
+
+    // The next start takes the stored cadence over the configuration's 1h / 1m.
+    let screen = Screen::default();
+    let console = Console::new(Cursor::new("autosave\nstatus\nshutdown\n"), screen.clone());
+    shard::run(&config, console, std::future::pending())
+        .await
+        .expect("the shard runs again");
+    let text = screen.text();
+    assert!(
+        text.contains("autosave every 30m (players warned 1m before), next at"),
+        "{text}"
+    );
+    assert!(text.contains("3000 items"), "{text}");
+}
+
+/// Console input fed line by line from the test (a `Cursor` would run every command at once).
+struct Lines(std::sync::mpsc::Receiver<String>, Vec<u8>);
+
+impl std::io::Read for Lines {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.1.is_empty() {
+            match self.0.recv() {
+                Ok(line) => self.1 = format!("{line}\n").into_bytes(),
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.1.len());
+        buf[..n].copy_from_slice(&self.1[..n]);
+        self.1.drain(..n);
+        Ok(n)
+    }
+}
+
+/// Reads one frame: (id, payload).
+fn read_frame(stream: &mut std::net::TcpStream) -> (u8, Vec<u8>) {
+    use std::io::Read;
+    let mut header = [0u8; 3];
+    stream.read_exact(&mut header).unwrap();
+    let len = usize::from(u16::from_be_bytes([header[1], header[2]]));
+    let mut payload = vec![0u8; len - 3];
+    stream.read_exact(&mut payload).unwrap();
+    (header[0], payload)
+}
+
+#[tokio::test]
+async fn players_hear_a_save_start_and_finish_as_system_messages() {
+    use shardloop::net::frame::{self, client, server};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(dir.path());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    config.network.listen = vec![format!("127.0.0.1:{port}").parse().unwrap()];
+    let (commands, lines) = std::sync::mpsc::channel();
+    let console = Console::new(
+        std::io::BufReader::new(Lines(lines, Vec::new())),
+        Screen::default(),
+    );
+    let player = std::thread::spawn(move || {
+        let mut stream = (0..200)
+            .find_map(|_| {
+                std::thread::sleep(Duration::from_millis(20));
+                std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+            })
+            .expect("the shard listens");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream
+            .write_all(&frame::packet(client::LOGIN, &[b"Listener"]))
+            .unwrap();
+        assert_eq!(read_frame(&mut stream).0, server::LOGIN_OK);
+        commands.send("save".to_owned()).unwrap();
+        let mut heard = Vec::new();
+        while heard.len() < 2 {
+            let (id, payload) = read_frame(&mut stream);
+            if id == server::SPEECH && payload[..4] == [0, 0, 0, 0] {
+                heard.push(String::from_utf8(payload[4..].to_vec()).unwrap());
+            }
+        }
+        commands.send("shutdown".to_owned()).unwrap();
+        heard
+    });
+    let stopped = shard::run(&config, console, std::future::pending())
+        .await
+        .expect("the shard runs");
+    let heard = player.join().unwrap();
+    assert_eq!(heard[0], "The world is saving, please wait.");
+    assert!(
+        heard[1].starts_with("World save completed in "),
+        "{heard:?}"
+    );
+    stopped.final_save.expect("the final save");
+}
