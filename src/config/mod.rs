@@ -268,6 +268,10 @@ pub struct ArchiveConfig {
     /// Age beyond which `prune` deletes archives (> 0).
     #[serde(with = "duration")]
     pub max_age: Duration,
+    /// Newest automatic backups kept once archived (the rest are deleted).
+    pub keep_backups: u32,
+    /// Largest archive a restore unpacks, in bytes of extracted files (declared or actual).
+    pub max_restore_bytes: u64,
 }
 
 impl Default for ArchiveConfig {
@@ -282,6 +286,8 @@ impl Default for ArchiveConfig {
             monthly_retention: 12,
             prune: false,
             max_age: Duration::from_secs(60 * 24 * 3600),
+            keep_backups: 2,
+            max_restore_bytes: 4 << 30,
         }
     }
 }
@@ -478,6 +484,9 @@ impl ArchiveConfig {
         }
         if self.max_age.is_zero() {
             return invalid("archive.max_age", "must be greater than 0");
+        }
+        if self.max_restore_bytes < 1 << 20 {
+            return invalid("archive.max_restore_bytes", "must be at least 1048576 (1 MiB)");
         }
         Ok(())
     }

@@ -16,6 +16,7 @@
 //! Persistence knows the world's entities but nothing about sockets: what players should
 //! hear is handed out as [`Notice`]s for the shard to deliver.
 
+pub mod archive;
 pub mod autosave;
 pub mod clock;
 pub mod codec;
