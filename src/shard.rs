@@ -110,6 +110,8 @@ pub enum ShardError {
     Console(io::Error),
     /// A `network.listen` address could not be bound (the error names it).
     Listen(io::Error),
+    /// Another process holds the data directory (the error says which).
+    Locked(io::Error),
     /// What a crash left in the data directory could not be cleaned up.
     Recover { path: PathBuf, source: io::Error },
     /// The save in `Saves/` cannot be loaded (the error names the file and the reason).
@@ -137,6 +139,7 @@ impl fmt::Display for ShardError {
             ),
             ShardError::Console(e) => write!(f, "cannot start the console: {e}"),
             ShardError::Listen(e) => write!(f, "{e} (network.listen, --listen)"),
+            ShardError::Locked(e) => write!(f, "{e}"),
             ShardError::Recover { path, source } => write!(
                 f,
                 "cannot clean up after an interrupted save in {}: {source}",
@@ -153,6 +156,7 @@ impl std::error::Error for ShardError {
             ShardError::DataDir { source, .. }
             | ShardError::Console(source)
             | ShardError::Recover { source, .. }
+            | ShardError::Locked(source)
             | ShardError::Listen(source) => Some(source),
             ShardError::Load(e) => Some(e),
         }
@@ -184,6 +188,8 @@ pub async fn run_with(
         path: data_dir.clone(),
         source,
     })?;
+    // Held until this function returns: no second shard or restore on this data directory.
+    let _lock = persist::lock::DataLock::acquire(data_dir).map_err(ShardError::Locked)?;
     let network = &config.network;
     let listeners = net::bind_all(&network.listen, network.send_buffer_size as usize)
         .map_err(ShardError::Listen)?;

@@ -23,6 +23,7 @@ pub mod codec;
 pub mod file;
 pub mod layout;
 pub mod load;
+pub mod lock;
 pub mod manifest;
 pub mod save;
 pub mod saver;
