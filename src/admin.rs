@@ -39,12 +39,18 @@ pub enum Command {
     },
     /// Turn autosave on or off until restart; `None` shows the schedule.
     Autosave(Option<bool>),
+    /// Run an archive rollup now.
+    Archive,
+    /// Archives per kind, the last rollup, the next.
+    ArchiveStatus,
+    /// Apply archive retention and age pruning now.
+    PruneArchives,
     Shutdown,
 }
 
 impl Command {
     /// Every command (arguments as placeholders) with its usage and one-line description.
-    pub const ALL: [(Command, &'static str, &'static str); 8] = [
+    pub const ALL: [(Command, &'static str, &'static str); 11] = [
         (Command::Help, "help", "list the commands"),
         (
             Command::Status,
@@ -75,6 +81,21 @@ impl Command {
             Command::Autosave(None),
             "autosave",
             "[on|off]: show the autosave schedule, or turn it on/off until restart",
+        ),
+        (
+            Command::Archive,
+            "archive",
+            "roll backups up into hourly/daily/monthly archives now",
+        ),
+        (
+            Command::ArchiveStatus,
+            "archivestatus",
+            "archives per kind (count, bytes), the last rollup, the next",
+        ),
+        (
+            Command::PruneArchives,
+            "prunearchives",
+            "apply archive retention (and archive.prune's max_age) now",
         ),
         (
             Command::Shutdown,

@@ -5,16 +5,22 @@
 //!   or `shutdown` on the console; exit 0 after a clean stop.
 //! - `shardloop check-config`: the effective configuration and where each value came from.
 //! - `shardloop probe-host`: how well this host sleeps, wakes and reads its clocks.
+//! - `shardloop restore PATH`: put the save in an archive in place (the shard must be
+//!   stopped); exit 0, or 2 naming the archive and the reason with every file where it was.
+//!   `shardloop restore --list`: the backups and archives, with their entity counts.
 //! - `shardloop loadgen --connect ADDR ...`: a load client for a running shard (or
 //!   `examples/tokio_echo.rs`); prints round trips/s and RTT percentiles.
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use shardloop::config::{Config, ConfigArgs, ConfigError, Loaded};
 use shardloop::loadgen::{self, LoadgenArgs};
 use shardloop::net::BackendKind;
+use shardloop::persist::archive::restore::{self, Limits};
+use shardloop::persist::{Layout, lock::DataLock};
 use shardloop::{probe_host, shard};
 use tracing_subscriber::EnvFilter;
 
@@ -43,6 +49,26 @@ enum Cmd {
     ProbeHost,
     /// Load a running server with N clients (ping or walk) and report round trips and RTT.
     Loadgen(LoadgenArgs),
+    /// Put the save in an archive in place (the shard must be stopped), or list backups and
+    /// archives.
+    Restore(RestoreArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct RestoreArgs {
+    /// The archive (.tar.zst, .tar.gz/.tgz, .zip or .tar) holding one save, at its root or
+    /// in one top folder. The current save moves to Backups/Restored-<time>/, the archive
+    /// to Archives/Restored/.
+    #[arg(
+        value_name = "PATH",
+        required_unless_present = "list",
+        conflicts_with = "list"
+    )]
+    path: Option<PathBuf>,
+
+    /// List the backups and archives, with size and entity counts.
+    #[arg(long)]
+    list: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -81,6 +107,10 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        Cmd::Restore(args) => match load_config(&cli.config) {
+            Ok(loaded) => restore_command(&loaded.config, &args),
+            Err(code) => code,
+        },
         Cmd::Run => match load_config(&cli.config) {
             Ok(loaded) => {
                 init_logging(cli.log_format);
@@ -99,6 +129,79 @@ fn load_config(args: &ConfigArgs) -> Result<Loaded, ExitCode> {
             eprintln!("shardloop: {e}");
             ExitCode::from(ConfigError::EXIT_CODE as u8)
         })
+}
+
+/// `shardloop restore`: exit 0 when done, 2 when the restore was refused or failed (every
+/// file where it was, unless the message says otherwise), 1 for anything else.
+fn restore_command(config: &Config, args: &RestoreArgs) -> ExitCode {
+    const REFUSED: u8 = 2;
+    let data_dir = &config.server.data_dir;
+    let layout = Layout::new(data_dir, config.save_path());
+    let archives = config.archive_path();
+    let Some(archive) = args.path.as_deref().filter(|_| !args.list) else {
+        // Listing only reads, so it works while the shard runs.
+        return match restore::list(data_dir, &layout, &archives) {
+            Ok(listed) => {
+                println!("{}", restore::Table(&listed));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!(
+                    "shardloop restore --list: cannot list {}: {e}",
+                    data_dir.display()
+                );
+                ExitCode::FAILURE
+            }
+        };
+    };
+    if let Err(e) = std::fs::create_dir_all(data_dir) {
+        eprintln!(
+            "shardloop restore: cannot create {}: {e}",
+            data_dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    // Held until the restore is done: the shard must not swap saves underneath it.
+    let _lock = match DataLock::acquire(data_dir) {
+        Ok(lock) => lock,
+        Err(e) => {
+            eprintln!(
+                "shardloop restore: cannot restore {}: {e}; stop the shard first. Nothing was \
+                 changed",
+                archive.display()
+            );
+            return ExitCode::from(REFUSED);
+        }
+    };
+    // What a start would do first: finish or clean up after an interrupted save or restore,
+    // so the restore starts from a settled data directory.
+    match layout.recover() {
+        Ok(done) => done
+            .iter()
+            .for_each(|line| println!("after an interruption: {line}")),
+        Err(e) => {
+            eprintln!(
+                "shardloop restore: cannot recover {}: {e}",
+                layout.root().display()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    match restore::restore(
+        &layout,
+        &archives,
+        archive,
+        Limits::from_config(&config.archive),
+    ) {
+        Ok(restored) => {
+            println!("{restored}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("shardloop restore: {e}");
+            ExitCode::from(REFUSED)
+        }
+    }
 }
 
 fn init_logging(format: LogFormat) {

@@ -30,6 +30,7 @@ use tokio::sync::Notify;
 use crate::admin::{self, Command};
 use crate::config::{Config, GenerateConfig};
 use crate::net::{self, BackendKind, Limits, Net};
+use crate::persist::archive::{self, Archiver, Plan};
 use crate::persist::{self, Autosave, Cadence, Clock, Notice, Request, Saver, SaverConfig};
 use crate::play::{self, Players};
 use crate::runtime::{self, LoopStats};
@@ -319,7 +320,15 @@ async fn serve(
         tracing::info!(%addr, backend = %backend.name(), "listening for players");
     }
     let logic = Rc::new(world::start_game_logic(world.clone()));
-    let (saver, autosave) = start_saving(config, layout, &world, &net, &players);
+    let archiver = config.archive.enabled.then(|| {
+        let dir = config.data_path(&config.archive.dir);
+        let plan = Plan::from_config(&config.archive, dir, config.time.zone.time_zone().clone());
+        let archiver = Archiver::new(layout.clone(), plan, Clock::System);
+        // Whatever earlier runs (or a crash) left to do, before the first save.
+        archiver.request();
+        archiver
+    });
+    let (saver, autosave) = start_saving(config, layout, &world, &net, &players, archiver.clone());
     let status = Rc::new(StatusState::new(config));
     let status_timer = config
         .server
@@ -337,6 +346,7 @@ async fn serve(
             shutdown: console_shutdown.clone(),
             saver: saver.clone(),
             autosave: autosave.clone(),
+            archiver: archiver.clone(),
             data_dir: config.server.data_dir.clone(),
         };
         printer = Some(
@@ -364,6 +374,12 @@ async fn serve(
     // Players are still connected: they hear that the world saves before they are let go.
     tracing::info!("taking the final world save (Ctrl-C again to exit without it)");
     let final_save = saver.save().await;
+    if let Some(archiver) = &archiver {
+        if archiver.is_running() {
+            tracing::info!("waiting for the archive rollup to finish");
+        }
+        archiver.idle().await;
+    }
     net.stop();
     if let Some(token) = status_timer {
         token.cancel();
@@ -389,12 +405,17 @@ fn start_saving(
     world: &Rc<RefCell<World>>,
     net: &Net,
     players: &Rc<RefCell<Players>>,
+    archiver: Option<Archiver>,
 ) -> (Saver, Autosave) {
     let tell = {
         let (net, players) = (net.clone(), players.clone());
         Rc::new(move |notice: &Notice| {
             log_notice(notice);
             play::broadcast(&net, &players.borrow(), &notice.to_string());
+            // A new backup may complete a period: roll it up (off the loop).
+            if let (Notice::Saved(_), Some(archiver)) = (notice, &archiver) {
+                archiver.request();
+            }
         })
     };
     let in_world = players.clone();
@@ -516,6 +537,7 @@ struct ConsoleState {
     shutdown: Rc<Notify>,
     saver: Saver,
     autosave: Autosave,
+    archiver: Option<Archiver>,
     data_dir: PathBuf,
 }
 
@@ -533,6 +555,19 @@ impl ConsoleState {
                 }
             },
             Command::SaveFrequency { every, warning } => self.set_frequency(every, warning),
+            Command::Archive => self.with_archiver(|a| match a.request() {
+                Request::Started => "archive rollup started; the log says what it wrote".into(),
+                Request::Queued => "a rollup is running; one more will follow it".into(),
+            }),
+            Command::ArchiveStatus => self.with_archiver(|a| {
+                archive::archiver::status(a, self.autosave.next(), jiff::Timestamp::now())
+            }),
+            Command::PruneArchives => self.with_archiver(|a| match a.prune() {
+                Request::Started => "pruning archives; the log says what it deleted".into(),
+                Request::Queued => {
+                    "a rollup is running; it prunes too, and one more follows".into()
+                }
+            }),
             Command::Autosave(None) => self.autosave_report(),
             Command::Autosave(Some(on)) => {
                 self.autosave.set_enabled(on);
@@ -546,6 +581,13 @@ impl ConsoleState {
                 self.shutdown.notify_one();
                 "shutting down: finishing the current iteration, then the shutdown hooks".into()
             }
+        }
+    }
+
+    fn with_archiver(&self, f: impl FnOnce(&Archiver) -> String) -> String {
+        match &self.archiver {
+            Some(archiver) => f(archiver),
+            None => "archives are off (archive.enabled = false)".into(),
         }
     }
 

@@ -486,7 +486,10 @@ impl ArchiveConfig {
             return invalid("archive.max_age", "must be greater than 0");
         }
         if self.max_restore_bytes < 1 << 20 {
-            return invalid("archive.max_restore_bytes", "must be at least 1048576 (1 MiB)");
+            return invalid(
+                "archive.max_restore_bytes",
+                "must be at least 1048576 (1 MiB)",
+            );
         }
         Ok(())
     }

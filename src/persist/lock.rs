@@ -9,7 +9,7 @@
 //! Owns the lock file. Must never be taken on the loop thread in a loop (it is taken once).
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, Write};
+use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -26,12 +26,16 @@ impl DataLock {
     /// Takes the lock of `data_dir` (which must exist), or says who holds it.
     pub fn acquire(data_dir: &Path) -> io::Result<DataLock> {
         let path = data_dir.join(LOCK_FILE);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
+        if !path.exists() {
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)?;
+        }
+        // Held read-only: a descriptor open for writing would keep the filesystem from being
+        // remounted read-only (which the kernel does by itself on I/O errors).
+        let mut file = File::open(&path)?;
         // SAFETY: flock on a descriptor we own, non-blocking.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let e = io::Error::last_os_error();
@@ -50,9 +54,8 @@ impl DataLock {
                 ),
             ));
         }
-        file.set_len(0)?;
-        file.rewind()?;
-        write!(file, "{}", std::process::id())?;
+        // The pid is only for the message above: a full disk must not stop the start.
+        let _ = std::fs::write(&path, std::process::id().to_string());
         Ok(DataLock { _file: file, path })
     }
 }
@@ -66,7 +69,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let first = DataLock::acquire(dir.path()).unwrap();
         let e = DataLock::acquire(dir.path()).unwrap_err();
-        assert!(e.to_string().contains(&std::process::id().to_string()), "{e}");
+        assert!(
+            e.to_string().contains(&std::process::id().to_string()),
+            "{e}"
+        );
         drop(first);
         DataLock::acquire(dir.path()).unwrap();
     }

@@ -18,6 +18,7 @@
 
 pub mod archive;
 pub mod autosave;
+pub mod background;
 pub mod clock;
 pub mod codec;
 pub mod file;

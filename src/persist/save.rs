@@ -64,43 +64,15 @@ impl std::error::Error for SaveError {
     }
 }
 
-/// Niceness of the save threads: under CPU contention (2 cores: the loop, a worker, the
-/// writer) the scheduler runs the loop first, so a save shows up as wheel lag as little as
-/// possible. The threads still get all the idle CPU there is.
-const SAVE_NICE: libc::c_int = 10;
-
-/// [`write`] on a dedicated low-priority thread (and its workers, which inherit the
-/// priority); blocks until it is done. Call it from `spawn_blocking`.
+/// [`write`] on a dedicated low-priority thread (see [`super::background`]); blocks until it
+/// is done. Call it from `spawn_blocking`.
 pub fn write_in_background(
     layout: &Layout,
     snapshot: Snapshot,
     threads: usize,
 ) -> Result<Saved, SaveError> {
-    std::thread::scope(|scope| {
-        let writer = std::thread::Builder::new()
-            .name("shardloop-save".into())
-            .spawn_scoped(scope, move || {
-                lower_priority();
-                write(layout, snapshot, threads)
-            })
-            .map_err(|source| fail("starting the save thread for", &layout.saves, source))?;
-        writer
-            .join()
-            .unwrap_or_else(|_| panic!("the save thread panicked"))
-    })
-}
-
-fn lower_priority() {
-    // SAFETY: plain syscalls on the calling thread's own id. On Linux the nice value is per
-    // thread, and threads this one starts inherit it.
-    let rc =
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, SAVE_NICE) };
-    if rc != 0 {
-        tracing::debug!(
-            "cannot lower the save thread's priority: {}",
-            io::Error::last_os_error()
-        );
-    }
+    super::background::run("shardloop-save", move || write(layout, snapshot, threads))
+        .map_err(|source| fail("starting the save thread for", &layout.saves, source))?
 }
 
 /// Writes `snapshot` as the new current save. Blocking: call it from `spawn_blocking`.

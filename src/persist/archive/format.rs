@@ -182,7 +182,10 @@ fn list_zip(file: BufReader<File>) -> io::Result<Vec<Entry>> {
 }
 
 /// The tar stream inside a `.tar*` archive.
-pub fn decoder<'a, R: io::BufRead + 'a>(input: R, format: Format) -> io::Result<Box<dyn Read + 'a>> {
+pub fn decoder<'a, R: io::BufRead + 'a>(
+    input: R,
+    format: Format,
+) -> io::Result<Box<dyn Read + 'a>> {
     Ok(match format {
         Format::TarZst => Box::new(zstd::Decoder::with_buffer(input)?),
         Format::TarGz => Box::new(flate2::bufread::GzDecoder::new(input)),
@@ -234,9 +237,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a.bin");
         let b = dir.path().join("manifest.toml");
-        std::fs::write(&a, (0..100_000u32).flat_map(|i| i.to_le_bytes()).collect::<Vec<_>>()).unwrap();
+        std::fs::write(
+            &a,
+            (0..100_000u32)
+                .flat_map(|i| i.to_le_bytes())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
         std::fs::write(&b, "format = 1\n").unwrap();
-        let files = vec![("manifest.toml".to_owned(), b.as_path()), ("a.bin".to_owned(), a.as_path())];
+        let files = vec![
+            ("manifest.toml".to_owned(), b.as_path()),
+            ("a.bin".to_owned(), a.as_path()),
+        ];
         for format in Format::ALL {
             let path = dir.path().join(format!("out{}", format.extension()));
             let written = write(&path, format, 3, &files).unwrap();
@@ -246,7 +258,10 @@ mod tests {
             assert_eq!(Format::from_name(&path.to_string_lossy()), Some(format));
         }
         assert_eq!(Format::from_name("x.TGZ"), Some(Format::TarGz));
-        assert_eq!(Format::TarZst.stem("2026-12-03-10.tar.zst"), "2026-12-03-10");
+        assert_eq!(
+            Format::TarZst.stem("2026-12-03-10.tar.zst"),
+            "2026-12-03-10"
+        );
         assert_eq!(Format::from_name("x.rar"), None);
     }
 }

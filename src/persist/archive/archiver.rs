@@ -1,0 +1,230 @@
+//! The archiver: runs rollups (and the console's prunes) off the loop, one at a time.
+//!
+//! The shard asks for a rollup at startup and after every completed save. A request while a
+//! run is going folds into one more run after it (a run looks at everything on disk, so one
+//! is enough however many saves completed meanwhile). The work itself happens on a
+//! low-priority background thread; the loop only starts it and hears how it went.
+//!
+//! Owns the run state and its log lines. Must never block the loop.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use jiff::Timestamp;
+use tokio::sync::watch;
+
+use super::rollup::{self, Period, Plan};
+use crate::persist::{Clock, Layout, Request, background};
+
+/// How the last run went.
+#[derive(Debug, Clone)]
+pub struct LastRun {
+    pub at: Timestamp,
+    pub outcome: Result<rollup::Report, String>,
+}
+
+/// The shard's archiver; clones share it. Lives on the loop thread.
+#[derive(Clone)]
+pub struct Archiver {
+    inner: Rc<Inner>,
+}
+
+struct Inner {
+    layout: Layout,
+    plan: Plan,
+    clock: Clock,
+    running: Cell<bool>,
+    again: Cell<bool>,
+    last: RefCell<Option<LastRun>>,
+    /// Runs finished since start.
+    finished: watch::Sender<u64>,
+}
+
+/// What a run does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    Rollup,
+    Prune,
+}
+
+impl Archiver {
+    pub fn new(layout: Layout, plan: Plan, clock: Clock) -> Archiver {
+        Archiver {
+            inner: Rc::new(Inner {
+                layout,
+                plan,
+                clock,
+                running: Cell::new(false),
+                again: Cell::new(false),
+                last: RefCell::new(None),
+                finished: watch::Sender::new(0),
+            }),
+        }
+    }
+
+    /// Starts a rollup, or queues one behind the run that is going.
+    pub fn request(&self) -> Request {
+        self.start(Job::Rollup)
+    }
+
+    /// Applies retention and age pruning now (a full rollup does that too).
+    pub fn prune(&self) -> Request {
+        self.start(Job::Prune)
+    }
+
+    fn start(&self, job: Job) -> Request {
+        if self.inner.running.get() {
+            // A rollup prunes as well, so one queued rollup covers either request.
+            self.inner.again.set(true);
+            return Request::Queued;
+        }
+        Inner::spawn(&self.inner, job);
+        Request::Started
+    }
+
+    /// Waits until no run is going or queued.
+    pub async fn idle(&self) {
+        let mut finished = self.inner.finished.subscribe();
+        while self.inner.running.get() {
+            let _ = finished.changed().await;
+        }
+    }
+
+    /// Runs finished since start.
+    pub fn runs(&self) -> u64 {
+        *self.inner.finished.borrow()
+    }
+
+    pub fn last(&self) -> Option<LastRun> {
+        self.inner.last.borrow().clone()
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.inner.running.get()
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.inner.plan
+    }
+}
+
+impl Inner {
+    fn spawn(this: &Rc<Inner>, job: Job) {
+        this.running.set(true);
+        let (layout, plan) = (this.layout.clone(), this.plan.clone());
+        let now = this.clock.now();
+        let work = tokio::task::spawn_blocking(move || {
+            background::run("shardloop-archive", move || match job {
+                Job::Rollup => rollup::run(&layout, &plan, now).map_err(|e| e.to_string()),
+                Job::Prune => rollup::prune(&plan, now)
+                    .map(|pruned| rollup::Report {
+                        pruned,
+                        ..rollup::Report::default()
+                    })
+                    .map_err(|e| format!("pruning archives failed: {e}")),
+            })
+        });
+        let this = this.clone();
+        // Detached: the outcome is logged and kept in `last`.
+        drop(crate::spawn(async move {
+            let outcome = match work.await {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(e)) => Err(format!("cannot start the archive thread: {e}")),
+                Err(e) => Err(format!("the archive thread died: {e}")),
+            };
+            this.finish(now, outcome);
+        }));
+    }
+
+    fn finish(self: Rc<Inner>, at: Timestamp, outcome: Result<rollup::Report, String>) {
+        log(&outcome);
+        *self.last.borrow_mut() = Some(LastRun { at, outcome });
+        self.running.set(false);
+        self.finished.send_modify(|n| *n += 1);
+        if self.again.replace(false) {
+            Inner::spawn(&self, Job::Rollup);
+        }
+    }
+}
+
+fn log(outcome: &Result<rollup::Report, String>) {
+    match outcome {
+        Ok(report) => {
+            for w in &report.written {
+                tracing::info!(
+                    kind = %w.period,
+                    path = %w.path.display(),
+                    input_bytes = w.input_bytes,
+                    archive_bytes = w.archive_bytes,
+                    took = ?w.took,
+                    "archive written"
+                );
+            }
+            if !report.pruned.is_empty() || !report.deleted_backups.is_empty() {
+                tracing::info!(
+                    archives_pruned = report.pruned.len(),
+                    backups_deleted = report.deleted_backups.len(),
+                    "archives and backups tidied"
+                );
+            }
+        }
+        Err(e) => tracing::error!("{e}"),
+    }
+}
+
+/// The console's `archivestatus`: per kind, how many archives and their bytes; the last
+/// run; when the next is due. Reads three small directories (a few `stat`s).
+pub fn status(archiver: &Archiver, next_save: Option<Timestamp>, now: Timestamp) -> String {
+    let plan = archiver.plan();
+    let mut out = String::new();
+    for period in Period::ALL {
+        let found = rollup::archives(plan, period).unwrap_or_default();
+        let bytes: u64 = found
+            .iter()
+            .filter_map(|(_, p)| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum();
+        let newest = found.last().map_or("none".to_owned(), |(k, _)| k.clone());
+        out.push_str(&format!(
+            "{:<8} {:>3} archives, {:>10} bytes, newest {newest} (keeping {})\n",
+            period.to_string(),
+            found.len(),
+            bytes,
+            plan.retention[period as usize]
+        ));
+    }
+    let backups = rollup::backups(&archiver.inner.layout).unwrap_or_default();
+    out.push_str(&format!(
+        "backups  {} in {} (keeping {} once archived)\n",
+        backups.len(),
+        archiver.inner.layout.backups.display(),
+        plan.keep_backups
+    ));
+    let last = match archiver.last() {
+        None => "no run yet".to_owned(),
+        Some(LastRun { at, outcome: Ok(r) }) => format!(
+            "{at}: {} written, {} pruned, {} backups deleted in {:.2?}",
+            r.written.len(),
+            r.pruned.len(),
+            r.deleted_backups.len(),
+            r.took
+        ),
+        Some(LastRun {
+            at,
+            outcome: Err(e),
+        }) => format!("{at}: FAILED: {e}"),
+    };
+    out.push_str(&format!("last run {last}\n"));
+    let hour_ends = Period::Hourly
+        .start(&Period::Hourly.key(now, &plan.zone), &plan.zone)
+        .map(|start| start + jiff::SignedDuration::from_hours(1));
+    out.push_str(&format!(
+        "next run after the next save{}; the current hour ends at {}",
+        next_save.map_or(String::new(), |t| format!(" ({t})")),
+        hour_ends.map_or("?".to_owned(), |t| t.to_string()),
+    ));
+    if archiver.is_running() {
+        out.push_str("\na run is going now");
+    }
+    out
+}

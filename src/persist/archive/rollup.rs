@@ -1,0 +1,500 @@
+//! Rollups: one archive per past hour, day and month that has backups, retention, and the
+//! deletion of backups that archives have made redundant.
+//!
+//! A run, in order:
+//! 1. remove temp files a crashed run left in the archive directories;
+//! 2. for each kind (hourly, daily, monthly) with a retention above 0, and each *past* period
+//!    among the newest `retention` periods that have backups and no archive yet: pack that
+//!    period's newest complete backup into a temp file, fsync it, read it back and compare
+//!    every entry's size and CRC-32 with what was written, and only then rename it to
+//!    `<Kind>/<period><ext>`;
+//! 3. retention: keep the newest `retention` archives of each kind (and, with `prune`, none
+//!    older than `max_age`);
+//! 4. only if every archive of step 2 was written: delete the backups that are neither among
+//!    the newest `keep_backups` nor still needed by an archive that does not exist yet.
+//!
+//! So a crash or a full disk at any point loses nothing: no partial archive carries a final
+//! name (the rename comes after the verification), no backup is deleted before the archives
+//! that need it exist, and the next run picks up where this one stopped.
+//!
+//! Period boundaries are in the configured time zone; backup names are UTC times.
+//!
+//! Owns the run. Must never run on the loop thread (it is blocking disk work) nor two at
+//! once (the `Archiver` runs one at a time; the data-directory lock keeps other processes out).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use jiff::civil::DateTime;
+use jiff::tz::TimeZone;
+
+use super::format::{self, Format};
+use crate::config::ArchiveConfig;
+use crate::persist::file::Kind;
+use crate::persist::layout::{self, BACKUP_MARKER, Layout, TEMP_PREFIX};
+use crate::persist::manifest;
+
+/// The three kinds of archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Period {
+    Hourly,
+    Daily,
+    Monthly,
+}
+
+impl Period {
+    pub const ALL: [Period; 3] = [Period::Hourly, Period::Daily, Period::Monthly];
+
+    /// The directory under the archive directory.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Period::Hourly => "Hourly",
+            Period::Daily => "Daily",
+            Period::Monthly => "Monthly",
+        }
+    }
+
+    /// The period holding `at` in `zone`, as its archive name (`2026-12-03-10`, `2026-12-03`,
+    /// `2026-12`).
+    pub fn key(self, at: Timestamp, zone: &TimeZone) -> String {
+        let format = match self {
+            Period::Hourly => "%Y-%m-%d-%H",
+            Period::Daily => "%Y-%m-%d",
+            Period::Monthly => "%Y-%m",
+        };
+        at.to_zoned_datetime(zone.clone())
+            .strftime(format)
+            .to_string()
+    }
+
+    /// When the period named `key` starts, in `zone`.
+    pub fn start(self, key: &str, zone: &TimeZone) -> Option<Timestamp> {
+        let mut parts = key.split('-').map(|p| p.parse::<i16>().ok());
+        let year = parts.next()??;
+        let month = parts.next()?? as i8;
+        let (day, hour) = match self {
+            Period::Monthly => (1, 0),
+            Period::Daily => (parts.next()?? as i8, 0),
+            Period::Hourly => (parts.next()?? as i8, parts.next()?? as i8),
+        };
+        let civil = DateTime::new(year, month, day, hour, 0, 0, 0).ok()?;
+        civil
+            .to_zoned_datetime(zone.clone())
+            .ok()
+            .map(|z| z.timestamp())
+    }
+}
+
+impl fmt::Display for Period {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Period::Hourly => "hourly",
+            Period::Daily => "daily",
+            Period::Monthly => "monthly",
+        })
+    }
+}
+
+/// What a rollup needs to know.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// `Archives/` (with `Hourly/`, `Daily/`, `Monthly/` under it).
+    pub dir: PathBuf,
+    pub format: Format,
+    pub level: i32,
+    pub zone: TimeZone,
+    /// Archives kept per kind, in [`Period::ALL`] order; 0 = that kind is off.
+    pub retention: [u32; 3],
+    pub keep_backups: u32,
+    /// With `prune`: archives whose period started longer ago than this are deleted.
+    pub max_age: Option<Duration>,
+}
+
+impl Plan {
+    pub fn from_config(config: &ArchiveConfig, dir: PathBuf, zone: TimeZone) -> Plan {
+        Plan {
+            dir,
+            format: Format::of(config.compression),
+            level: config.level,
+            zone,
+            retention: [
+                config.hourly_retention,
+                config.daily_retention,
+                config.monthly_retention,
+            ],
+            keep_backups: config.keep_backups,
+            max_age: config.prune.then_some(config.max_age),
+        }
+    }
+
+    fn retention(&self, period: Period) -> usize {
+        self.retention[period as usize] as usize
+    }
+
+    fn kind_dir(&self, period: Period) -> PathBuf {
+        self.dir.join(period.dir_name())
+    }
+}
+
+/// A complete backup: a directory of `Backups/Automatic/` with its marker.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Backup {
+    pub created: Timestamp,
+    pub path: PathBuf,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Archives written: kind, path, bytes of input, bytes of archive, time taken.
+    pub written: Vec<Written>,
+    pub pruned: Vec<PathBuf>,
+    pub deleted_backups: Vec<PathBuf>,
+    pub took: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub period: Period,
+    pub path: PathBuf,
+    pub input_bytes: u64,
+    pub archive_bytes: u64,
+    pub took: Duration,
+}
+
+/// A run that stopped: what it was doing and why. Nothing was lost.
+#[derive(Debug)]
+pub struct RollupError {
+    pub step: String,
+    pub source: io::Error,
+    /// What the run had done before it stopped.
+    pub partial: Report,
+}
+
+impl fmt::Display for RollupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "archive rollup failed while {}: {}; no backup was deleted, the next run tries again",
+            self.step, self.source
+        )
+    }
+}
+
+impl std::error::Error for RollupError {}
+
+/// One full run at `now`. Blocking.
+pub fn run(layout: &Layout, plan: &Plan, now: Timestamp) -> Result<Report, RollupError> {
+    let began = Instant::now();
+    let mut report = Report::default();
+    let step = |step: String| move |source| (step, source);
+    let result = (|| {
+        clean_temp_files(plan).map_err(step("cleaning temp files".into()))?;
+        let backups = backups(layout).map_err(step("listing backups".into()))?;
+        for period in Period::ALL {
+            for (key, backup) in due(plan, period, &backups, now) {
+                let target = archive_path(plan, period, &key);
+                let written = write_archive(plan, period, &backup, &target)
+                    .map_err(step(format!("writing {}", target.display())))?;
+                report.written.push(written);
+            }
+        }
+        report.pruned = apply_retention(plan, now).map_err(step("applying retention".into()))?;
+        report.deleted_backups = delete_redundant_backups(plan, &backups, now)
+            .map_err(step("deleting archived backups".into()))?;
+        Ok(())
+    })();
+    report.took = began.elapsed();
+    match result {
+        Ok(()) => Ok(report),
+        Err((step, source)) => Err(RollupError {
+            step,
+            source,
+            partial: report,
+        }),
+    }
+}
+
+/// Retention and age pruning only (the console's `prunearchives`).
+pub fn prune(plan: &Plan, now: Timestamp) -> io::Result<Vec<PathBuf>> {
+    apply_retention(plan, now)
+}
+
+/// Complete automatic backups, oldest first.
+pub fn backups(layout: &Layout) -> io::Result<Vec<Backup>> {
+    let entries = match std::fs::read_dir(&layout.backups) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        other => other?,
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if let Some(created) = backup_time(&name)
+            && path.join(BACKUP_MARKER).is_file()
+        {
+            found.push(Backup { created, path });
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// `2026-12-03-10-00-00` (UTC, maybe with a `-N` suffix) → that instant.
+fn backup_time(name: &str) -> Option<Timestamp> {
+    let base = name.get(..19)?;
+    let civil = DateTime::strptime("%Y-%m-%d-%H-%M-%S", base).ok()?;
+    civil
+        .to_zoned_datetime(TimeZone::UTC)
+        .ok()
+        .map(|z| z.timestamp())
+}
+
+/// The past periods of `period` that should have an archive and do not: among the newest
+/// `retention` past periods with backups; each with its newest backup.
+fn due(plan: &Plan, period: Period, backups: &[Backup], now: Timestamp) -> Vec<(String, Backup)> {
+    let current = period.key(now, &plan.zone);
+    newest_per_period(plan, period, backups)
+        .into_iter()
+        .rev()
+        .filter(|(key, _)| *key != current)
+        .take(plan.retention(period))
+        .filter(|(key, _)| existing_archive(plan, period, key).is_none())
+        .map(|(key, backup)| (key, backup.clone()))
+        .collect()
+}
+
+/// Each period's newest backup, by period (oldest first).
+fn newest_per_period<'a>(
+    plan: &Plan,
+    period: Period,
+    backups: &'a [Backup],
+) -> BTreeMap<String, &'a Backup> {
+    let mut newest = BTreeMap::new();
+    for backup in backups {
+        // Oldest first, so each later backup of a period replaces the one before.
+        newest.insert(period.key(backup.created, &plan.zone), backup);
+    }
+    newest
+}
+
+fn archive_path(plan: &Plan, period: Period, key: &str) -> PathBuf {
+    plan.kind_dir(period)
+        .join(format!("{key}{}", plan.format.extension()))
+}
+
+/// The archive of this period in any format (switching formats must not archive twice).
+fn existing_archive(plan: &Plan, period: Period, key: &str) -> Option<PathBuf> {
+    Format::ALL
+        .into_iter()
+        .map(|f| {
+            plan.kind_dir(period)
+                .join(format!("{key}{}", f.extension()))
+        })
+        .find(|p| p.is_file())
+}
+
+/// Packs `backup` into `target`: temp file, fsync, verify, rename, fsync the directory.
+fn write_archive(
+    plan: &Plan,
+    period: Period,
+    backup: &Backup,
+    target: &Path,
+) -> io::Result<Written> {
+    let began = Instant::now();
+    let dir = plan.kind_dir(period);
+    std::fs::create_dir_all(&dir)?;
+    let files = save_files(&backup.path)?;
+    let name = target.file_name().unwrap_or_default().to_string_lossy();
+    let temp = dir.join(format!("{TEMP_PREFIX}{}-{name}", std::process::id()));
+    let sources: Vec<(String, &Path)> = files
+        .iter()
+        .map(|(n, p)| (n.clone(), p.as_path()))
+        .collect();
+    let outcome = (|| {
+        let written = format::write(&temp, plan.format, plan.level, &sources)?;
+        let read_back = format::list(&temp, plan.format)?;
+        if read_back != written {
+            return Err(io::Error::other(format!(
+                "verification failed: the archive reads back as {read_back:?}, not {written:?}"
+            )));
+        }
+        std::fs::rename(&temp, target)?;
+        layout::sync_dir(&dir)?;
+        Ok(written)
+    })();
+    let written = match outcome {
+        Ok(written) => written,
+        Err(e) => {
+            let _ = std::fs::remove_file(&temp);
+            return Err(e);
+        }
+    };
+    Ok(Written {
+        period,
+        path: target.to_owned(),
+        input_bytes: written.iter().map(|e| e.bytes).sum(),
+        archive_bytes: std::fs::metadata(target)?.len(),
+        took: began.elapsed(),
+    })
+}
+
+/// The files of a save, in a fixed order: the manifest, then the data files.
+fn save_files(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
+    let mut files = vec![manifest::FILE_NAME.to_owned()];
+    files.extend(Kind::ALL.iter().map(|k| k.file_name().to_owned()));
+    files
+        .into_iter()
+        .map(|name| {
+            let path = dir.join(&name);
+            if path.is_file() {
+                Ok((name, path))
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{} is missing from the backup", path.display()),
+                ))
+            }
+        })
+        .collect()
+}
+
+/// Removes what a crashed run left: `.tmp-*` files in the kind directories.
+fn clean_temp_files(plan: &Plan) -> io::Result<()> {
+    for period in Period::ALL {
+        for (name, path) in files_in(&plan.kind_dir(period))? {
+            if name.starts_with(TEMP_PREFIX) {
+                std::fs::remove_file(path)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// (name, path) of the plain files in `dir`; none if it does not exist.
+fn files_in(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
+    let entries = match std::fs::read_dir(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        other => other?,
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            files.push((
+                entry.file_name().to_string_lossy().into_owned(),
+                entry.path(),
+            ));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The archives of one kind: (period key, path), oldest first.
+pub fn archives(plan: &Plan, period: Period) -> io::Result<Vec<(String, PathBuf)>> {
+    let mut found: Vec<(String, PathBuf)> = files_in(&plan.kind_dir(period))?
+        .into_iter()
+        .filter(|(name, _)| !name.starts_with(TEMP_PREFIX))
+        .filter_map(|(name, path)| {
+            let format = Format::from_name(&name)?;
+            Some((format.stem(&name).to_owned(), path))
+        })
+        .filter(|(key, _)| period.start(key, &plan.zone).is_some())
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+fn apply_retention(plan: &Plan, now: Timestamp) -> io::Result<Vec<PathBuf>> {
+    let mut deleted = Vec::new();
+    for period in Period::ALL {
+        let all = archives(plan, period)?;
+        let keep = plan.retention(period);
+        let surplus = all.len().saturating_sub(keep);
+        let before = deleted.len();
+        for (i, (key, path)) in all.iter().enumerate() {
+            let too_old = plan.max_age.is_some_and(|age| {
+                let start = period.start(key, &plan.zone).unwrap_or(now);
+                now.duration_since(start).as_secs_f64() > age.as_secs_f64()
+            });
+            if i < surplus || too_old {
+                std::fs::remove_file(path)?;
+                deleted.push(path.clone());
+            }
+        }
+        if deleted.len() > before {
+            layout::sync_dir(&plan.kind_dir(period))?;
+        }
+    }
+    Ok(deleted)
+}
+
+/// Deletes the backups that are neither among the newest `keep_backups` nor the newest of a
+/// period whose archive is still to be written (the current period's included).
+fn delete_redundant_backups(
+    plan: &Plan,
+    backups: &[Backup],
+    now: Timestamp,
+) -> io::Result<Vec<PathBuf>> {
+    let mut needed: BTreeSet<&Path> = backups
+        .iter()
+        .rev()
+        .take(plan.keep_backups as usize)
+        .map(|b| b.path.as_path())
+        .collect();
+    for period in Period::ALL {
+        if plan.retention(period) == 0 {
+            continue;
+        }
+        let newest = newest_per_period(plan, period, backups);
+        let current = period.key(now, &plan.zone);
+        let retained: Vec<&String> = newest
+            .keys()
+            .rev()
+            .filter(|k| **k != current)
+            .take(plan.retention(period))
+            .collect();
+        for (key, backup) in &newest {
+            let wanted = *key == current || retained.contains(&key);
+            if wanted && existing_archive(plan, period, key).is_none() {
+                needed.insert(backup.path.as_path());
+            }
+        }
+    }
+    let mut deleted = Vec::new();
+    for backup in backups {
+        if !needed.contains(backup.path.as_path()) {
+            std::fs::remove_dir_all(&backup.path)?;
+            deleted.push(backup.path.clone());
+        }
+    }
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn period_keys_and_starts_follow_the_zone() {
+        let at: Timestamp = "2026-12-03T23:30:00Z".parse().unwrap();
+        let berlin = TimeZone::get("Europe/Berlin").unwrap();
+        assert_eq!(Period::Hourly.key(at, &TimeZone::UTC), "2026-12-03-23");
+        assert_eq!(Period::Hourly.key(at, &berlin), "2026-12-04-00");
+        assert_eq!(Period::Daily.key(at, &berlin), "2026-12-04");
+        assert_eq!(Period::Monthly.key(at, &berlin), "2026-12");
+        let start = Period::Daily.start("2026-12-04", &berlin).unwrap();
+        assert_eq!(start, "2026-12-03T23:00:00Z".parse().unwrap());
+        assert_eq!(Period::Hourly.start("2026-12-04-xx", &berlin), None);
+        assert_eq!(
+            backup_time("2026-12-03-10-00-00-2"),
+            Some("2026-12-03T10:00:00Z".parse().unwrap())
+        );
+        assert_eq!(backup_time("Restored-2026"), None);
+    }
+}
