@@ -337,7 +337,11 @@ fn backups(data_dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(data_dir.join("Backups").join("Automatic")) else {
         return Vec::new();
     };
-    let mut dirs: Vec<PathBuf> = entries.map(|e| e.unwrap().path()).collect();
+    // `.deleting-*` are backups an archive rollup is deleting (it renames them first).
+    let mut dirs: Vec<PathBuf> = entries
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
     dirs.sort();
     dirs
 }

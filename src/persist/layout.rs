@@ -208,7 +208,12 @@ impl Layout {
             other => other?,
         };
         for entry in entries {
-            let dir = entry?.path();
+            let entry = entry?;
+            // Dot names are not backups (`.deleting-*`: one an archive rollup is deleting).
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let dir = entry.path();
             if dir.is_dir() && !dir.join(BACKUP_MARKER).exists() && Manifest::read(&dir).is_ok() {
                 mark_complete(&dir)?;
                 done.push(format!("marked the backup {} complete", dir.display()));

@@ -455,9 +455,11 @@ fn unpack_tar(stream: Box<dyn Read + '_>, unpacker: &mut Unpacker<'_>) -> Result
         let mut entry = entry.map_err(unreadable)?;
         let name = String::from_utf8_lossy(&entry.header().path_bytes()).into_owned();
         unpacker.count(&name)?;
+        // The bytes that follow the header in the archive (`size()` would read a sparse
+        // file's expanded size from fields other entry types do not have).
         let declared = entry
             .header()
-            .size()
+            .entry_size()
             .map_err(|e| Refusal::entry(&name, format!("has a damaged header: {e}")))?;
         match entry.header().entry_type() {
             tar::EntryType::Regular | tar::EntryType::Continuous => {

@@ -2,7 +2,8 @@
 //! deletion of backups that archives have made redundant.
 //!
 //! A run, in order:
-//! 1. remove temp files a crashed run left in the archive directories;
+//! 1. remove what a crashed run left: temp files in the archive directories, backups it was
+//!    deleting (renamed `.deleting-*` first, so a half-deleted backup never looks complete);
 //! 2. for each kind (hourly, daily, monthly) with a retention above 0, and each *past* period
 //!    among the newest `retention` periods that have backups and no archive yet: pack that
 //!    period's newest complete backup into a temp file, fsync it, read it back and compare
@@ -194,6 +195,7 @@ pub fn run(layout: &Layout, plan: &Plan, now: Timestamp) -> Result<Report, Rollu
     let step = |step: String| move |source| (step, source);
     let result = (|| {
         clean_temp_files(plan).map_err(step("cleaning temp files".into()))?;
+        clean_deletions(layout).map_err(step("finishing interrupted deletions".into()))?;
         let backups = backups(layout).map_err(step("listing backups".into()))?;
         for period in Period::ALL {
             for (key, backup) in due(plan, period, &backups, now) {
@@ -469,11 +471,39 @@ fn delete_redundant_backups(
     let mut deleted = Vec::new();
     for backup in backups {
         if !needed.contains(backup.path.as_path()) {
-            std::fs::remove_dir_all(&backup.path)?;
+            delete_backup(&backup.path)?;
             deleted.push(backup.path.clone());
         }
     }
     Ok(deleted)
+}
+
+/// Prefix of a backup being deleted.
+const DELETING: &str = ".deleting-";
+
+/// Renames the backup out of the way first (one atomic step), then deletes it: a crash
+/// half-way leaves a `.deleting-*` directory the next run removes, never a backup that looks
+/// complete but has lost files.
+fn delete_backup(path: &Path) -> io::Result<()> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let doomed = path.with_file_name(format!("{DELETING}{name}"));
+    std::fs::rename(path, &doomed)?;
+    std::fs::remove_dir_all(&doomed)
+}
+
+/// Finishes deletions a crash interrupted.
+fn clean_deletions(layout: &Layout) -> io::Result<()> {
+    let entries = match std::fs::read_dir(&layout.backups) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        other => other?,
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with(DELETING) {
+            std::fs::remove_dir_all(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
