@@ -390,11 +390,7 @@ impl Ring {
     }
 
     fn new() -> io::Result<Ring> {
-        let uring = IoUring::builder()
-            .setup_cqsize(CQ_ENTRIES)
-            .setup_clamp()
-            .build(SQ_ENTRIES)
-            .map_err(explain_setup_error)?;
+        let uring = Ring::build_uring()?;
         let fd = RingFd(uring.as_raw_fd());
         // SAFETY: the descriptor stays open while the `AsyncFd` exists: `readable` is dropped
         // before `uring`, which owns it (field order of `Ring`).
@@ -412,6 +408,22 @@ impl Ring {
             lingering: VecDeque::new(),
             linger_timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
         })
+    }
+
+    /// A ring that does not interrupt the loop thread to complete an operation
+    /// (`COOP_TASKRUN`, Linux 5.19): the kernel finishes receives when the thread next
+    /// enters it, in a batch, instead of sending it an interrupt per socket that became
+    /// readable, which cost about a fifth of the round trips in the 1000-client ping test.
+    /// Older kernels refuse the flag (EINVAL) and get a plain ring.
+    fn build_uring() -> io::Result<IoUring> {
+        let mut builder = IoUring::builder();
+        builder.setup_cqsize(CQ_ENTRIES).setup_clamp();
+        let cooperative = builder.clone().setup_coop_taskrun().build(SQ_ENTRIES);
+        match cooperative {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => builder.build(SQ_ENTRIES),
+            other => other,
+        }
+        .map_err(explain_setup_error)
     }
 
     /// The driver task's body: hands queued work to the kernel and completions to the
