@@ -4,7 +4,8 @@
 //! `io-uring` cargo feature, Linux, and a kernel that lets this process create a ring (a sysctl,
 //! a seccomp profile or an old kernel may refuse). When it is asked for and refused, the shard
 //! logs one warning and runs on epoll: a shard that starts beats one that stops over a
-//! transport. Both backends run on the same current-thread tokio runtime ([`BackendKind::block_on`]).
+//! transport. Both backends run on the same current-thread tokio runtime
+//! ([`BackendKind::block_on`]); io_uring's ring is driven by a local task on it.
 
 use std::future::Future;
 use std::io;
