@@ -356,6 +356,23 @@ thread_local! {
     static THREAD_RING: RefCell<Weak<RefCell<Ring>>> = const { RefCell::new(Weak::new()) };
 }
 
+/// Held by the driver task: when the task ends, or is dropped with its runtime, the thread
+/// no longer offers its ring (a ring whose driver is gone would never complete anything), and
+/// the next `listen` creates another.
+struct ForgetRing(Weak<RefCell<Ring>>);
+
+impl Drop for ForgetRing {
+    fn drop(&mut self) {
+        // `try_with`: the thread may be exiting, its thread-locals gone already.
+        let _ = THREAD_RING.try_with(|r| {
+            let mut current = r.borrow_mut();
+            if current.ptr_eq(&self.0) {
+                *current = Weak::new();
+            }
+        });
+    }
+}
+
 struct Ring {
     /// Declared first, so dropped first: deregistered before the ring's descriptor closes.
     readable: AsyncFd<RingFd>,
@@ -385,7 +402,11 @@ impl Ring {
         let ring = Rc::new(RefCell::new(Ring::new()?));
         THREAD_RING.with(|r| *r.borrow_mut() = Rc::downgrade(&ring));
         let driven = Rc::clone(&ring);
-        tokio::task::spawn_local(poll_fn(move |cx| Ring::drive(&driven, cx)));
+        let forget = ForgetRing(Rc::downgrade(&ring));
+        tokio::task::spawn_local(async move {
+            let _forget = forget;
+            poll_fn(|cx| Ring::drive(&driven, cx)).await;
+        });
         Ok(ring)
     }
 

@@ -488,3 +488,17 @@ fn a_ring_with_operations_in_flight_gets_their_buffers_back_before_it_goes() {
         std::mem::forget(conn); // its slot's operations are accounted for already
     });
 }
+
+#[test]
+fn a_new_runtime_on_the_same_thread_gets_a_new_ring() {
+    let leaked = std::cell::Cell::new(None);
+    for _ in 0..2 {
+        run(async {
+            let pair = connected().await;
+            // A transport that outlives its runtime keeps its ring, but not for the next one.
+            leaked.set(Some(pair.conn));
+            std::mem::forget(pair._acceptor);
+        });
+    }
+    assert!(leaked.take().is_some());
+}
