@@ -462,7 +462,8 @@ impl Ring {
     }
 
     fn run(&mut self, cx: &mut Context<'_>) {
-        self.driver_woken = false;
+        // Work queued while this runs is submitted by this run: no wake needed for it.
+        self.driver_woken = true;
         if !self
             .driver
             .as_ref()
@@ -482,11 +483,14 @@ impl Ring {
             // than after a trip through the reactor.
             let more = completed || (submitted && self.has_completions());
             if !more {
-                return;
+                break;
             }
         }
-        // Plenty to do: let the loop run, and come back.
-        self.kick();
+        self.driver_woken = false;
+        // Plenty to do (or a submit to retry): let the loop run, and come back.
+        if self.has_completions() || !self.uring.submission().is_empty() {
+            self.kick();
+        }
     }
 
     /// Wakes the driver (once per run): there is work to submit.
@@ -514,8 +518,6 @@ impl Ring {
                 // room and come back.
                 Some(libc::EBUSY | libc::EAGAIN | libc::EINTR) => {
                     self.move_completions_to_backlog();
-                    self.driver_woken = false;
-                    self.kick();
                 }
                 _ => tracing::error!("io_uring submit failed: {e}"),
             }
