@@ -81,7 +81,6 @@ fn shard(kind: BackendKind, idle_wait: Duration) -> Server {
             let _players = shardloop::play::install(&net, world);
             let mut event_loop = EventLoop::builder()
                 .idle_wait(idle_wait)
-                .yield_through_park(kind == BackendKind::IoUring)
                 .slot(Slot::Network, net.network_slot())
                 .slot(Slot::Flush, net.flush_slot())
                 .build();

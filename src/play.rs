@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::EventLoopBuilder;
 use crate::net::frame::{client, serial_xy, server};
-use crate::net::{Access, BackendKind, BadPacket, ConnId, Net, Sessions};
+use crate::net::{Access, BadPacket, ConnId, Net, Sessions};
 use crate::runtime::Slot;
 use crate::world::{DELTAS_PER_ITERATION, Delta, Location, MapId, Mobile, SectorId, Serial, World};
 
@@ -287,16 +287,14 @@ fn leave(world: &mut World, players: &mut Players, conn: ConnId) {
 }
 
 /// Puts the server and the world on a loop: the Network and Flush slots to `net`, the
-/// Deltas slot to [`deltas_handler`], and the yield that `backend` needs.
+/// Deltas slot to [`deltas_handler`]. Either backend runs on a plain loop.
 pub fn wire(
     builder: EventLoopBuilder,
-    backend: BackendKind,
     net: &Net,
     world: Rc<RefCell<World>>,
     players: Rc<RefCell<Players>>,
 ) -> EventLoopBuilder {
     builder
-        .yield_through_park(backend == BackendKind::IoUring)
         .slot(Slot::Network, net.network_slot())
         .slot(Slot::Deltas, deltas_handler(world, players, net.clone()))
         .slot(Slot::Flush, net.flush_slot())

@@ -209,7 +209,7 @@ pub async fn run_with(
     let net = Net::new(Limits::from_config(&config.network));
     let players = play::install(&net, world.clone());
     let builder = config.server.loop_builder();
-    let mut event_loop = play::wire(builder, backend, &net, world.clone(), players.clone()).build();
+    let mut event_loop = play::wire(builder, &net, world.clone(), players.clone()).build();
     let game = Game {
         world,
         net,

@@ -87,8 +87,7 @@ where
             let net = Net::new(limits);
             let players = play::install(&net, world.clone());
             let builder = EventLoop::builder().idle_wait(idle_wait);
-            let mut event_loop =
-                play::wire(builder, kind, &net, world.clone(), players.clone()).build();
+            let mut event_loop = play::wire(builder, &net, world.clone(), players.clone()).build();
             let runs = Rc::new(RefCell::new(0u64));
             let env_net = net.clone();
             let (w, p) = (world.clone(), players.clone());

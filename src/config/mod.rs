@@ -173,7 +173,7 @@ pub enum Backend {
     Auto,
     /// tokio's epoll reactor.
     Epoll,
-    /// tokio-uring (the optional `io-uring` feature).
+    /// io_uring (the optional `io-uring` feature, Linux only).
     IoUring,
 }
 

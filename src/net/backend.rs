@@ -2,10 +2,10 @@
 //! listening socket an [`Acceptor`], and readiness comes back through a [`Signal`].
 //!
 //! Two backends implement it: `epoll` (tokio's reactor; readiness-based, the phase itself
-//! calls `read`/`write`) and `uring` (tokio-uring; completion-based, small I/O tasks move bytes
-//! between the kernel and per-connection buffers). Either way the phase sees the same thing: a
-//! non-blocking `read` that either hands over bytes or says "nothing now, I will signal", and a
-//! `write` that takes what it can.
+//! calls `read`/`write`) and `uring` (a raw io_uring; completion-based, one driver task per
+//! loop thread moves bytes between the kernel and per-connection buffers). Either way the
+//! phase sees the same thing: a non-blocking `read` that either hands over bytes or says
+//! "nothing now, I will signal", and a `write` that takes what it can.
 //!
 //! This module must never parse packets or know about the world.
 
@@ -92,7 +92,7 @@ pub enum Token {
 /// phase last looked, and a wake of the loop if it is parked.
 ///
 /// Thread-safe because `Waker` must be, but in practice raised on the loop thread itself,
-/// by tokio's reactor or by an io_uring task, while the loop future is parked.
+/// by tokio's reactor or by the io_uring driver task, while the loop future is parked.
 #[derive(Clone)]
 pub struct Signal {
     inner: Arc<SignalInner>,

@@ -4,8 +4,8 @@
 //! `io-uring` cargo feature, Linux, and a kernel that lets this process create a ring (a sysctl,
 //! a seccomp profile or an old kernel may refuse). When it is asked for and refused, the shard
 //! logs one warning and runs on epoll: a shard that starts beats one that stops over a
-//! transport. The two backends also need different runtimes (tokio-uring drives its ring from
-//! its own runtime), so the resolved kind is also what runs the shard's future.
+//! transport. Both backends run on the same current-thread tokio runtime
+//! ([`BackendKind::block_on`]); io_uring's ring is driven by a local task on it.
 
 use std::future::Future;
 use std::io;
@@ -63,19 +63,18 @@ impl BackendKind {
         }
     }
 
-    /// Runs `future` to completion on a current-thread runtime that suits this backend
-    /// (tokio's, with time and I/O drivers; tokio-uring's for io_uring).
+    /// Runs `future` to completion on a current-thread runtime with time and I/O drivers and
+    /// `spawn_local`. Both backends run on it: io_uring's ring is registered with tokio's
+    /// reactor and driven by a local task. Fails, instead of panicking, when the runtime (or,
+    /// for io_uring, a ring) cannot be created.
     pub fn block_on<F: Future>(self, future: F) -> io::Result<F::Output> {
-        match self {
-            BackendKind::Epoll => Ok(tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build_local(tokio::runtime::LocalOptions::default())?
-                .block_on(future)),
-            #[cfg(all(target_os = "linux", feature = "io-uring"))]
-            BackendKind::IoUring => super::uring::block_on(future),
-            #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
-            BackendKind::IoUring => Err(io::Error::other("built without the io-uring feature")),
+        if self == BackendKind::IoUring {
+            io_uring_available().map_err(io::Error::other)?;
         }
+        Ok(tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build_local(tokio::runtime::LocalOptions::default())?
+            .block_on(future))
     }
 }
 

@@ -136,8 +136,9 @@ impl EventLoopBuilder {
 
     /// When the loop has work pending (or `idle_wait` is zero) it lets tokio poll its
     /// drivers between iterations without parking. With this on it goes through a real,
-    /// zero-length park instead, so the runtime's park hooks run every iteration: needed on
-    /// tokio-uring, which submits queued I/O only from its park hook. Off by default.
+    /// zero-length park instead, so the runtime's park hooks run every iteration: needed on a
+    /// runtime that submits queued I/O only from a park hook (tokio-uring's does). Neither
+    /// network backend here needs it. Off by default.
     pub fn yield_through_park(mut self, on: bool) -> Self {
         self.yield_through_park = on;
         self

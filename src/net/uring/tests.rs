@@ -1,0 +1,504 @@
+//! The backend against real sockets on loopback, on the runtime the shard uses.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Wake;
+
+use tokio::net::TcpStream as Client;
+use tokio::time::Instant;
+
+use super::*;
+
+#[derive(Default)]
+struct Wakes(AtomicUsize);
+
+impl Wakes {
+    fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn counting_waker() -> (Waker, Arc<Wakes>) {
+    let wakes = Arc::new(Wakes::default());
+    (Waker::from(Arc::clone(&wakes)), wakes)
+}
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs a test on the shard's runtime; skips it where the kernel refuses a ring.
+fn run(test: impl Future<Output = ()>) {
+    if let Err(e) = probe() {
+        eprintln!("skipped: io_uring unavailable: {e}");
+        return;
+    }
+    crate::net::BackendKind::IoUring
+        .block_on(async { tokio::time::timeout(TIMEOUT * 2, test).await })
+        .expect("a runtime")
+        .expect("test timed out");
+}
+
+/// Tries `check` until it yields, sleeping between tries (the driver runs meanwhile).
+async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Waits for a wake after `seen`.
+async fn woken(wakes: &Wakes, seen: usize, what: &str) {
+    eventually(what, || (wakes.count() > seen).then_some(())).await;
+}
+
+/// Open connection slots of the thread's ring (0 when there is no ring).
+fn open_conns() -> usize {
+    THREAD_RING.with(|r| {
+        r.borrow()
+            .upgrade()
+            .map_or(0, |ring| ring.borrow().conns.len)
+    })
+}
+
+fn ring_alive() -> bool {
+    THREAD_RING.with(|r| r.borrow().upgrade().is_some())
+}
+
+fn listen() -> (Box<dyn Acceptor>, Arc<Wakes>) {
+    let listener = crate::net::bind("127.0.0.1:0".parse().unwrap(), 262_144).unwrap();
+    let (waker, wakes) = counting_waker();
+    (Uring.listen(listener, waker).unwrap(), wakes)
+}
+
+/// The next connection; a `Pending` must be followed by a wake.
+async fn accept(acceptor: &mut dyn Acceptor, wakes: &Wakes) -> (Accepted, SocketAddr) {
+    loop {
+        let seen = wakes.count();
+        match acceptor.poll_accept() {
+            Poll::Ready(accepted) => return accepted.unwrap(),
+            Poll::Pending => woken(wakes, seen, "the acceptor's waker").await,
+        }
+    }
+}
+
+struct Pair {
+    client: Client,
+    conn: Box<dyn Transport>,
+    wakes: Arc<Wakes>,
+    _acceptor: Box<dyn Acceptor>,
+}
+
+async fn connected() -> Pair {
+    let (mut acceptor, accept_wakes) = listen();
+    let addr = acceptor.local_addr().unwrap();
+    let client = Client::connect(addr).await.unwrap();
+    let (accepted, peer) = accept(&mut *acceptor, &accept_wakes).await;
+    assert_eq!(peer, client.local_addr().unwrap());
+    let (waker, wakes) = counting_waker();
+    Pair {
+        client,
+        conn: accepted.attach(waker),
+        wakes,
+        _acceptor: acceptor,
+    }
+}
+
+/// Reads `len` bytes; a `WouldBlock` must be followed by a wake.
+async fn read_exactly(conn: &mut dyn Transport, wakes: &Wakes, len: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    while got.len() < len {
+        let seen = wakes.count();
+        match conn.read(&mut got, 16 * 1024) {
+            ReadOutcome::Data(n) => assert!(n > 0),
+            ReadOutcome::WouldBlock => woken(wakes, seen, "a read wake").await,
+            other => panic!("read: {other:?}"),
+        }
+    }
+    got
+}
+
+/// `read` until it says something other than `Data` or `WouldBlock`.
+async fn read_to_end(conn: &mut dyn Transport, wakes: &Wakes) -> (Vec<u8>, ReadOutcome) {
+    let mut got = Vec::new();
+    loop {
+        let seen = wakes.count();
+        match conn.read(&mut got, 16 * 1024) {
+            ReadOutcome::Data(_) => {}
+            ReadOutcome::WouldBlock => woken(wakes, seen, "a read wake").await,
+            end => return (got, end),
+        }
+    }
+}
+
+// The client side, with tokio's readiness API (this crate has no `io-util` feature).
+
+async fn send(client: &Client, mut data: &[u8]) {
+    while !data.is_empty() {
+        client.writable().await.unwrap();
+        match client.try_write(data) {
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("client write: {e}"),
+        }
+    }
+}
+
+/// Reads once, waiting for readiness; 0 is EOF.
+async fn receive(client: &Client, buf: &mut [u8]) -> usize {
+    loop {
+        client.readable().await.unwrap();
+        match client.try_read(buf) {
+            Ok(n) => return n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("client read: {e}"),
+        }
+    }
+}
+
+/// Reads until EOF or `limit` bytes.
+async fn receive_up_to(client: &Client, limit: usize) -> Vec<u8> {
+    let mut got = vec![0; limit];
+    let mut len = 0;
+    while len < limit {
+        match receive(client, &mut got[len..]).await {
+            0 => break,
+            n => len += n,
+        }
+    }
+    got.truncate(len);
+    got
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+#[test]
+fn setup_errors_say_why() {
+    let explained = |errno| explain_setup_error(io::Error::from_raw_os_error(errno));
+    assert!(
+        explained(libc::ENOSYS)
+            .to_string()
+            .contains("kernel older than 5.1")
+    );
+    let eperm = explained(libc::EPERM);
+    assert_eq!(eperm.kind(), io::ErrorKind::PermissionDenied);
+    assert!(
+        eperm.to_string().contains("io_uring_disabled") || eperm.to_string().contains("seccomp")
+    );
+    assert_eq!(
+        explained(libc::EIO).to_string(),
+        io::Error::from_raw_os_error(libc::EIO).to_string()
+    );
+}
+
+#[test]
+fn user_data_round_trips_and_a_freed_slot_goes_stale() {
+    let mut slab = Slab::new();
+    let first = slab.insert("a");
+    for op in [Op::Recv, Op::Send, Op::Accept, Op::Cancel] {
+        assert_eq!(decode(user_data(op, first)), Some((op, first)));
+    }
+    let far = Key {
+        index: (MAX_SLOTS - 1) as u32,
+        generation: u32::MAX,
+    };
+    assert_eq!(decode(user_data(Op::Send, far)), Some((Op::Send, far)));
+    assert_eq!(decode(0), None);
+    assert_eq!(slab.remove(first), Some("a"));
+    let second = slab.insert("b");
+    assert_eq!(second.index, first.index);
+    assert!(slab.get_mut(first).is_none(), "a stale key finds nothing");
+    assert_eq!(slab.remove(first), None);
+    assert_eq!(slab.get_mut(second), Some(&mut "b"));
+}
+
+#[test]
+fn client_bytes_wake_the_loop_and_read_returns_them() {
+    run(async {
+        let mut pair = connected().await;
+        let mut buf = Vec::new();
+        assert!(matches!(
+            pair.conn.read(&mut buf, 1024),
+            ReadOutcome::WouldBlock
+        ));
+        send(&pair.client, b"hello").await;
+        let got = read_exactly(&mut *pair.conn, &pair.wakes, 5).await;
+        assert_eq!(got, b"hello");
+    });
+}
+
+#[test]
+fn read_takes_at_most_max() {
+    run(async {
+        let mut pair = connected().await;
+        send(&pair.client, b"abcdef").await;
+        let mut buf = b"x".to_vec();
+        let seen = pair.wakes.count();
+        woken(&pair.wakes, seen, "data").await;
+        assert!(matches!(pair.conn.read(&mut buf, 4), ReadOutcome::Data(4)));
+        assert_eq!(buf, b"xabcd");
+        let rest = read_exactly(&mut *pair.conn, &pair.wakes, 2).await;
+        assert_eq!(rest, b"ef");
+    });
+}
+
+#[test]
+fn a_megabyte_in_arrives_whole_through_one_small_buffer() {
+    run(async {
+        let mut pair = connected().await;
+        let data = pattern(1 << 20);
+        let expected = data.clone();
+        let client = pair.client;
+        let sender = tokio::task::spawn_local(async move {
+            send(&client, &data).await;
+            client
+        });
+        let got = read_exactly(&mut *pair.conn, &pair.wakes, expected.len()).await;
+        assert!(got == expected, "bytes lost or reordered");
+        pair.client = sender.await.unwrap();
+    });
+}
+
+#[test]
+fn written_bytes_reach_the_client() {
+    run(async {
+        let mut pair = connected().await;
+        assert_eq!(pair.conn.write(b"world").unwrap(), 5);
+        assert_eq!(pair.conn.write(b"!").unwrap(), 1);
+        assert_eq!(receive_up_to(&pair.client, 6).await, b"world!");
+    });
+}
+
+#[test]
+fn a_full_outbox_says_zero_and_wakes_when_it_drains() {
+    run(async {
+        let mut pair = connected().await;
+        let data = pattern(1 << 20);
+        let client = pair.client;
+        let len = data.len();
+        let receiver = tokio::task::spawn_local(async move {
+            // Let the sender fill every buffer first.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            receive_up_to(&client, len).await
+        });
+        let mut sent = 0;
+        let mut fulls = 0;
+        while sent < data.len() {
+            let seen = pair.wakes.count();
+            match pair.conn.write(&data[sent..]).unwrap() {
+                0 => {
+                    fulls += 1;
+                    woken(&pair.wakes, seen, "a write wake").await;
+                }
+                n => {
+                    assert!(n <= OUTBOX_LIMIT);
+                    sent += n;
+                    // Let the driver submit, as the loop's park would.
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+        assert!(fulls > 0, "1 MiB never filled the outbox");
+        assert!(receiver.await.unwrap() == data, "bytes lost or reordered");
+    });
+}
+
+#[test]
+fn client_close_reads_closed_after_the_data() {
+    run(async {
+        let mut pair = connected().await;
+        send(&pair.client, b"bye").await;
+        drop(pair.client);
+        let (got, end) = read_to_end(&mut *pair.conn, &pair.wakes).await;
+        assert_eq!(got, b"bye");
+        assert!(matches!(end, ReadOutcome::Closed), "{end:?}");
+        assert!(matches!(
+            pair.conn.read(&mut Vec::new(), 1),
+            ReadOutcome::Closed
+        ));
+    });
+}
+
+#[test]
+fn dropping_the_transport_closes_the_socket_and_frees_its_slot() {
+    run(async {
+        let pair = connected().await;
+        assert_eq!(open_conns(), 1);
+        drop(pair.conn);
+        assert_eq!(receive(&pair.client, &mut [0; 16]).await, 0);
+        eventually("the slot to go", || (open_conns() == 0).then_some(())).await;
+    });
+}
+
+#[test]
+fn dropping_the_transport_still_sends_what_write_accepted() {
+    run(async {
+        let mut pair = connected().await;
+        let data = pattern(OUTBOX_LIMIT);
+        let mut taken = 0;
+        while taken < data.len() {
+            taken += pair.conn.write(&data[taken..]).unwrap();
+        }
+        drop(pair.conn);
+        let got = receive_up_to(&pair.client, 2 * data.len()).await;
+        assert!(got == data, "got {} of {} bytes", got.len(), data.len());
+    });
+}
+
+#[test]
+fn a_peer_that_never_reads_gets_linger_then_the_connection_is_gone() {
+    run(async {
+        let (mut acceptor, accept_wakes) = listen();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let client = socket
+            .connect(acceptor.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = accept(&mut *acceptor, &accept_wakes).await;
+        let (waker, wakes) = counting_waker();
+        let mut conn = accepted.attach(waker);
+        // Fill every buffer on the way: full, and no wake comes.
+        let chunk = pattern(OUTBOX_LIMIT);
+        loop {
+            let seen = wakes.count();
+            if conn.write(&chunk).unwrap() > 0 {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            let wait = tokio::time::timeout(
+                Duration::from_millis(50),
+                woken(&wakes, seen, "a write wake"),
+            );
+            if wait.await.is_err() {
+                break;
+            }
+        }
+        let closed_at = Instant::now();
+        drop(conn);
+        eventually("the send to be given up", || {
+            (open_conns() == 0).then_some(())
+        })
+        .await;
+        assert!(closed_at.elapsed() >= LINGER);
+        drop(client);
+    });
+}
+
+#[test]
+fn many_connections_leave_nothing_behind_and_the_ring_goes_last() {
+    run(async {
+        let (mut acceptor, accept_wakes) = listen();
+        let addr = acceptor.local_addr().unwrap();
+        for i in 0..100 {
+            let client = Client::connect(addr).await.unwrap();
+            let (accepted, _) = accept(&mut *acceptor, &accept_wakes).await;
+            let (waker, _) = counting_waker();
+            let mut conn = accepted.attach(waker);
+            if i % 2 == 0 {
+                drop(client); // client first
+            } else {
+                assert_eq!(conn.write(b"x").unwrap(), 1);
+                assert_eq!(receive(&client, &mut [0]).await, 1);
+            }
+            drop(conn);
+        }
+        eventually("every connection to close", || {
+            (open_conns() == 0).then_some(())
+        })
+        .await;
+        drop(acceptor);
+        eventually("the ring to go", || (!ring_alive()).then_some(())).await;
+        let refused = Client::connect(addr).await.unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused);
+    });
+}
+
+#[test]
+fn a_connection_flood_waits_in_a_bounded_queue() {
+    run(async {
+        let (mut acceptor, accept_wakes) = listen();
+        let addr = acceptor.local_addr().unwrap();
+        let mut clients = Vec::new();
+        for _ in 0..ACCEPT_QUEUE + 36 {
+            clients.push(Client::connect(addr).await.unwrap());
+        }
+        let queued = || {
+            THREAD_RING.with(|r| {
+                let ring = r.borrow().upgrade().unwrap();
+                let mut ring = ring.borrow_mut();
+                ring.listeners
+                    .values_mut()
+                    .map(|l| l.queue.len())
+                    .sum::<usize>()
+            })
+        };
+        eventually("a full queue", || (queued() >= ACCEPT_QUEUE).then_some(())).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(queued(), ACCEPT_QUEUE);
+        for _ in 0..clients.len() {
+            accept(&mut *acceptor, &accept_wakes).await;
+        }
+        assert_eq!(queued(), 0);
+    });
+}
+
+#[test]
+fn dropping_an_unattached_connection_closes_it() {
+    run(async {
+        let (mut acceptor, accept_wakes) = listen();
+        let client = Client::connect(acceptor.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = accept(&mut *acceptor, &accept_wakes).await;
+        drop(accepted);
+        assert_eq!(receive(&client, &mut [0]).await, 0);
+        assert_eq!(open_conns(), 0);
+    });
+}
+
+#[test]
+fn a_ring_with_operations_in_flight_gets_their_buffers_back_before_it_goes() {
+    run(async {
+        let (mut acceptor, accept_wakes) = listen();
+        let _client = Client::connect(acceptor.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = accept(&mut *acceptor, &accept_wakes).await;
+        let (waker, _) = counting_waker();
+        let conn = accepted.attach(waker);
+        let ring = THREAD_RING.with(|r| r.borrow().upgrade()).unwrap();
+        let mut ring = ring.borrow_mut();
+        ring.submit();
+        // A receive (nothing to read) and the next accept are in flight, with their buffers.
+        assert_eq!(ring.in_flight, 2);
+        assert!(ring.quiesce());
+        assert_eq!(ring.in_flight, 0);
+        drop(ring);
+        std::mem::forget(conn); // its slot's operations are accounted for already
+    });
+}
+
+#[test]
+fn a_new_runtime_on_the_same_thread_gets_a_new_ring() {
+    let leaked = std::cell::Cell::new(None);
+    for _ in 0..2 {
+        run(async {
+            let pair = connected().await;
+            // A transport that outlives its runtime keeps its ring, but not for the next one.
+            leaked.set(Some(pair.conn));
+            std::mem::forget(pair._acceptor);
+        });
+    }
+    assert!(leaked.take().is_some());
+}
