@@ -718,3 +718,26 @@ fn the_binary_restores_refuses_with_exit_2_and_lists() {
         "{stdout}"
     );
 }
+
+#[test]
+fn a_failure_during_the_moves_puts_everything_back() {
+    let src = source();
+    assert!(pack(src.path(), "tar", &["-cf", "w.tar", "Saves"]));
+    let data = data_with_a_save();
+    let layout = layout(data.path());
+    let archive = layout.saves.join("w.tar");
+    std::fs::rename(src.path().join("w.tar"), &archive).unwrap();
+    // `Backups` as a file: the current save cannot move there, after the archive has already
+    // moved to Archives/Restored/ and the checked save to a temp directory.
+    std::fs::write(data.path().join("Backups"), b"in the way").unwrap();
+    let before = tree(data.path());
+    let e = restore::restore(&layout, &archives(data.path()), &archive, LIMITS).unwrap_err();
+    assert!(e.reason.contains("Backups"), "{e}");
+    assert_eq!(e.left, None, "{e}");
+    let after: Vec<_> = tree(data.path())
+        .into_iter()
+        .filter(|(p, _)| !p.starts_with("Archives"))
+        .collect();
+    assert_eq!(after, before, "the archive is back in Saves/: {e}");
+    assert_eq!(temp_dirs(data.path()), Vec::<String>::new());
+}
