@@ -623,6 +623,9 @@ fn list_shows_backups_and_archives_with_their_counts() {
     restore::restore(&layout, &archives, &src.path().join("w.tar.gz"), LIMITS).unwrap();
     std::fs::create_dir_all(archives.join("Daily")).unwrap();
     std::fs::write(archives.join("Daily/2026-12-02.tar.zst"), b"garbage").unwrap();
+    // Work in progress of a rollup: not listed.
+    std::fs::write(archives.join("Daily/.tmp-1-2026-12-03.tar.zst"), b"").unwrap();
+    std::fs::create_dir(layout.backups.join(".deleting-2026-12-01-00-00-00")).unwrap();
 
     let listed = restore::list(data.path(), &layout, &archives).unwrap();
     let summary: Vec<_> = listed

@@ -30,7 +30,7 @@ use jiff::Timestamp;
 
 use super::format::{self, Format};
 use crate::config::ArchiveConfig;
-use crate::persist::layout::{Layout, sync_dir};
+use crate::persist::layout::{Layout, TEMP_PREFIX, sync_dir};
 use crate::persist::load;
 use crate::persist::manifest::{self, Manifest};
 
@@ -886,9 +886,13 @@ fn move_file(from: &Path, to: &Path) -> Result<(), String> {
 }
 
 fn copy_then_remove(from: &Path, to: &Path) -> io::Result<()> {
-    let mut partial = to.as_os_str().to_owned();
-    partial.push(".partial");
-    let partial = PathBuf::from(partial);
+    // A hidden temp name: never listed, and never mistaken for the archive if this stops
+    // half-way (the original is still in place then).
+    let name = to.file_name().unwrap_or_default().to_string_lossy();
+    let partial = to.with_file_name(format!(
+        "{TEMP_PREFIX}restore-{}-{name}",
+        std::process::id()
+    ));
     let copied = (|| {
         let mut out = File::create_new(&partial)?;
         io::copy(&mut File::open(from)?, &mut out)?;
@@ -987,7 +991,9 @@ fn relative_name(data_dir: &Path, path: &Path) -> String {
         .to_string()
 }
 
-/// The entries of `dir` that `keep` accepts, sorted; none if `dir` does not exist.
+/// The entries of `dir` that `keep` accepts, sorted; none if `dir` does not exist. Hidden
+/// entries are work in progress (`.tmp-*` archives being written, `.deleting-*` backups) and
+/// are never listed.
 fn sorted_entries(dir: &Path, keep: impl Fn(&Path) -> bool) -> io::Result<Vec<PathBuf>> {
     let entries = match fs::read_dir(dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -996,7 +1002,7 @@ fn sorted_entries(dir: &Path, keep: impl Fn(&Path) -> bool) -> io::Result<Vec<Pa
     let mut paths = Vec::new();
     for entry in entries {
         let path = entry?.path();
-        if keep(&path) {
+        if !file_name(&path).starts_with('.') && keep(&path) {
             paths.push(path);
         }
     }
