@@ -117,6 +117,8 @@ pub enum ShardError {
     Recover { path: PathBuf, source: io::Error },
     /// The save in `Saves/` cannot be loaded (the error names the file and the reason).
     Load(persist::LoadError),
+    /// An archive dropped into `Saves/` cannot be restored (names it and the reason).
+    Restore(archive::restore::RestoreError),
 }
 
 impl ShardError {
@@ -124,7 +126,7 @@ impl ShardError {
     /// nothing started, nothing changed), 1 for the rest.
     pub fn exit_code(&self) -> u8 {
         match self {
-            ShardError::Load(_) => 2,
+            ShardError::Load(_) | ShardError::Restore(_) => 2,
             _ => 1,
         }
     }
@@ -147,6 +149,7 @@ impl fmt::Display for ShardError {
                 path.display()
             ),
             ShardError::Load(e) => write!(f, "{e}"),
+            ShardError::Restore(e) => write!(f, "{e}"),
         }
     }
 }
@@ -160,6 +163,7 @@ impl std::error::Error for ShardError {
             | ShardError::Locked(source)
             | ShardError::Listen(source) => Some(source),
             ShardError::Load(e) => Some(e),
+            ShardError::Restore(e) => Some(e),
         }
     }
 }
@@ -200,6 +204,13 @@ pub async fn run_with(
         source,
     })? {
         tracing::warn!("after an interrupted save: {line}");
+    }
+    let archives_dir = config.data_path(&config.archive.dir);
+    let limits = archive::restore::Limits::from_config(&config.archive);
+    if let Some(restored) = archive::restore::restore_dropped(&layout, &archives_dir, limits)
+        .map_err(ShardError::Restore)?
+    {
+        tracing::info!("restored the archive dropped into Saves/: {restored}");
     }
     let world = match layout.saves.exists() {
         true => load_world(&layout)?,

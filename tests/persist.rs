@@ -315,3 +315,20 @@ fn startup_recovery_marks_a_backup_moved_but_not_yet_marked() {
         "nothing left to do the second time"
     );
 }
+
+#[test]
+fn startup_recovery_treats_an_empty_saves_as_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let world = small_world();
+    save(&layout, &world, CREATED);
+    // A restore interrupted with its checked save in a temp dir and `Saves/` emptied.
+    let staged = layout.create_temp_dir("restored").unwrap();
+    std::fs::remove_dir(&staged).unwrap();
+    std::fs::rename(&layout.saves, &staged).unwrap();
+    std::fs::create_dir(&layout.saves).unwrap();
+
+    layout.recover().unwrap();
+    assert_eq!(persist::load(&layout.saves).unwrap().world, world);
+    assert_eq!(temp_dirs(dir.path()), Vec::<String>::new());
+}

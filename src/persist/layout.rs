@@ -166,6 +166,12 @@ impl Layout {
                 }
             }
         }
+        // An empty `Saves/` (a restore interrupted after moving its archive out) holds
+        // nothing to lose: treat it as missing.
+        if is_empty_dir(&self.saves) {
+            std::fs::remove_dir(&self.saves)?;
+            done.push(format!("removed the empty {}", self.saves.display()));
+        }
         if self.saves.exists() && Manifest::read(&self.saves).is_err() {
             // Not a save we can order against: touch nothing complete, let loading refuse it
             // with the reason. Nothing is ever deleted that might be the operator's world.
@@ -267,6 +273,10 @@ fn left_at(path: &Path, e: &io::Error) -> Replaced {
         path: path.to_owned(),
         error: e.to_string(),
     }
+}
+
+fn is_empty_dir(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none())
 }
 
 /// Writes the completion marker into a backup directory, durably.
