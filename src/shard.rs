@@ -3,15 +3,20 @@
 //! phase, the demo game logic, the operator console and the `loop:` status line onto the
 //! loop, runs it until something asks it to stop, and then stops in order.
 //!
-//! Startup, in order: make sure the data directory exists; bind every `network.listen`
-//! address (one that cannot be bound stops the shard before any real work); generate the
-//! world (a save loader takes this place later); build the loop from `[server]`; on the
-//! loop, start accepting players, the game logic, the status line and the console; log
-//! "ready". Shutdown: a stop request (a signal,
-//! or `shutdown` on the console) ends the loop at the end of its current iteration, then the
-//! shutdown hooks run on the loop thread — listeners and connections closed (players leave
-//! the world), status line off, game timers cancelled, one last `loop:` line for the partial
-//! interval — and [`run`] returns what it did.
+//! Startup, in order: make sure the data directory exists and take its lock (one shard per
+//! data directory); bind every `network.listen` address (one that cannot be bound stops the
+//! shard before any real work); finish what a crash left in the data directory
+//! (`Layout::recover`); restore an archive dropped into `Saves/`; load `Saves/`, or generate
+//! the world when there is none (a save that cannot be loaded stops the shard, exit code 2);
+//! build the loop from `[server]`; on the loop, start accepting players, the game logic, the
+//! saver and the autosave schedule, the archiver (a first rollup), the status line and the
+//! console; log "ready".
+//!
+//! Shutdown: a stop request (a signal, or `shutdown` on the console) ends the wait; the
+//! autosave schedule and the game timers stop; a final save is taken while players are still
+//! connected (they hear it) and waited for, as is any archive rollup it started; then the
+//! listeners and connections close (players leave the world), the status line stops with
+//! one last `loop:` line, and [`run`] returns what it did, the final save's outcome included.
 //!
 //! The shard never blocks the loop thread: console reads and writes have their own threads,
 //! and where the stop request comes from is the caller's business (`main` passes SIGINT and

@@ -20,7 +20,9 @@ fn world() -> World {
 /// A complete automatic backup of `world` created at `at` (as a save would leave it).
 fn backup(layout: &Layout, world: &World, at: &str) -> PathBuf {
     let created: Timestamp = at.parse().unwrap();
-    let scratch = tempfile::tempdir().unwrap();
+    // On the same filesystem as the backups, so that the rename below works on a tmpfs too.
+    std::fs::create_dir_all(layout.root()).unwrap();
+    let scratch = tempfile::tempdir_in(layout.root()).unwrap();
     let l = Layout::new(scratch.path(), scratch.path().join("Saves"));
     persist::save::write(&l, Snapshot::take(world, created, |_| true), 1).unwrap();
     std::fs::create_dir_all(&layout.backups).unwrap();
@@ -302,4 +304,106 @@ fn a_failed_run_deletes_no_backup_and_the_next_run_finishes() {
         "the daily and monthly archives, now"
     );
     assert_eq!(names(&layout.backups).len(), 2);
+}
+
+/// A small tmpfs mounted on a temp dir (root only); unmounted on drop.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            eprintln!(
+                "skipped: cannot mount a tmpfs (needs root): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return None;
+        }
+        Some(Tmpfs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn remount(&self, mode: &str) {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,{mode}")])
+            .arg(self.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "remount {mode}");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+fn no_temp_files(plan: &Plan) {
+    for kind in ["Hourly", "Daily", "Monthly"] {
+        let left: Vec<_> = names(&plan.dir.join(kind))
+            .into_iter()
+            .filter(|n| n.starts_with(".tmp-"))
+            .collect();
+        assert!(left.is_empty(), "{kind}: {left:?}");
+    }
+}
+
+#[test]
+fn a_full_disk_during_a_rollup_keeps_every_backup_and_the_next_run_finishes() {
+    let Some(fs) = Tmpfs::mount("2m") else { return };
+    let layout = Layout::new(fs.path(), fs.path().join("Saves"));
+    let world = world();
+    history(&layout, &world);
+    let plan = plan(fs.path(), Compression::None);
+    // Leave about one archive's worth of room: the rollup runs out part-way.
+    let ballast = fs.path().join("ballast");
+    let free = {
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        let c = std::ffi::CString::new(fs.path().as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid path and a statvfs to fill.
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        st.f_bavail as u64 * st.f_bsize as u64
+    };
+    std::fs::write(&ballast, vec![0u8; (free - 100_000) as usize]).unwrap();
+
+    let err = rollup::run(&layout, &plan, NOW.parse().unwrap()).unwrap_err();
+    assert!(err.to_string().contains("No space left"), "{err}");
+    assert_eq!(names(&layout.backups).len(), 6, "every backup kept");
+    no_temp_files(&plan);
+
+    std::fs::remove_file(&ballast).unwrap();
+    rollup::run(&layout, &plan, NOW.parse().unwrap()).unwrap();
+    assert_eq!(names(&plan.dir.join("Hourly")).len(), 3);
+    assert_eq!(names(&layout.backups).len(), 2);
+}
+
+#[test]
+fn a_read_only_disk_during_a_rollup_keeps_every_backup_and_the_next_run_finishes() {
+    let Some(fs) = Tmpfs::mount("8m") else { return };
+    let layout = Layout::new(fs.path(), fs.path().join("Saves"));
+    let world = world();
+    history(&layout, &world);
+    let plan = plan(fs.path(), Compression::Zstd);
+    fs.remount("ro");
+    let err = rollup::run(&layout, &plan, NOW.parse().unwrap()).unwrap_err();
+    assert!(err.to_string().contains("Read-only"), "{err}");
+    fs.remount("rw");
+    assert_eq!(names(&layout.backups).len(), 6);
+    no_temp_files(&plan);
+    rollup::run(&layout, &plan, NOW.parse().unwrap()).unwrap();
+    assert_eq!(names(&plan.dir.join("Daily")), ["2026-11-30.tar.zst"]);
 }

@@ -244,3 +244,43 @@ async fn players_hear_a_save_start_and_finish_as_system_messages() {
     );
     stopped.final_save.expect("the final save");
 }
+
+#[tokio::test]
+async fn archive_console_commands_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(dir.path());
+    let screen = Screen::default();
+    let input = "archive\narchivestatus\nprunearchives\nshutdown\n";
+    let console = Console::new(Cursor::new(input), screen.clone());
+    shard::run(&config, console, std::future::pending())
+        .await
+        .expect("the shard runs");
+    let text = screen.text();
+    // The startup rollup may still be running when `archive` arrives: either answer is right.
+    assert!(
+        text.contains("archive rollup started") || text.contains("a rollup is running"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hourly") && text.contains("(keeping 24)"),
+        "{text}"
+    );
+    assert!(text.contains("backups  0 in"), "{text}");
+    assert!(
+        text.contains("pruning archives") || text.contains("it prunes too"),
+        "{text}"
+    );
+
+    let mut off = small_config(dir.path());
+    off.archive.enabled = false;
+    let screen = Screen::default();
+    let console = Console::new(Cursor::new("archivestatus\nshutdown\n"), screen.clone());
+    shard::run(&off, console, std::future::pending())
+        .await
+        .expect("the shard runs");
+    assert!(
+        screen.text().contains("archives are off"),
+        "{}",
+        screen.text()
+    );
+}
