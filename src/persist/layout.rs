@@ -28,6 +28,8 @@ use super::manifest::Manifest;
 
 /// Prefix of every temp directory; anything with it is cleaned (or finished) at startup.
 pub const TEMP_PREFIX: &str = ".tmp-";
+/// How a backup's directory names its creation time (UTC), e.g. `2026-12-03-10-00-00`.
+pub const BACKUP_TIME_FORMAT: &str = "%Y-%m-%d-%H-%M-%S";
 /// Written into a backup once it is fully in place.
 pub const BACKUP_MARKER: &str = "backup.complete";
 
@@ -137,7 +139,7 @@ impl Layout {
     }
 
     fn free_backup_name(&self, created: Timestamp) -> PathBuf {
-        let base = created.strftime("%Y-%m-%d-%H-%M-%S").to_string();
+        let base = created.strftime(BACKUP_TIME_FORMAT).to_string();
         let mut path = self.backups.join(&base);
         let mut n = 1;
         while path.exists() {
@@ -209,12 +211,7 @@ impl Layout {
     /// Marks complete every backup that holds a readable manifest but no marker (a crash
     /// between its move and its marker).
     fn mark_backups(&self, done: &mut Vec<String>) -> io::Result<()> {
-        let entries = match std::fs::read_dir(&self.backups) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            other => other?,
-        };
-        for entry in entries {
-            let entry = entry?;
+        for entry in entries(&self.backups)? {
             // Dot names are not backups (`.deleting-*`: one an archive rollup is deleting).
             if entry.file_name().to_string_lossy().starts_with('.') {
                 continue;
@@ -229,13 +226,9 @@ impl Layout {
     }
 
     fn temp_dirs(&self) -> io::Result<Vec<PathBuf>> {
-        let entries = match std::fs::read_dir(self.root()) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            other => other?,
-        };
+        let entries = entries(self.root())?;
         let mut dirs = Vec::new();
         for entry in entries {
-            let entry = entry?;
             let name = entry.file_name();
             if name.as_bytes().starts_with(TEMP_PREFIX.as_bytes()) && entry.file_type()?.is_dir() {
                 dirs.push(entry.path());
@@ -285,6 +278,14 @@ fn mark_complete(backup: &Path) -> io::Result<()> {
     std::fs::write(&marker, format!("{}\n", Timestamp::now()))?;
     std::fs::File::open(&marker)?.sync_all()?;
     sync_dir(backup)
+}
+
+/// The entries of `dir`, in no particular order; none if `dir` does not exist.
+pub fn entries(dir: &Path) -> io::Result<Vec<std::fs::DirEntry>> {
+    match std::fs::read_dir(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        other => other?.collect(),
+    }
 }
 
 /// Swaps two paths atomically (both must exist).

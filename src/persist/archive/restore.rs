@@ -30,7 +30,7 @@ use jiff::Timestamp;
 
 use super::format::{self, Format};
 use crate::config::ArchiveConfig;
-use crate::persist::layout::{Layout, TEMP_PREFIX, sync_dir};
+use crate::persist::layout::{self, Layout, TEMP_PREFIX, sync_dir};
 use crate::persist::load;
 use crate::persist::manifest::{self, Manifest};
 
@@ -238,13 +238,9 @@ pub fn restore_dropped(
 
 /// Archive files (by extension) directly inside `saves`, sorted; none if it does not exist.
 fn dropped_archives(saves: &Path) -> io::Result<Vec<PathBuf>> {
-    let entries = match fs::read_dir(saves) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        other => other?,
-    };
+    let entries = layout::entries(saves)?;
     let mut found = Vec::new();
     for entry in entries {
-        let entry = entry?;
         let is_archive = Format::from_name(&entry.file_name().to_string_lossy()).is_some();
         if is_archive && entry.file_type()?.is_file() {
             found.push(entry.path());
@@ -841,7 +837,7 @@ fn same_dir(a: Option<&Path>, b: &Path) -> bool {
 fn free_backup_name(backups: &Path, now: Timestamp) -> PathBuf {
     let base = format!(
         "{RESTORED_BACKUP_PREFIX}{}",
-        now.strftime("%Y-%m-%d-%H-%M-%S")
+        now.strftime(layout::BACKUP_TIME_FORMAT)
     );
     free_name(backups, &base, "")
 }
@@ -995,13 +991,10 @@ fn relative_name(data_dir: &Path, path: &Path) -> String {
 /// entries are work in progress (`.tmp-*` archives being written, `.deleting-*` backups) and
 /// are never listed.
 fn sorted_entries(dir: &Path, keep: impl Fn(&Path) -> bool) -> io::Result<Vec<PathBuf>> {
-    let entries = match fs::read_dir(dir) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        other => other?,
-    };
+    let entries = layout::entries(dir)?;
     let mut paths = Vec::new();
     for entry in entries {
-        let path = entry?.path();
+        let path = entry.path();
         if !file_name(&path).starts_with('.') && keep(&path) {
             paths.push(path);
         }

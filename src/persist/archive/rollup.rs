@@ -228,13 +228,10 @@ pub fn prune(plan: &Plan, now: Timestamp) -> io::Result<Vec<PathBuf>> {
 
 /// Complete automatic backups, oldest first.
 pub fn backups(layout: &Layout) -> io::Result<Vec<Backup>> {
-    let entries = match std::fs::read_dir(&layout.backups) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        other => other?,
-    };
+    let entries = layout::entries(&layout.backups)?;
     let mut found = Vec::new();
     for entry in entries {
-        let path = entry?.path();
+        let path = entry.path();
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         if let Some(created) = backup_time(&name)
             && path.join(BACKUP_MARKER).is_file()
@@ -249,7 +246,7 @@ pub fn backups(layout: &Layout) -> io::Result<Vec<Backup>> {
 /// `2026-12-03-10-00-00` (UTC, maybe with a `-N` suffix) → that instant.
 fn backup_time(name: &str) -> Option<Timestamp> {
     let base = name.get(..19)?;
-    let civil = DateTime::strptime("%Y-%m-%d-%H-%M-%S", base).ok()?;
+    let civil = DateTime::strptime(layout::BACKUP_TIME_FORMAT, base).ok()?;
     civil
         .to_zoned_datetime(TimeZone::UTC)
         .ok()
@@ -379,13 +376,9 @@ fn clean_temp_files(plan: &Plan) -> io::Result<()> {
 
 /// (name, path) of the plain files in `dir`; none if it does not exist.
 fn files_in(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
-    let entries = match std::fs::read_dir(dir) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        other => other?,
-    };
+    let entries = layout::entries(dir)?;
     let mut files = Vec::new();
     for entry in entries {
-        let entry = entry?;
         if entry.file_type()?.is_file() {
             files.push((
                 entry.file_name().to_string_lossy().into_owned(),
@@ -493,12 +486,7 @@ fn delete_backup(path: &Path) -> io::Result<()> {
 
 /// Finishes deletions a crash interrupted.
 fn clean_deletions(layout: &Layout) -> io::Result<()> {
-    let entries = match std::fs::read_dir(&layout.backups) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        other => other?,
-    };
-    for entry in entries {
-        let entry = entry?;
+    for entry in layout::entries(&layout.backups)? {
         if entry.file_name().to_string_lossy().starts_with(DELETING) {
             std::fs::remove_dir_all(entry.path())?;
         }
