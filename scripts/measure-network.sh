@@ -63,15 +63,23 @@ stop() {
 load() {
     local name=$1 server=$2
     shift 2
-    local log="$work/$name.log" before_lines=0 cpu0 t0 cpu1 t1
+    local log="$work/$name.log" before_lines=0 cpu0 t0 wait0 steal0 cpu1 t1 wait1 steal1
     [[ -f "$log" ]] && before_lines=$(wc -l <"$log")
     cpu0=$(cpu_ns "$server")
+    wait0=$(runqueue_wait_ns "$server")
+    steal0=$(steal_ns)
     t0=$(date +%s%N)
     "$bin" loadgen --connect "127.0.0.1:$port" "$@" | sed 's/^/    /' || true
     cpu1=$(cpu_ns "$server")
+    wait1=$(runqueue_wait_ns "$server")
+    steal1=$(steal_ns)
     t1=$(date +%s%N)
     awk -v c=$((cpu1 - cpu0)) -v t=$((t1 - t0)) \
         'BEGIN { printf "    server cpu over the run (setup included): %.1f%% of a core\n", 100 * c / t }'
+    # Host noise: time the server's main thread waited for a CPU, and time the hypervisor
+    # took from the guest. Either one stalls the loop without the loop doing anything.
+    awk -v w=$((wait1 - wait0)) -v s=$((steal1 - steal0)) \
+        'BEGIN { printf "    host: server main thread runnable but waiting %.0f ms; steal %.0f ms\n", w / 1e6, s / 1e6 }'
     if [[ -f "$log" ]]; then
         tail -n +"$((before_lines + 1))" "$log" | grep -o 'loop: .*' | sed 's/^/    /' || true
     fi

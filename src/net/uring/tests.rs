@@ -479,7 +479,7 @@ fn a_ring_with_operations_in_flight_gets_their_buffers_back_before_it_goes() {
         let conn = accepted.attach(waker);
         let ring = THREAD_RING.with(|r| r.borrow().upgrade()).unwrap();
         let mut ring = ring.borrow_mut();
-        ring.submit();
+        ring.submit_batch();
         // A receive (nothing to read) and the next accept are in flight, with their buffers.
         assert_eq!(ring.in_flight, 2);
         assert!(ring.quiesce());
@@ -501,4 +501,81 @@ fn a_new_runtime_on_the_same_thread_gets_a_new_ring() {
         });
     }
     assert!(leaked.take().is_some());
+}
+
+/// Queues `n` no-ops whose completions the ring ignores (they are tagged as cancellations),
+/// numbered 0.. in their slot index.
+fn queue_nops(ring: &mut Ring, n: u32) {
+    for index in 0..n {
+        let entry = opcode::Nop::new().build().user_data(user_data(
+            Op::Cancel,
+            Key {
+                index,
+                generation: 0,
+            },
+        ));
+        // SAFETY: a no-op points to no buffer.
+        unsafe { ring.push(&entry) };
+    }
+}
+
+fn queued(ring: &mut Ring) -> usize {
+    ring.uring.submission().len()
+}
+
+#[test]
+fn a_submit_hands_the_kernel_one_batch_oldest_first() {
+    run(async {
+        let (_acceptor, _) = listen();
+        let shared = THREAD_RING.with(|r| r.borrow().upgrade()).unwrap();
+        let mut ring = shared.borrow_mut();
+        let before = queued(&mut ring); // the listener's accept
+        ring.submit_batch();
+        assert_eq!(queued(&mut ring), 0);
+        let batch = SUBMIT_BATCH as usize;
+        ring.move_completions_to_backlog();
+        ring.backlog.clear();
+
+        queue_nops(&mut ring, 2 * SUBMIT_BATCH + 5);
+        assert!(ring.submit_batch());
+        assert_eq!(
+            queued(&mut ring),
+            batch + 5,
+            "one batch per submit, the rest kept"
+        );
+        ring.move_completions_to_backlog();
+        let done: Vec<u32> = ring
+            .backlog
+            .drain(..)
+            .map(|cqe| decode(cqe.user_data()).unwrap().1.index)
+            .collect();
+        assert_eq!(done, (0..SUBMIT_BATCH).collect::<Vec<_>>(), "oldest first");
+        ring.submit_batch();
+        ring.submit_batch();
+        assert_eq!(queued(&mut ring), 0);
+        assert!(!ring.submit_batch(), "nothing left to submit");
+        assert_eq!(before, 1);
+    });
+}
+
+#[test]
+fn the_loop_gets_a_turn_between_two_batches() {
+    run(async {
+        let (_acceptor, _) = listen();
+        let shared = THREAD_RING.with(|r| r.borrow().upgrade()).unwrap();
+        // Let the driver submit the accept and go idle.
+        eventually("an idle ring", || {
+            (queued(&mut shared.borrow_mut()) == 0).then_some(())
+        })
+        .await;
+
+        queue_nops(&mut shared.borrow_mut(), 3 * SUBMIT_BATCH);
+        // This future is the runtime's `block_on`, like the shard's loop: every time it yields,
+        // the driver does exactly one batch before it runs again.
+        for left in [2, 1, 0] {
+            tokio::task::yield_now().await;
+            let queued = queued(&mut shared.borrow_mut());
+            assert_eq!(queued, left * SUBMIT_BATCH as usize, "one batch per turn");
+        }
+    });
 }
