@@ -37,13 +37,13 @@ use crate::timer::{self, TimerToken};
 /// Connections accepted per listener per iteration; a login rush takes a few iterations
 /// instead of starving the timers.
 const ACCEPTS_PER_ITERATION: usize = 64;
-/// Connections read per iteration. A busy connection costs about 10 µs of the loop thread's
-/// time per iteration, most of it in the kernel sending its answer (on loopback the kernel also
-/// does the receiver's work then), and a timer due meanwhile waits for the next iteration: 32
-/// keeps that wait near a third of a millisecond however many players are sending. 128 let
-/// 1000 ping clients hold timers back by 1–2 ms; below 32 the per-iteration overhead starts
-/// to show in throughput.
-const CONNS_PER_ITERATION: usize = 32;
+/// Connections read per iteration. A busy connection costs 10–15 µs of the loop thread's time
+/// per iteration, most of it in the kernel sending the answer (on loopback the kernel does the
+/// receiver's work then, too), and a timer due meanwhile waits for the next iteration. 16 keeps
+/// that wait near a quarter of a millisecond however many players are sending (the median 5 s
+/// window's peak wheel lag with 1000 ping clients: 0.22–0.24 ms; 0.36–0.42 ms with 32; 1.4–1.5 ms
+/// with 128), and costs no measurable throughput (docs/performance.md, "Networking").
+const CONNS_PER_ITERATION: usize = 16;
 /// Packets handled from one connection per turn: a client flooding small packets gets its
 /// share of an iteration, not all of it.
 const PACKETS_PER_TURN: usize = 64;
