@@ -17,6 +17,7 @@ mod kind;
 mod listener;
 mod server;
 mod session;
+mod throttle;
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
 pub mod uring;
 

@@ -29,6 +29,7 @@ use super::frame;
 use super::handlers::{Access, BadPacket, PacketTable};
 use super::listener;
 use super::session::{ConnId, Disconnect, NetState, Sessions};
+use super::throttle::Throttle;
 use crate::LoopContext;
 use crate::config::NetworkConfig;
 use crate::runtime::executor::panic_message;
@@ -41,8 +42,8 @@ const ACCEPTS_PER_ITERATION: usize = 64;
 /// per iteration, most of it in the kernel sending the answer (on loopback the kernel does the
 /// receiver's work then, too), and a timer due meanwhile waits for the next iteration. 16 keeps
 /// that wait near a quarter of a millisecond however many players are sending (the median 5 s
-/// window's peak wheel lag with 1000 ping clients: 0.22–0.24 ms; 0.36–0.42 ms with 32; 1.4–1.5 ms
-/// with 128), and costs no measurable throughput (docs/performance.md, "Networking").
+/// window's peak wheel lag with 1000 ping clients: 0.22–0.24 ms; 0.36–0.42 ms with 32; 1.35–1.54
+/// ms with 128), and costs no measurable throughput (docs/performance.md, "Networking").
 const CONNS_PER_ITERATION: usize = 16;
 /// Packets handled from one connection per turn: a client flooding small packets gets its
 /// share of an iteration, not all of it.
@@ -55,8 +56,6 @@ const READ_BUDGET: usize = 64 * 1024;
 const IDLE_SWEEP: Duration = Duration::from_secs(1);
 /// After an accept error (out of file descriptors, say) the listener is retried this late.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
-/// Refused connections and accept errors are logged at most this often.
-const LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// The limits a server enforces, from `[network]`.
 #[derive(Debug, Clone)]
@@ -640,23 +639,4 @@ fn is_per_connection(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
     )
-}
-
-/// Logs at most once per [`LOG_EVERY`], counting what it suppressed in between.
-#[derive(Default)]
-struct Throttle {
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl Throttle {
-    fn log(&mut self, emit: impl FnOnce(u64)) {
-        let now = Instant::now();
-        if self.last.is_some_and(|last| now - last < LOG_EVERY) {
-            self.suppressed += 1;
-            return;
-        }
-        self.last = Some(now);
-        emit(std::mem::take(&mut self.suppressed));
-    }
 }

@@ -13,8 +13,8 @@
 //! whenever the loop queued work (a receive re-armed by `read`, a send queued by `write`) it
 //! submits it, [`SUBMIT_BATCH`] entries per `io_uring_enter`. The kernel does real work inside
 //! that call (the sends, and the receives that completed meanwhile), so a run does one batch
-//! and, with more left, yields behind the loop: the loop iterates, timers first, between two
-//! batches. The driver runs when the loop future yields or parks, so the Flush phase's sends go
+//! and, with more left, yields behind the loop: a busy loop iterates, timers first, between
+//! two batches. The driver runs when the loop future yields or parks, so the Flush phase's sends go
 //! out before the thread sleeps, and the shard runs on tokio's plain current-thread runtime.
 //!
 //! Owns: the ring, the driver, the sockets and their buffers. Every buffer is bounded (one
@@ -57,6 +57,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::time::{Instant, Sleep};
 
 use super::backend::{Accepted, Acceptor, Backend, ReadOutcome, Transport};
+use super::throttle::Throttle;
 
 /// A connection's receive buffer. Every idle connection keeps a receive in flight into it, so
 /// this is most of what an idle connection costs.
@@ -399,6 +400,7 @@ struct Ring {
     /// Closed connections still sending, oldest first, with their deadlines.
     lingering: VecDeque<(Instant, Key)>,
     linger_timer: Pin<Box<Sleep>>,
+    submit_errors: Throttle,
 }
 
 type SharedRing = Rc<RefCell<Ring>>;
@@ -416,10 +418,11 @@ impl Ring {
         tokio::task::spawn_local(async move {
             let _forget = forget;
             while poll_fn(|cx| Ring::drive(&driven, cx)).await {
-                // Work is left. `yield_now` defers this task until tokio has polled its
-                // reactor and the loop future (the runtime's `block_on`) once more: so the loop
-                // iterates, timers first, between two batches. A plain self-wake would put the
-                // driver back at the head of the run queue, ahead of the loop.
+                // Work is left. `yield_now` defers this task's wake until tokio has polled its
+                // reactor, which also wakes a loop that yielded with work pending: so the loop
+                // (the runtime's `block_on` future) iterates, timers first, between two
+                // batches. A plain self-wake would not do: tokio polls `block_on` only when its
+                // run queue is empty (or every 61 tasks), and the driver would keep it full.
                 tokio::task::yield_now().await;
             }
         });
@@ -444,6 +447,7 @@ impl Ring {
             driver_woken: false,
             lingering: VecDeque::new(),
             linger_timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            submit_errors: Throttle::default(),
         })
     }
 
@@ -538,7 +542,10 @@ impl Ring {
                 Some(libc::EBUSY | libc::EAGAIN | libc::EINTR) => {
                     self.move_completions_to_backlog();
                 }
-                _ => tracing::error!("io_uring submit failed: {e}"),
+                // Retried on every driver run: say so once a second, not at that rate.
+                _ => self.submit_errors.log(|suppressed| {
+                    tracing::error!(suppressed, "io_uring submit failed: {e}; retrying");
+                }),
             }
         }
         true
@@ -548,8 +555,7 @@ impl Ring {
     /// in order, for the next call. Asks for completions too when the completion queue has
     /// overflowed, so the kernel flushes its overflow list.
     fn enter_batch(&mut self) -> io::Result<usize> {
-        let mut queue = self.uring.submission();
-        queue.sync(); // publishes pushed entries to the kernel
+        let queue = self.uring.submission(); // reads the kernel's head: what is still queued
         let to_submit = u32::try_from(queue.len()).map_or(SUBMIT_BATCH, |n| n.min(SUBMIT_BATCH));
         let flags = if queue.cq_overflow() {
             IORING_ENTER_GETEVENTS
@@ -582,7 +588,9 @@ impl Ring {
             match self.enter_batch() {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                // The completion queue is full, or the kernel is short of memory for a moment:
+                // make room and try again.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) => {
                     self.move_completions_to_backlog();
                 }
                 Err(e) => panic!("io_uring submit failed with a full queue: {e}"),
