@@ -14,8 +14,9 @@
 //! submits it, [`SUBMIT_BATCH`] entries per `io_uring_enter`. The kernel does real work inside
 //! that call (the sends, and the receives that completed meanwhile), so a run does one batch
 //! and, with more left, yields behind the loop: a busy loop iterates, timers first, between
-//! two batches. The driver runs when the loop future yields or parks, so the Flush phase's sends go
-//! out before the thread sleeps, and the shard runs on tokio's plain current-thread runtime.
+//! two batches. The driver runs when the loop future yields or parks, so the Flush phase's
+//! sends go out before the thread sleeps, and the shard runs on tokio's plain current-thread
+//! runtime.
 //!
 //! Owns: the ring, the driver, the sockets and their buffers. Every buffer is bounded (one
 //! receive buffer, [`OUTBOX_LIMIT`] of output, [`ACCEPT_QUEUE`] accepted connections), so a
@@ -535,20 +536,32 @@ impl Ring {
         if self.uring.submission().is_empty() {
             return false;
         }
-        if let Err(e) = self.enter_batch() {
-            match e.raw_os_error() {
-                // The completion queue overflowed, or the kernel is short of memory: make
-                // room and come back.
-                Some(libc::EBUSY | libc::EAGAIN | libc::EINTR) => {
-                    self.move_completions_to_backlog();
-                }
-                // Retried on every driver run: say so once a second, not at that rate.
-                _ => self.submit_errors.log(|suppressed| {
-                    tracing::error!(suppressed, "io_uring submit failed: {e}; retrying");
-                }),
-            }
+        if let Err(e) = self.enter_batch_or_make_room() {
+            // Retried on every driver run: say so once a second, not at that rate.
+            self.submit_errors.log(|suppressed| {
+                tracing::error!(suppressed, "io_uring submit failed: {e}; retrying");
+            });
         }
         true
+    }
+
+    /// [`Ring::enter_batch`], taking a full completion queue (EBUSY), a kernel short of memory
+    /// for a moment (EAGAIN) and a signal (EINTR) as "try again": completions are moved to the
+    /// backlog to make room. An error is a real failure.
+    fn enter_batch_or_make_room(&mut self) -> io::Result<()> {
+        match self.enter_batch() {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EBUSY | libc::EAGAIN | libc::EINTR)
+                ) =>
+            {
+                self.move_completions_to_backlog();
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// `io_uring_enter` for the oldest [`SUBMIT_BATCH`] queued entries; the rest stay queued,
@@ -585,15 +598,8 @@ impl Ring {
             if unsafe { self.uring.submission().push(entry) }.is_ok() {
                 break;
             }
-            match self.enter_batch() {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                // The completion queue is full, or the kernel is short of memory for a moment:
-                // make room and try again.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) => {
-                    self.move_completions_to_backlog();
-                }
-                Err(e) => panic!("io_uring submit failed with a full queue: {e}"),
+            if let Err(e) = self.enter_batch_or_make_room() {
+                panic!("io_uring submit failed with a full queue: {e}");
             }
         }
         self.kick();
