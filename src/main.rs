@@ -37,6 +37,11 @@ struct Cli {
     /// Log line format; RUST_LOG filters (default "info").
     #[arg(long, value_enum, default_value_t = LogFormat::Pretty, global = true)]
     log_format: LogFormat,
+
+    /// For tests: the wall clock reads this instant (RFC 3339) at startup and advances from
+    /// there, so autosave and archive periods do not depend on when a test runs.
+    #[arg(long, hide = true, value_name = "TIMESTAMP")]
+    clock_start: Option<jiff::Timestamp>,
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -112,8 +117,12 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Cmd::Run => match load_config(&cli.config) {
-            Ok(loaded) => {
+            Ok(mut loaded) => {
                 init_logging(cli.log_format);
+                if let Some(start) = cli.clock_start {
+                    tracing::warn!(%start, "--clock-start: the wall clock is pinned (a test flag)");
+                    loaded.config.time.clock_start = Some(start);
+                }
                 run(&loaded.config)
             }
             Err(code) => code,

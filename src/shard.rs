@@ -26,6 +26,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 use std::io::{self, BufRead, Write};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -336,15 +337,25 @@ async fn serve(
         tracing::info!(%addr, backend = %backend.name(), "listening for players");
     }
     let logic = Rc::new(world::start_game_logic(world.clone()));
+    // One wall clock for autosave, saves and archives.
+    let clock = config.time.clock();
     let archiver = config.archive.enabled.then(|| {
         let dir = config.data_path(&config.archive.dir);
         let plan = Plan::from_config(&config.archive, dir, config.time.zone.time_zone().clone());
-        let archiver = Archiver::new(layout.clone(), plan, Clock::System);
+        let archiver = Archiver::new(layout.clone(), plan, clock);
         // Whatever earlier runs (or a crash) left to do, before the first save.
         archiver.request();
         archiver
     });
-    let (saver, autosave) = start_saving(config, layout, &world, &net, &players, archiver.clone());
+    let (saver, autosave) = start_saving(
+        config,
+        clock,
+        layout,
+        &world,
+        &net,
+        &players,
+        archiver.clone(),
+    );
     let status = Rc::new(StatusState::new(config));
     let status_timer = config
         .server
@@ -364,6 +375,8 @@ async fn serve(
             autosave: autosave.clone(),
             archiver: archiver.clone(),
             data_dir: config.server.data_dir.clone(),
+            listening: listening.clone(),
+            backend: backend.name(),
         };
         printer = Some(
             admin::start(input, output, move |command| shared.answer(command))
@@ -417,6 +430,7 @@ async fn serve(
 /// schedule, with the cadence `savefrequency` stored if there is one.
 fn start_saving(
     config: &Config,
+    clock: Clock,
     layout: persist::Layout,
     world: &Rc<RefCell<World>>,
     net: &Net,
@@ -441,7 +455,7 @@ fn start_saving(
         SaverConfig {
             layout,
             threads: config.save_threads(),
-            clock: Clock::System,
+            clock,
             keep: Box::new(move |m| !in_world.borrow().is_player(m.serial)),
             notices: Box::new(move |n| saver_tell(n)),
         },
@@ -469,7 +483,7 @@ fn start_saving(
     }
     let autosave = Autosave::start(
         saver.clone(),
-        Clock::System,
+        clock,
         config.time.zone.time_zone().clone(),
         configured.enabled,
         cadence,
@@ -555,6 +569,10 @@ struct ConsoleState {
     autosave: Autosave,
     archiver: Option<Archiver>,
     data_dir: PathBuf,
+    /// The addresses the listeners are bound to (a configured port 0 resolved), and the
+    /// backend serving them.
+    listening: Vec<SocketAddr>,
+    backend: &'static str,
 }
 
 impl ConsoleState {
@@ -653,8 +671,16 @@ impl ConsoleState {
             (None, None) => "loop: lines are off (server.loop_stats_interval = 0)".into(),
         };
         let net = self.net.stats();
+        let listening = match self.listening.as_slice() {
+            [] => "nothing (network.listen is empty)".to_owned(),
+            addrs => {
+                let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+                format!("{} ({})", addrs.join(", "), self.backend)
+            }
+        };
         format!(
             "verdict   {}\nuptime    {}\nworld     {} items, {} mobiles, {} spawners\n\
+             listening {listening}\n\
              players   {} logged in, {} connections ({} accepted, {} refused, {} faults)\n\
              timers    {} live ({} world timers, {} NPCs barking)\n\
              saves     {} since start{}; {}\nlast      {last}",

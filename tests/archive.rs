@@ -1,6 +1,8 @@
 //! Archive rollups: which periods get an archive and from which backup, that every format
 //! opens with the standard tools and holds a loadable save, retention, backup deletion only
-//! once archived, and a run that is interrupted or fails losing nothing.
+//! once archived, and a run that is interrupted or fails losing nothing. The full-disk and
+//! read-only tests mount a tmpfs (root or CAP_SYS_ADMIN; without it they fail unless
+//! `SHARDLOOP_ALLOW_SKIP=1`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,6 +14,9 @@ use shardloop::persist::archive::rollup::{self, Plan};
 use shardloop::persist::archive::{Format, format};
 use shardloop::persist::{self, Layout, Manifest, Snapshot};
 use shardloop::world::{self, World};
+
+mod common;
+use common::tmpfs::Tmpfs;
 
 fn world() -> World {
     world::generate(5, 2000, 300)
@@ -306,52 +311,6 @@ fn a_failed_run_deletes_no_backup_and_the_next_run_finishes() {
     assert_eq!(names(&layout.backups).len(), 2);
 }
 
-/// A small tmpfs mounted on a temp dir (root only); unmounted on drop.
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Option<Tmpfs> {
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!(
-                "skipped: cannot mount a tmpfs (needs root): {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return None;
-        }
-        Some(Tmpfs { dir })
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn remount(&self, mode: &str) {
-        let status = Command::new("mount")
-            .args(["-o", &format!("remount,{mode}")])
-            .arg(self.path())
-            .status()
-            .unwrap();
-        assert!(status.success(), "remount {mode}");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
-}
-
 fn no_temp_files(plan: &Plan) {
     for kind in ["Hourly", "Daily", "Monthly"] {
         let left: Vec<_> = names(&plan.dir.join(kind))
@@ -364,16 +323,18 @@ fn no_temp_files(plan: &Plan) {
 
 #[test]
 fn a_full_disk_during_a_rollup_keeps_every_backup_and_the_next_run_finishes() {
-    let Some(fs) = Tmpfs::mount("2m") else { return };
-    let layout = Layout::new(fs.path(), fs.path().join("Saves"));
+    let Some(fs) = Tmpfs::mount_or_skip("size=2m") else {
+        return;
+    };
+    let layout = Layout::new(fs.mnt.as_path(), fs.mnt.as_path().join("Saves"));
     let world = world();
     history(&layout, &world);
-    let plan = plan(fs.path(), Compression::None);
+    let plan = plan(fs.mnt.as_path(), Compression::None);
     // Leave about one archive's worth of room: the rollup runs out part-way.
-    let ballast = fs.path().join("ballast");
+    let ballast = fs.mnt.as_path().join("ballast");
     let free = {
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        let c = std::ffi::CString::new(fs.path().as_os_str().as_encoded_bytes()).unwrap();
+        let c = std::ffi::CString::new(fs.mnt.as_path().as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: a valid path and a statvfs to fill.
         assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
         st.f_bavail as u64 * st.f_bsize as u64
@@ -393,11 +354,13 @@ fn a_full_disk_during_a_rollup_keeps_every_backup_and_the_next_run_finishes() {
 
 #[test]
 fn a_read_only_disk_during_a_rollup_keeps_every_backup_and_the_next_run_finishes() {
-    let Some(fs) = Tmpfs::mount("8m") else { return };
-    let layout = Layout::new(fs.path(), fs.path().join("Saves"));
+    let Some(fs) = Tmpfs::mount_or_skip("size=8m") else {
+        return;
+    };
+    let layout = Layout::new(fs.mnt.as_path(), fs.mnt.as_path().join("Saves"));
     let world = world();
     history(&layout, &world);
-    let plan = plan(fs.path(), Compression::Zstd);
+    let plan = plan(fs.mnt.as_path(), Compression::Zstd);
     fs.remount("ro");
     let err = rollup::run(&layout, &plan, NOW.parse().unwrap()).unwrap_err();
     assert!(err.to_string().contains("Read-only"), "{err}");

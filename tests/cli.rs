@@ -13,7 +13,9 @@ use std::time::Duration;
 const BIN: &str = env!("CARGO_BIN_EXE_shardloop");
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// The binary with a small world, no startup probe, and no config file from the working
+mod common;
+
+/// The binary with a small world, no startup probe, autosave off, and no config file from the working
 /// directory (it runs in `dir`).
 fn shardloop(dir: &Path) -> Command {
     let mut cmd = Command::new(BIN);
@@ -22,7 +24,10 @@ fn shardloop(dir: &Path) -> Command {
         .env("SHARD_SERVER__PROBE_HOST", "false")
         .env("SHARD_NETWORK__LISTEN", "[\"127.0.0.1:0\"]")
         .env("SHARD_WORLD__GENERATE__ITEMS", "2000")
-        .env("SHARD_WORLD__GENERATE__MOBILES", "300");
+        .env("SHARD_WORLD__GENERATE__MOBILES", "300")
+        // Autosave follows the wall clock (hourly, on the hour): off, so that a test run at
+        // 14:59 meets no autosave and no final-save check is satisfied by one.
+        .env("SHARD_AUTOSAVE__ENABLED", "false");
     cmd
 }
 
@@ -32,27 +37,18 @@ fn text(bytes: &[u8]) -> String {
 
 /// Waits for the child to exit, killing it after [`PATIENCE`].
 fn finish(child: Child) -> Output {
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        if rx.recv_timeout(PATIENCE).is_err() {
-            // SAFETY: kill(2) on a pid we spawned; at worst it has already exited.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        }
-    });
-    let output = child.wait_with_output().expect("wait for shardloop");
-    let _ = tx.send(());
-    output
+    common::deadline::output_within(child, PATIENCE)
 }
 
 #[test]
 fn a_bad_value_exits_2_naming_key_and_source_and_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let output = shardloop(dir.path())
+    let output = common::deadline::run_within(
+        shardloop(dir.path())
         .env("SHARD_SERVER__IDLE_WAIT", "soon")
-        .arg("run")
-        .output()
-        .unwrap();
+        .arg("run"),
+        PATIENCE,
+    );
     assert_eq!(output.status.code(), Some(2));
     let err = text(&output.stderr);
     assert!(err.contains("server.idle_wait"), "{err}");
@@ -65,10 +61,11 @@ fn a_bad_value_exits_2_naming_key_and_source_and_starts_nothing() {
 #[test]
 fn a_missing_config_file_named_on_the_command_line_exits_2() {
     let dir = tempfile::tempdir().unwrap();
-    let output = shardloop(dir.path())
-        .args(["--config", "nowhere.toml"])
-        .output()
-        .unwrap();
+    let output = common::deadline::run_within(
+        shardloop(dir.path())
+        .args(["--config", "nowhere.toml"]),
+        PATIENCE,
+    );
     assert_eq!(output.status.code(), Some(2));
     assert!(text(&output.stderr).contains("nowhere.toml"));
 }
@@ -76,10 +73,11 @@ fn a_missing_config_file_named_on_the_command_line_exits_2() {
 #[test]
 fn check_config_shows_each_value_and_its_source() {
     let dir = tempfile::tempdir().unwrap();
-    let output = shardloop(dir.path())
-        .args(["check-config", "--idle-wait", "250ms"])
-        .output()
-        .unwrap();
+    let output = common::deadline::run_within(
+        shardloop(dir.path())
+        .args(["check-config", "--idle-wait", "250ms"]),
+        PATIENCE,
+    );
     assert!(output.status.success(), "{}", text(&output.stderr));
     let out = text(&output.stdout);
     let line = |key: &str| {
@@ -234,11 +232,12 @@ fn an_address_in_use_stops_the_shard_naming_it() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
-    let output = shardloop(dir.path())
+    let output = common::deadline::run_within(
+        shardloop(dir.path())
         .args(["--listen", &addr])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .stdin(Stdio::null()),
+        PATIENCE,
+    );
     assert_eq!(output.status.code(), Some(1));
     let err = text(&output.stderr);
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
@@ -248,7 +247,7 @@ fn an_address_in_use_stops_the_shard_naming_it() {
 #[test]
 fn probe_host_prints_a_verdict_for_each_primitive() {
     let dir = tempfile::tempdir().unwrap();
-    let output = shardloop(dir.path()).arg("probe-host").output().unwrap();
+    let output = common::deadline::run_within(shardloop(dir.path()).arg("probe-host"), PATIENCE);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let out = text(&output.stdout);
     for probe in [

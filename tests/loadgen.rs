@@ -160,10 +160,18 @@ fn walk_mode_times_moves_and_counts_what_the_server_pushes() {
 
 #[test]
 fn a_closed_port_is_an_error_naming_the_address() {
-    // Bound, then closed at once: nothing listens there now.
-    let addr = StdListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port");
+    // A socket bound to a port but not listening holds the port (no other test can take
+    // it meanwhile) and refuses every connection to it.
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("a TCP socket");
+    socket
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bind 127.0.0.1:0");
+    let addr = socket
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .expect("the bound address");
     let args = args(&[
         "--connect",
         &addr.to_string(),

@@ -1,5 +1,6 @@
 //! The network server and the demo protocol over real sockets, run twice: once on the epoll
-//! backend and once on io_uring (skipped with a message where the kernel refuses it).
+//! backend and once on io_uring (where the kernel refuses a ring those fail, unless
+//! `SHARDLOOP_ALLOW_SKIP=1`).
 //!
 //! The loop runs on the test thread; every client is a plain blocking socket on its own
 //! thread, so nothing but the server's own signals can wake the loop. Timing bounds are
@@ -21,6 +22,8 @@ use shardloop::world::{Location, MapId, Mobile, World};
 use shardloop::{EventLoop, timer};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
+
+mod common;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -67,7 +70,7 @@ where
     if kind == BackendKind::IoUring
         && let Err(why) = shardloop::net::io_uring_available()
     {
-        eprintln!("skipped: io_uring unavailable here ({why})");
+        common::skip::cannot_run(format!("io_uring unavailable here ({why})"));
         return None;
     }
     // One at a time: the memory test reads the process's RSS, and the thousand-connection
@@ -369,7 +372,7 @@ macro_rules! suite {
             #[test]
             fn a_thousand_connections_ping_pong_at_once() {
                 const N: usize = 1000;
-                if !raise_fd_limit(2 * N as u64 + 200) {
+                if !common::fd_limit::raise_to(2 * N as u64 + 200) {
                     return;
                 }
                 let limits = Limits {
@@ -400,7 +403,7 @@ macro_rules! suite {
             #[test]
             fn an_idle_connection_costs_at_most_16_kib() {
                 const N: usize = 1000;
-                if !raise_fd_limit(2 * N as u64 + 200) {
+                if !common::fd_limit::raise_to(2 * N as u64 + 200) {
                     return;
                 }
                 let limits = Limits {
@@ -427,11 +430,17 @@ macro_rules! suite {
                     let after = resident_bytes();
                     assert_eq!(env.net.stats().connections, N);
                     drop(clients);
-                    after.saturating_sub(before) / N as u64
+                    // Signed: a fall in RSS is a disturbed measurement, not a free connection.
+                    (after as i64 - before as i64) / N as i64
                 }) else {
                     return;
                 };
                 eprintln!("{KIND:?}: {} bytes resident per idle connection", out.value);
+                assert!(
+                    out.value > 0,
+                    "RSS did not grow with {N} connections ({} bytes each): nothing was measured",
+                    out.value
+                );
                 assert!(out.value <= 16 * 1024, "{} bytes per connection", out.value);
             }
 
@@ -638,13 +647,16 @@ macro_rules! suite {
                         let s = small_receive_buffer(env.addr);
                         let peer = s.local_addr().unwrap();
                         let mut s = s;
-                        s.set_write_timeout(Some(Duration::from_millis(200)))
-                            .unwrap();
+                        s.set_write_timeout(Some(TIMEOUT)).unwrap();
                         let ping = frame::packet(client::PING, &[&[0; 64]]);
-                        // Write pings, never read: the echoes pile up on the server.
+                        // Write pings, never read: the echoes pile up on the server. A write
+                        // fails only once the server hung up; one that blocks for seconds
+                        // means the server stopped reading without hanging up.
                         for _ in 0..20_000 {
-                            if s.write_all(&ping).is_err() {
-                                break; // the server hung up
+                            match s.write_all(&ping) {
+                                Ok(()) => {}
+                                Err(e) if hung_up(&e) => break,
+                                Err(e) => panic!("neither read nor hung up: {e}"),
                             }
                         }
                         ping_ok(&mut bystander);
@@ -730,6 +742,14 @@ macro_rules! suite {
     };
 }
 
+/// A write error that says the other side closed the connection.
+fn hung_up(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
+    )
+}
+
 fn ping_ok(stream: &mut TcpStream) {
     ping(stream, b"ok");
 }
@@ -751,34 +771,6 @@ fn resident_bytes() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
     pages * page
-}
-
-/// Raises this process's open-file limit to at least `want`; false (with a message) if the
-/// hard limit does not allow it.
-fn raise_fd_limit(want: u64) -> bool {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed in.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            eprintln!("skipped: cannot read RLIMIT_NOFILE");
-            return false;
-        }
-        if limit.rlim_cur >= want {
-            return true;
-        }
-        if limit.rlim_max < want {
-            eprintln!(
-                "skipped: RLIMIT_NOFILE hard limit {} < {want}",
-                limit.rlim_max
-            );
-            return false;
-        }
-        limit.rlim_cur = want;
-        libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
-    }
 }
 
 suite!(epoll, BackendKind::Epoll);

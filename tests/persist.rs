@@ -175,7 +175,7 @@ fn a_missing_or_damaged_manifest_is_refused() {
     refused(
         |s| edit(&s.join("manifest.toml"), |b| b.truncate(b.len() - 30)),
         "manifest.toml",
-        "",
+        "not valid TOML",
     );
 }
 

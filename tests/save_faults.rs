@@ -4,8 +4,8 @@
 //! loads, a failed save says why and leaves the previous one in place, the shard keeps
 //! running, and no half-written temp directory survives the next start.
 //!
-//! The disk-full and read-only tests mount a small tmpfs (they need root or CAP_SYS_ADMIN,
-//! and say "skipped" without it). The file size limit needs no privileges.
+//! The disk-full and read-only tests mount a small tmpfs: they need root or CAP_SYS_ADMIN and
+//! fail without it (unless `SHARDLOOP_ALLOW_SKIP=1`). The file size limit needs no privileges.
 //!
 //! Bounds are generous (tens of seconds): these tests check behaviour, not speed.
 
@@ -21,6 +21,9 @@ use shardloop::persist::file::Kind;
 use shardloop::persist::layout::{BACKUP_MARKER, TEMP_PREFIX};
 use shardloop::persist::{self, Layout, Manifest, Replaced, Snapshot};
 use shardloop::world;
+
+mod common;
+use common::tmpfs::Tmpfs;
 
 const BIN: &str = env!("CARGO_BIN_EXE_shardloop");
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -371,84 +374,6 @@ impl SplitMix64 {
 // ---------------------------------------------------------------------------------------
 // A tmpfs of our own.
 
-/// A tmpfs mounted on `<tempdir>/mnt`, unmounted on drop (lazily if busy), even on panic.
-/// The temp directory itself goes after the unmount.
-struct Tmpfs {
-    mnt: PathBuf,
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(options: &str) -> Result<Tmpfs, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).map_err(|e| e.to_string())?;
-        let output = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
-            .arg(&mnt)
-            .output()
-            .map_err(|e| format!("cannot run mount: {e}"))?;
-        if !output.status.success() {
-            return Err(format!(
-                "mount -t tmpfs -o {options}: {} {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ));
-        }
-        Ok(Tmpfs { mnt, dir })
-    }
-
-    /// Where the shard runs (outside the mount, so it never keeps it busy).
-    fn cwd(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn remount(&self, options: &str) {
-        let status = Command::new("mount")
-            .args(["-o", &format!("remount,{options}")])
-            .arg(&self.mnt)
-            .status()
-            .expect("run mount");
-        assert!(status.success(), "mount -o remount,{options}: {status}");
-    }
-
-    /// Removes everything on the filesystem.
-    fn clear(&self) {
-        for entry in std::fs::read_dir(&self.mnt).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                std::fs::remove_dir_all(&path).unwrap();
-            } else {
-                std::fs::remove_file(&path).unwrap();
-            }
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let unmounted = Command::new("umount")
-            .arg(&self.mnt)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !unmounted {
-            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-        }
-    }
-}
-
-/// Mounts a tmpfs, or says why the test is skipped.
-fn tmpfs_or_skip(options: &str) -> Option<Tmpfs> {
-    match Tmpfs::mount(options) {
-        Ok(fs) => Some(fs),
-        Err(e) => {
-            eprintln!("skipped: cannot mount tmpfs (needs root/CAP_SYS_ADMIN): {e}");
-            println!("skipped: cannot mount tmpfs (needs root/CAP_SYS_ADMIN): {e}");
-            None
-        }
-    }
-}
-
 fn statvfs(path: &Path) -> libc::statvfs {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
@@ -660,7 +585,7 @@ enum Fault {
 /// On a tmpfs: a first save, then the fault, `save` fails naming it and changes nothing,
 /// the shard keeps answering, then the fault goes away and `save` works again.
 fn save_survives(fault: Fault) {
-    let Some(fs) = tmpfs_or_skip("size=8m") else {
+    let Some(fs) = Tmpfs::mount_or_skip("size=8m") else {
         return;
     };
     let data = fs.mnt.join("data");
@@ -852,7 +777,7 @@ fn sweep(fs: &Tmpfs, what: &str, max: u64, starve: impl Fn(&Path, u64)) {
 
 #[test]
 fn a_disk_filling_up_at_any_step_of_a_save_loses_nothing_and_reports_the_truth() {
-    let Some(fs) = tmpfs_or_skip("size=4m") else {
+    let Some(fs) = Tmpfs::mount_or_skip("size=4m") else {
         return;
     };
     // A save of the 3000-item world takes about 25 pages; sweep beyond it.
@@ -863,7 +788,7 @@ fn a_disk_filling_up_at_any_step_of_a_save_loses_nothing_and_reports_the_truth()
 
 #[test]
 fn running_out_of_inodes_at_any_step_of_a_save_loses_nothing_and_reports_the_truth() {
-    let Some(fs) = tmpfs_or_skip("size=4m,nr_inodes=64") else {
+    let Some(fs) = Tmpfs::mount_or_skip("size=4m,nr_inodes=64") else {
         return;
     };
     // A second save needs 8 inodes: temp dir, 4 files, Backups/, Automatic/, the marker.

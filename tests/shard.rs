@@ -9,6 +9,9 @@ use std::time::Duration;
 use shardloop::config::Config;
 use shardloop::shard::{self, Console, ShardError, StopReason};
 
+mod common;
+use common::deadline::within;
+
 /// A small world (fast to generate) whose data directory is `dir`; no startup probe, so the
 /// tests never sleep on the real clock for it.
 fn small_config(dir: &Path) -> Config {
@@ -17,9 +20,28 @@ fn small_config(dir: &Path) -> Config {
     config.server.probe_host = false;
     config.world.generate.items = 3_000;
     config.world.generate.mobiles = 400;
-    // Any free port: tests run side by side, and 2593 may be taken.
+    // Any free port: tests run side by side, and 2593 may be taken. A test that connects
+    // reads the bound port from the console's `status`.
     config.network.listen = vec!["127.0.0.1:0".parse().unwrap()];
+    // Autosave follows the wall clock (on the hour by default): a test that does not test it
+    // must not meet one because it ran at 14:59.
+    config.autosave.enabled = false;
     config
+}
+
+/// Longest a shard under test may run on the real clock before the test fails.
+const REAL_TIME_LIMIT: Duration = Duration::from_secs(120);
+/// The same on the paused clock: game time, which a stuck shard reaches in moments.
+const GAME_TIME_LIMIT: Duration = Duration::from_secs(3600);
+
+/// [`shard::run`], failed after `limit` of tokio's clock instead of hanging.
+async fn run(
+    config: &Config,
+    console: Console,
+    stop: impl std::future::Future<Output = ()>,
+    limit: Duration,
+) -> Result<shard::Stopped, ShardError> {
+    within(limit, "the shard", shard::run(config, console, stop)).await
 }
 
 /// A console output the test can read.
@@ -50,7 +72,7 @@ async fn console_commands_see_the_world_and_shutdown_stops_cleanly() {
     let input = "help\nstatus\ndumptimers\nloopstats\nteleport\nshutdown\n";
     let console = Console::new(Cursor::new(input), screen.clone());
 
-    let stopped = shard::run(&config, console, std::future::pending())
+    let stopped = run(&config, console, std::future::pending(), REAL_TIME_LIMIT)
         .await
         .expect("the shard runs");
 
@@ -63,6 +85,7 @@ async fn console_commands_see_the_world_and_shutdown_stops_cleanly() {
         "commands:",
         "verdict   healthy",
         "world     3000 items, 400 mobiles",
+        "listening 127.0.0.1:",
         "live timers in",
         "src/world/game.rs",
         "fired ticks",
@@ -83,7 +106,7 @@ async fn the_stop_future_ends_the_shard_after_game_time_has_passed() {
     config.server.loop_stats_interval = Duration::from_secs(30);
     let stop = tokio::time::sleep(Duration::from_secs(600));
 
-    let stopped = shard::run(&config, Console::none(), stop)
+    let stopped = run(&config, Console::none(), stop, GAME_TIME_LIMIT)
         .await
         .expect("the shard runs");
 
@@ -103,7 +126,9 @@ async fn a_closed_console_input_is_a_headless_shard() {
     let console = Console::new(std::io::empty(), screen.clone());
     let stop = tokio::time::sleep(Duration::from_secs(5));
 
-    let stopped = shard::run(&config, console, stop).await.expect("runs");
+    let stopped = run(&config, console, stop, GAME_TIME_LIMIT)
+        .await
+        .expect("runs");
 
     assert_eq!(stopped.reason, StopReason::Requested);
     assert_eq!(screen.text(), "", "nothing to answer");
@@ -117,7 +142,7 @@ async fn a_data_dir_that_cannot_be_created_is_a_clear_error() {
     let mut config = small_config(dir.path());
     config.server.data_dir = file.join("data");
 
-    let err = shard::run(&config, Console::none(), std::future::pending())
+    let err = run(&config, Console::none(), std::future::pending(), REAL_TIME_LIMIT)
         .await
         .expect_err("cannot start");
 
@@ -130,11 +155,15 @@ async fn a_data_dir_that_cannot_be_created_is_a_clear_error() {
 #[tokio::test]
 async fn save_commands_change_the_schedule_and_the_cadence_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let config = small_config(dir.path());
+    let mut config = small_config(dir.path());
+    // Autosave on, on a pinned wall clock: the next 30-minute or hourly save is 20 minutes
+    // or more away, whenever the test runs.
+    config.autosave.enabled = true;
+    config.time.clock_start = Some("2026-06-15T00:10:00Z".parse().unwrap());
     let screen = Screen::default();
     let input = "savefrequency 30m 1m\nsavefrequency 1m 5m\nautosave off\nsave\nshutdown\n";
     let console = Console::new(Cursor::new(input), screen.clone());
-    let stopped = shard::run(&config, console, std::future::pending())
+    let stopped = run(&config, console, std::future::pending(), REAL_TIME_LIMIT)
         .await
         .expect("the shard runs");
     stopped.final_save.expect("the final save");
@@ -152,7 +181,7 @@ async fn save_commands_change_the_schedule_and_the_cadence_survives_a_restart() 
     // The next start takes the stored cadence over the configuration's 1h / 1m.
     let screen = Screen::default();
     let console = Console::new(Cursor::new("autosave\nstatus\nshutdown\n"), screen.clone());
-    shard::run(&config, console, std::future::pending())
+    run(&config, console, std::future::pending(), REAL_TIME_LIMIT)
         .await
         .expect("the shard runs again");
     let text = screen.text();
@@ -192,29 +221,47 @@ fn read_frame(stream: &mut std::net::TcpStream) -> (u8, Vec<u8>) {
     (header[0], payload)
 }
 
+/// The address the shard listens on, from the `listening` line of a `status` answer on
+/// `screen` (the configured port 0 resolved), waiting up to 30 s for it.
+fn listening_address(screen: &Screen) -> std::net::SocketAddr {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = screen.text();
+        let found = text
+            .lines()
+            .find_map(|l| l.strip_prefix("listening "))
+            .and_then(|rest| rest.split([',', ' ']).next())
+            .map(|addr| addr.parse().expect("an address in the listening line"));
+        if let Some(addr) = found {
+            return addr;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no listening line in `status`:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[tokio::test]
 async fn players_hear_a_save_start_and_finish_as_system_messages() {
     use shardloop::net::frame::{self, client, server};
     let dir = tempfile::tempdir().unwrap();
-    let mut config = small_config(dir.path());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    config.network.listen = vec![format!("127.0.0.1:{port}").parse().unwrap()];
+    let config = small_config(dir.path());
     let (commands, lines) = std::sync::mpsc::channel();
+    let screen = Screen::default();
     let console = Console::new(
         std::io::BufReader::new(Lines(lines, Vec::new())),
-        Screen::default(),
+        screen.clone(),
     );
+    // However the player's thread ends (a failed assertion included), the shard stops, and
+    // joining the thread below then reports the failure.
+    let (ended, player_ended) = tokio::sync::oneshot::channel::<()>();
     let player = std::thread::spawn(move || {
-        let mut stream = (0..200)
-            .find_map(|_| {
-                std::thread::sleep(Duration::from_millis(20));
-                std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-            })
-            .expect("the shard listens");
+        let _ended = ended;
+        commands.send("status".to_owned()).unwrap();
+        let addr = listening_address(&screen);
+        let mut stream = std::net::TcpStream::connect(addr).expect("the shard listens");
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
@@ -233,10 +280,13 @@ async fn players_hear_a_save_start_and_finish_as_system_messages() {
         commands.send("shutdown".to_owned()).unwrap();
         heard
     });
-    let stopped = shard::run(&config, console, std::future::pending())
+    let stop = async {
+        let _ = player_ended.await;
+    };
+    let stopped = run(&config, console, stop, REAL_TIME_LIMIT)
         .await
         .expect("the shard runs");
-    let heard = player.join().unwrap();
+    let heard = player.join().expect("the player thread");
     assert_eq!(heard[0], "The world is saving, please wait.");
     assert!(
         heard[1].starts_with("World save completed in "),
@@ -252,7 +302,7 @@ async fn archive_console_commands_answer() {
     let screen = Screen::default();
     let input = "archive\narchivestatus\nprunearchives\nshutdown\n";
     let console = Console::new(Cursor::new(input), screen.clone());
-    shard::run(&config, console, std::future::pending())
+    run(&config, console, std::future::pending(), REAL_TIME_LIMIT)
         .await
         .expect("the shard runs");
     let text = screen.text();
@@ -275,7 +325,7 @@ async fn archive_console_commands_answer() {
     off.archive.enabled = false;
     let screen = Screen::default();
     let console = Console::new(Cursor::new("archivestatus\nshutdown\n"), screen.clone());
-    shard::run(&off, console, std::future::pending())
+    run(&off, console, std::future::pending(), REAL_TIME_LIMIT)
         .await
         .expect("the shard runs");
     assert!(

@@ -554,27 +554,22 @@ async fn barks_start_for_npcs_already_active_when_logic_starts_and_stop_on_stop(
 // ---------------------------------------------------------------------------------------------
 // Idle load
 
-/// The idle load of the default world (190 728 items, 33 158 mobiles, 1 795 spawners), the
-/// figures documented on `start_game_logic` and in docs/world.md: 3.3 fires/s over the first
-/// ten minutes (all spawner runs: nothing decays before minute 10), 4.1 fires/s over minutes
-/// 10–60 while the generated ground items decay, one loop wake-up per fire at most.
+/// The idle load of the default world (190 728 items, 33 158 mobiles, 1 795 spawners): the
+/// fire rates the loop really produces match what [`world::idle_load`] computes from the
+/// world (spawner cadences; ground items decaying uniformly over 10–60 minutes), with one
+/// loop wake-up per fire at most. docs/world.md quotes the computed figures (3.3 fires/s
+/// over the first ten minutes, 4.1 fires/s over minutes 10–60).
 #[tokio::test(start_paused = true)]
-async fn idle_load_of_the_default_world_is_a_few_fires_per_second() {
+async fn idle_load_of_the_default_world_is_what_idle_load_computes() {
     let w = shared(world::generate_default(world::DEFAULT_SEED));
     assert_eq!(
         (w.borrow().item_count(), w.borrow().mobile_count()),
         (190_728, 33_158)
     );
     let expected = world::idle_load(&w.borrow());
-    assert_eq!(expected.spawners, 1_795);
-    assert!(
-        (3.3..3.4).contains(&expected.spawner_fires_per_sec),
-        "{expected:?}"
-    );
-    assert!(
-        (0.6..0.7).contains(&expected.decay_fires_per_sec),
-        "{expected:?}"
-    );
+    assert!(expected.spawners > 0 && expected.decaying_items > 0, "{expected:?}");
+    // Within 5 %: spawners start at their own phase, so a window sees a few runs more or less.
+    let near = |measured: f64, computed: f64| (measured / computed - 1.0).abs() <= 0.05;
 
     let mut el = shard_loop(&w);
     let logic = world::start_game_logic(w.clone());
@@ -584,14 +579,15 @@ async fn idle_load_of_the_default_world_is_a_few_fires_per_second() {
         "idle: only world timers are scheduled"
     );
 
-    let first = minutes(10);
+    let first = world::DECAY_MIN;
     run_for(&mut el, first).await;
     let (stats, loop_stats) = (logic.stats(), el.stats());
     let rate = stats.world_fires() as f64 / first.as_secs_f64();
-    assert_eq!(stats.decays, 0, "nothing decays in the first ten minutes");
+    assert_eq!(stats.decays, 0, "nothing decays before DECAY_MIN");
     assert!(
-        (3.2..3.4).contains(&rate),
-        "documented 3.3 fires/s; measured {rate:.2}"
+        near(rate, expected.spawner_fires_per_sec),
+        "computed {:.3} fires/s; measured {rate:.3}",
+        expected.spawner_fires_per_sec
     );
     let wakes = loop_stats.ticks_fired as f64 / first.as_secs_f64();
     assert!(
@@ -599,13 +595,14 @@ async fn idle_load_of_the_default_world_is_a_few_fires_per_second() {
         "at most one loop wake-up per fire: {wakes:.2}/s"
     );
 
-    let rest = minutes(50);
+    let rest = world::DECAY_MAX - world::DECAY_MIN;
     run_for(&mut el, rest).await;
     let fires = logic.stats().world_fires() - stats.world_fires();
     let rate = fires as f64 / rest.as_secs_f64();
     assert!(
-        (3.9..4.3).contains(&rate),
-        "documented 4.1 fires/s; measured {rate:.2}"
+        near(rate, expected.peak_fires_per_sec()),
+        "computed {:.3} fires/s; measured {rate:.3}",
+        expected.peak_fires_per_sec()
     );
     assert!(
         logic.stats().decays as usize >= expected.decaying_items * 9 / 10,

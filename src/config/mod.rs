@@ -324,6 +324,22 @@ impl Compression {
 pub struct TimeConfig {
     /// IANA time zone name (`"Europe/Berlin"`, `"UTC"`) or `"system"`.
     pub zone: Zone,
+    /// Not a configuration key: when set (by tests, through the hidden `--clock-start` flag
+    /// or directly), the shard's wall clock reads this instant at startup and then advances
+    /// with tokio's clock, so a test's autosave schedule, save timestamps and archive periods
+    /// never depend on when it runs. `None`: the system clock.
+    #[serde(skip)]
+    pub clock_start: Option<jiff::Timestamp>,
+}
+
+impl TimeConfig {
+    /// The wall clock autosave, saves and archives read (see [`TimeConfig::clock_start`]).
+    pub fn clock(&self) -> crate::persist::Clock {
+        match self.clock_start {
+            Some(start) => crate::persist::Clock::following_tokio(start),
+            None => crate::persist::Clock::System,
+        }
+    }
 }
 
 impl Config {

@@ -62,6 +62,9 @@ pub enum Slot {
 /// (which keeps the loop from parking).
 type Handler = Box<dyn FnMut() -> bool>;
 
+/// The startup host probe: given the tick, whether idle sleeps can be trusted.
+type Probe = Box<dyn FnOnce(Duration) -> bool>;
+
 /// Configures an [`EventLoop`]. Defaults equal the configuration defaults.
 #[must_use]
 pub struct EventLoopBuilder {
@@ -69,7 +72,7 @@ pub struct EventLoopBuilder {
     late_wake_threshold: u32,
     late_wake_percent: u32,
     tick: Duration,
-    probe_host: bool,
+    probe_host: Option<Probe>,
     yield_through_park: bool,
     spin_before_park: Duration,
     handlers: Vec<(Slot, Handler)>,
@@ -82,7 +85,7 @@ impl fmt::Debug for EventLoopBuilder {
             .field("late_wake_threshold", &self.late_wake_threshold)
             .field("late_wake_percent", &self.late_wake_percent)
             .field("tick", &self.tick)
-            .field("probe_host", &self.probe_host)
+            .field("probe_host", &self.probe_host.is_some())
             .field("handlers", &self.handlers.len())
             .finish()
     }
@@ -95,7 +98,7 @@ impl Default for EventLoopBuilder {
             late_wake_threshold: DEFAULT_LATE_WAKE_THRESHOLD,
             late_wake_percent: DEFAULT_LATE_WAKE_PERCENT,
             tick: DEFAULT_TICK,
-            probe_host: false,
+            probe_host: None,
             yield_through_park: false,
             spin_before_park: DEFAULT_SPIN_BEFORE_PARK,
             handlers: Vec::new(),
@@ -130,7 +133,15 @@ impl EventLoopBuilder {
 
     /// Run the startup host probe (25 short real sleeps) when the loop first runs.
     pub fn probe_host(mut self, probe: bool) -> Self {
-        self.probe_host = probe;
+        self.probe_host = probe.then(|| Box::new(health::probe) as Probe);
+        self
+    }
+
+    /// Runs `probe` as the startup host probe in place of the real one: it gets the tick and
+    /// answers whether idle sleeps can be trusted (`false` = never sleep). For tests that
+    /// need a known verdict whatever host they run on.
+    pub fn probe_host_with(mut self, probe: impl FnOnce(Duration) -> bool + 'static) -> Self {
+        self.probe_host = Some(Box::new(probe));
         self
     }
 
@@ -206,7 +217,7 @@ impl EventLoopBuilder {
 pub struct EventLoop {
     core: Rc<Core>,
     idle_wait: Duration,
-    probe_host: bool,
+    probe_host: Option<Probe>,
     yield_through_park: bool,
     spin_before_park: Duration,
     /// End of the current spin window (real time), if one is open.
@@ -293,7 +304,9 @@ impl EventLoop {
     /// such push: it hands control back to tokio at the end of every iteration, and bounds
     /// each phase itself.
     async fn run_inner<F: Future>(&mut self, future: F, until_closed: bool) -> Option<F::Output> {
-        if std::mem::take(&mut self.probe_host) && !health::probe(self.core.clock.tick) {
+        if let Some(probe) = self.probe_host.take()
+            && !probe(self.core.clock.tick)
+        {
             self.core.health.borrow_mut().set_unsupported();
         }
         install(&self.core);

@@ -1,14 +1,38 @@
 //! Timers for game logic: `pause(ms).await` in async code, callbacks with `after`/`every`.
 //!
-//! ```ignore
+//! ```no_run
+//! use std::time::Duration;
+//! use shardloop::{EventLoop, spawn, timer};
+//!
+//! struct Npc;
+//!
+//! impl Npc {
+//!     fn say(&self, text: &str) {
+//!         println!("{text}");
+//!     }
+//! }
+//!
 //! async fn bark(npc: Npc) {
+//!     let mut seed = 7u64; // a seeded generator: the same barks every run
 //!     loop {
-//!         pause(rand(5000..8000)).await;
+//!         seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+//!         timer::pause(5000 + (seed >> 33) % 3000).await; // 5 to 8 seconds
 //!         npc.say("Fresh bread!");
 //!     }
 //! }
 //!
-//! let token = timer::every(Duration::from_secs(60)).start(|| spawner.refill());
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() {
+//!     let mut event_loop = EventLoop::new();
+//!     event_loop
+//!         .run_until(async {
+//!             let refill = timer::every(Duration::from_secs(60)).start(|| println!("refill"));
+//!             spawn(bark(Npc));
+//!             timer::pause(600_000).await;
+//!             refill.cancel();
+//!         })
+//!         .await;
+//! }
 //! ```
 //!
 //! Everything here runs on the loop thread and counts in ticks (8 ms by default) from the
