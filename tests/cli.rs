@@ -45,8 +45,8 @@ fn a_bad_value_exits_2_naming_key_and_source_and_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let output = common::deadline::run_within(
         shardloop(dir.path())
-        .env("SHARD_SERVER__IDLE_WAIT", "soon")
-        .arg("run"),
+            .env("SHARD_SERVER__IDLE_WAIT", "soon")
+            .arg("run"),
         PATIENCE,
     );
     assert_eq!(output.status.code(), Some(2));
@@ -62,8 +62,7 @@ fn a_bad_value_exits_2_naming_key_and_source_and_starts_nothing() {
 fn a_missing_config_file_named_on_the_command_line_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let output = common::deadline::run_within(
-        shardloop(dir.path())
-        .args(["--config", "nowhere.toml"]),
+        shardloop(dir.path()).args(["--config", "nowhere.toml"]),
         PATIENCE,
     );
     assert_eq!(output.status.code(), Some(2));
@@ -74,8 +73,7 @@ fn a_missing_config_file_named_on_the_command_line_exits_2() {
 fn check_config_shows_each_value_and_its_source() {
     let dir = tempfile::tempdir().unwrap();
     let output = common::deadline::run_within(
-        shardloop(dir.path())
-        .args(["check-config", "--idle-wait", "250ms"]),
+        shardloop(dir.path()).args(["check-config", "--idle-wait", "250ms"]),
         PATIENCE,
     );
     assert!(output.status.success(), "{}", text(&output.stderr));
@@ -234,8 +232,8 @@ fn an_address_in_use_stops_the_shard_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let output = common::deadline::run_within(
         shardloop(dir.path())
-        .args(["--listen", &addr])
-        .stdin(Stdio::null()),
+            .args(["--listen", &addr])
+            .stdin(Stdio::null()),
         PATIENCE,
     );
     assert_eq!(output.status.code(), Some(1));

@@ -11,6 +11,9 @@ use shardloop::timer;
 use shardloop::{EventLoop, LoopClosed, LoopContext, spawn};
 use tokio::time::{Duration, Instant};
 
+mod common;
+use common::deadline::within;
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -95,7 +98,7 @@ async fn l1_a_post_wakes_a_parked_loop_at_once_real_time() {
         ctx.shutdown();
         latencies
     });
-    el.run().await;
+    within(Duration::from_secs(60), "the loop's run", el.run()).await;
     let latencies = poster.join().unwrap();
     for l in latencies {
         let l = l.expect("the post ran within 5 s");
@@ -132,7 +135,7 @@ async fn l1_repeated_posts_do_not_accumulate_wakes_and_the_loop_parks_again() {
         thread::sleep(std::time::Duration::from_millis(300));
         ctx.shutdown();
     });
-    el.run().await;
+    within(Duration::from_secs(60), "the loop's run", el.run()).await;
     checker.join().unwrap();
     assert_eq!(count.load(Ordering::Relaxed), 10_000);
     let stats = el.stats();
@@ -276,7 +279,7 @@ async fn shutdown_stops_run_delivers_accepted_posts_and_refuses_later_ones() {
         .unwrap();
         c.shutdown();
     });
-    el.run().await;
+    within(Duration::from_secs(60), "the loop's run", el.run()).await;
     assert_eq!(
         ran.load(Ordering::Relaxed),
         1,

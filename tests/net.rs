@@ -78,6 +78,8 @@ where
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Every client read has a timeout; this catches whatever else could hang.
+    let _watchdog = common::deadline::watchdog(Duration::from_secs(120), "a tests/net.rs server");
     let logs = Logs::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(logs.clone())
@@ -746,7 +748,9 @@ macro_rules! suite {
 fn hung_up(e: &io::Error) -> bool {
     matches!(
         e.kind(),
-        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
+        io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
     )
 }
 

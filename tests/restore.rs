@@ -152,11 +152,10 @@ fn archives_packed_by_the_standard_tools_restore_at_the_root_or_in_one_folder() 
     let files = ["manifest.toml", "items.bin", "mobiles.bin", "spawners.bin"];
     let mut packed = Vec::new();
     if pack(
-            dir,
-            "tar",
-            &["-I", "zstd", "-cf", "folder.tar.zst", "Saves"],
-        )
-    {
+        dir,
+        "tar",
+        &["-I", "zstd", "-cf", "folder.tar.zst", "Saves"],
+    ) {
         packed.push("folder.tar.zst");
     }
     if pack(dir, "tar", &["-czf", "root.tar.gz", "-C", "Saves", "."]) {
@@ -665,9 +664,7 @@ fn the_binary_restores_refuses_with_exit_2_and_lists() {
 
     let before = tree(data.path());
     let out = common::deadline::run_within(
-        shardloop(data.path())
-        .arg("restore")
-        .arg(&evil),
+        shardloop(data.path()).arg("restore").arg(&evil),
         Duration::from_secs(60),
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -685,8 +682,8 @@ fn the_binary_restores_refuses_with_exit_2_and_lists() {
     let lock = persist::lock::DataLock::acquire(data.path()).unwrap();
     let out = common::deadline::run_within(
         shardloop(data.path())
-        .arg("restore")
-        .arg(src.path().join("good.tar")),
+            .arg("restore")
+            .arg(src.path().join("good.tar")),
         Duration::from_secs(60),
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -696,8 +693,8 @@ fn the_binary_restores_refuses_with_exit_2_and_lists() {
 
     let out = common::deadline::run_within(
         shardloop(data.path())
-        .arg("restore")
-        .arg(src.path().join("good.tar")),
+            .arg("restore")
+            .arg(src.path().join("good.tar")),
         Duration::from_secs(60),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -707,8 +704,7 @@ fn the_binary_restores_refuses_with_exit_2_and_lists() {
     assert!(persist::load(&layout.saves).unwrap().world == archived_world());
 
     let out = common::deadline::run_within(
-        shardloop(data.path())
-        .args(["restore", "--list"]),
+        shardloop(data.path()).args(["restore", "--list"]),
         Duration::from_secs(60),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);

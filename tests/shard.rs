@@ -142,9 +142,14 @@ async fn a_data_dir_that_cannot_be_created_is_a_clear_error() {
     let mut config = small_config(dir.path());
     config.server.data_dir = file.join("data");
 
-    let err = run(&config, Console::none(), std::future::pending(), REAL_TIME_LIMIT)
-        .await
-        .expect_err("cannot start");
+    let err = run(
+        &config,
+        Console::none(),
+        std::future::pending(),
+        REAL_TIME_LIMIT,
+    )
+    .await
+    .expect_err("cannot start");
 
     assert!(matches!(err, ShardError::DataDir { .. }), "{err:?}");
     let message = err.to_string();

@@ -270,7 +270,11 @@ async fn t6_cancel_from_its_own_callback_and_from_another_in_the_same_tick() {
         r.borrow_mut().push("self");
         if r.borrow().iter().filter(|&&x| x == "self").count() == 3 {
             let cancelled = timer::current().is_some_and(|t| t.cancel());
-            r.borrow_mut().push(if cancelled { "self cancelled" } else { "self NOT cancelled" });
+            r.borrow_mut().push(if cancelled {
+                "self cancelled"
+            } else {
+                "self NOT cancelled"
+            });
         }
     });
     // "killer" and "victim" are due in the same tick; killer runs first and cancels victim.
@@ -280,7 +284,11 @@ async fn t6_cancel_from_its_own_callback_and_from_another_in_the_same_tick() {
     timer::after(ms(40)).start(move || {
         r.borrow_mut().push("killer");
         let cancelled = v.borrow().is_some_and(|t| t.cancel());
-        r.borrow_mut().push(if cancelled { "victim cancelled" } else { "victim NOT cancelled" });
+        r.borrow_mut().push(if cancelled {
+            "victim cancelled"
+        } else {
+            "victim NOT cancelled"
+        });
     });
     let r = runs.clone();
     let victim = timer::after(ms(40)).start(move || r.borrow_mut().push("victim"));
@@ -288,7 +296,14 @@ async fn t6_cancel_from_its_own_callback_and_from_another_in_the_same_tick() {
     el.run_until(timer::pause(200)).await;
     assert_eq!(
         *runs.borrow(),
-        vec!["self", "self", "self", "self cancelled", "killer", "victim cancelled"]
+        vec![
+            "self",
+            "self",
+            "self",
+            "self cancelled",
+            "killer",
+            "victim cancelled"
+        ]
     );
     // Stale tokens are inert, also once their slot is reused.
     assert!(!victim.cancel());
@@ -549,7 +564,11 @@ async fn t12_the_epoch_is_build_time_and_probing_does_not_move_the_clock() {
     let a = at.clone();
     timer::after(ms(8)).start(move || *a.borrow_mut() = Some(Instant::now()));
     el.run_until(timer::pause(20)).await;
-    assert_eq!(*probed.borrow(), Some((TICK, before)), "probed once, before tick 1");
+    assert_eq!(
+        *probed.borrow(),
+        Some((TICK, before)),
+        "probed once, before tick 1"
+    );
     assert_eq!(*at.borrow(), Some(before + ms(8)), "tick 1 is epoch + 8 ms");
     assert_eq!(el.stats().verdict, shardloop::Verdict::Healthy);
     assert_eq!(el.stats().panics, 0, "no callback or task panicked");

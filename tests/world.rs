@@ -567,7 +567,10 @@ async fn idle_load_of_the_default_world_is_what_idle_load_computes() {
         (190_728, 33_158)
     );
     let expected = world::idle_load(&w.borrow());
-    assert!(expected.spawners > 0 && expected.decaying_items > 0, "{expected:?}");
+    assert!(
+        expected.spawners > 0 && expected.decaying_items > 0,
+        "{expected:?}"
+    );
     // Within 5 %: spawners start at their own phase, so a window sees a few runs more or less.
     let near = |measured: f64, computed: f64| (measured / computed - 1.0).abs() <= 0.05;
 

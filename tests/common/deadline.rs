@@ -14,7 +14,11 @@ use std::time::Duration;
 /// Under a paused clock tokio jumps its clock forward when nothing else can run, so a stuck
 /// future fails at once there instead of after `limit` of real time.
 #[track_caller]
-pub fn within<F: Future>(limit: Duration, what: &str, future: F) -> impl Future<Output = F::Output> {
+pub fn within<F: Future>(
+    limit: Duration,
+    what: &str,
+    future: F,
+) -> impl Future<Output = F::Output> {
     let what = what.to_owned();
     let caller = std::panic::Location::caller();
     async move {
