@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use shardloop::EventLoop;
-use shardloop::net::frame::{self, client};
+use shardloop::game::packets::client;
+use shardloop::net::frame;
 use shardloop::net::{BackendKind, Limits, Net};
 use shardloop::runtime::{DEFAULT_IDLE_WAIT, Slot};
 
@@ -78,7 +79,7 @@ fn shard(kind: BackendKind, idle_wait: Duration) -> Server {
                 idle_timeout: Duration::from_secs(120),
             });
             let world = std::rc::Rc::new(std::cell::RefCell::new(shardloop::world::World::new(1)));
-            let _players = shardloop::play::install(&net, world);
+            let _players = shardloop::game::install(&net, world);
             let mut event_loop = EventLoop::builder()
                 .idle_wait(idle_wait)
                 .slot(Slot::Network, net.network_slot())

@@ -33,7 +33,7 @@ use std::time::Duration;
 use criterion::{Criterion, SamplingMode};
 use shardloop::persist::{self, Clock, Layout, Saver, SaverConfig, Snapshot, codec};
 use shardloop::world::{self, World};
-use shardloop::{EventLoop, runtime, timer};
+use shardloop::{EventLoop, game, runtime, timer};
 
 mod support;
 use support::median;
@@ -195,7 +195,7 @@ fn summary(world: World) {
         let w = world.clone();
         let (rows, lag, late) = event_loop
             .run_until(async move {
-                let logic = world::start_game_logic(w.clone());
+                let logic = game::start_game_logic(w.clone());
                 let probe = timer::every(Duration::from_millis(8)).start(|| {});
                 let saver = Saver::new(
                     w,

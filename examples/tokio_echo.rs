@@ -19,7 +19,8 @@ use std::pin::Pin;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use shardloop::net::frame::{self, client};
+use shardloop::game::packets::client;
+use shardloop::net::frame;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 

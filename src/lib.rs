@@ -18,17 +18,17 @@
 //!
 //! See `docs/` for the guides: `timers.md`, `threading-model.md`, `performance.md`.
 
-pub mod admin;
 pub mod config;
+pub mod game;
 pub mod loadgen;
 pub mod net;
 pub mod persist;
-pub mod play;
+
 pub mod probe_host;
 pub mod runtime;
 pub mod shard;
 mod slab;
-pub mod status;
+
 pub mod timer;
 pub mod world;
 

@@ -53,7 +53,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::net::frame::{self, Frame, FrameError, client, server};
+use crate::game::packets::{client, server};
+use crate::net::frame::{self, Frame, FrameError};
 use crate::world::rng::Rng;
 
 /// File descriptors kept free beyond one per connection (stdio, epoll, runtime, libraries).

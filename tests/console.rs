@@ -4,7 +4,9 @@
 use std::io::{Cursor, Write};
 use std::sync::{Arc, Mutex};
 
-use shardloop::admin::{self, Command, MAX_LINE};
+use std::cell::RefCell;
+
+use shardloop::shard::console::{self, Args, MAX_LINE, Spec};
 use shardloop::{EventLoop, timer};
 
 #[derive(Clone, Default)]
@@ -43,32 +45,62 @@ async fn run_until_lines(el: &mut EventLoop, screen: &Screen, n: usize) {
     .await;
 }
 
+/// The commands a test console knows: each answers "ok <name>" and is remembered.
+type Seen = RefCell<Vec<&'static str>>;
+
+fn ok(seen: &Seen, name: &'static str, args: Args<'_>) -> Result<String, String> {
+    args.none()?;
+    seen.borrow_mut().push(name);
+    Ok(format!("ok {name}"))
+}
+
+const COMMANDS: &[Spec<Seen>] = &[
+    Spec {
+        name: "status",
+        args: "",
+        help: "",
+        run: |seen, args| ok(seen, "status", args),
+    },
+    Spec {
+        name: "loopstats",
+        args: "",
+        help: "",
+        run: |seen, args| ok(seen, "loopstats", args),
+    },
+    Spec {
+        name: "shutdown",
+        args: "",
+        help: "",
+        run: |seen, args| ok(seen, "shutdown", args),
+    },
+];
+
 #[tokio::test]
 async fn commands_and_bad_input_get_one_answer_each_in_order() {
     let mut el = EventLoop::new();
     let mut input = b"status\nfoo bar\n\xff\xfe\n".to_vec();
     input.extend(std::iter::repeat_n(b'a', MAX_LINE + 10));
-    input.extend_from_slice(b"\n\nLoopStats\nshutdown\n");
+    input.extend_from_slice(b"\n\nLoopStats\nshutdown now\nshutdown\n");
     let screen = Screen::default();
-    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen = std::rc::Rc::new(Seen::default());
     let s = seen.clone();
-    admin::start(Cursor::new(input), screen.clone(), move |cmd| {
-        s.lock().unwrap().push(cmd);
-        format!("ok {cmd:?}")
+    console::start(Cursor::new(input), screen.clone(), move |line| {
+        console::language::answer(COMMANDS, &s, line)
     })
     .expect("threads start");
-    run_until_lines(&mut el, &screen, 6).await;
+    run_until_lines(&mut el, &screen, 7).await;
     let lines = screen.lines();
-    assert_eq!(lines[0], "ok Status");
+    assert_eq!(lines[0], "ok status");
     assert!(lines[1].contains("unknown command 'foo bar'"), "{lines:?}");
     assert!(lines[2].contains("not valid UTF-8"), "{lines:?}");
     assert!(lines[3].contains("longer than 64 KiB"), "{lines:?}");
-    assert_eq!(lines[4], "ok LoopStats");
-    assert_eq!(lines[5], "ok Shutdown");
+    assert_eq!(lines[4], "ok loopstats");
     assert_eq!(
-        *seen.lock().unwrap(),
-        vec![Command::Status, Command::LoopStats, Command::Shutdown]
+        lines[5], "error: shutdown: takes no arguments; nothing changed",
+        "{lines:?}"
     );
+    assert_eq!(lines[6], "ok shutdown");
+    assert_eq!(*seen.borrow(), ["status", "loopstats", "shutdown"]);
     assert_eq!(el.stats().panics, 0);
 }
 
@@ -76,7 +108,7 @@ async fn commands_and_bad_input_get_one_answer_each_in_order() {
 async fn a_closed_input_leaves_the_loop_running() {
     let mut el = EventLoop::new();
     let screen = Screen::default();
-    admin::start(std::io::empty(), screen.clone(), |_| {
+    console::start(std::io::empty(), screen.clone(), |_| {
         unreachable!("no input")
     })
     .expect("threads start");

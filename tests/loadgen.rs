@@ -6,8 +6,9 @@ use std::net::{SocketAddr, TcpListener as StdListener};
 use std::thread;
 
 use clap::Parser;
+use shardloop::game::packets::{client, serial_xy, server};
 use shardloop::loadgen::{self, LoadgenArgs, LoadgenError, Mode};
-use shardloop::net::frame::{self, client, server};
+use shardloop::net::frame;
 use tokio::net::{TcpListener, TcpStream};
 
 /// `shardloop loadgen`'s flags, parsed as the binary will parse them.
@@ -63,7 +64,7 @@ async fn serve(stream: TcpStream) -> io::Result<()> {
         let mut out = Vec::new();
         while let Some(packet) = frame::split(&buf[used..], 8192).map_err(io::Error::other)? {
             used += packet.bytes.len();
-            let xy = frame::serial_xy(7, 1300, 1450);
+            let xy = serial_xy(7, 1300, 1450);
             match packet.id {
                 client::PING => out.extend_from_slice(packet.bytes),
                 client::LOGIN => frame::put(&mut out, server::LOGIN_OK, &[&xy]),

@@ -15,9 +15,10 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shardloop::net::frame::{self, client, server};
+use shardloop::game::packets::{client, serial_xy, server};
+use shardloop::game::{self, Players};
+use shardloop::net::frame;
 use shardloop::net::{BackendKind, Limits, Net, NetStats};
-use shardloop::play::{self, Players};
 use shardloop::world::{Location, MapId, Mobile, World};
 use shardloop::{EventLoop, timer};
 
@@ -90,9 +91,9 @@ where
         kind.block_on(async move {
             let world = Rc::new(RefCell::new(World::new(7)));
             let net = Net::new(limits);
-            let players = play::install(&net, world.clone());
+            let players = game::install(&net, world.clone());
             let builder = EventLoop::builder().idle_wait(idle_wait);
-            let mut event_loop = play::wire(builder, &net, world.clone(), players.clone()).build();
+            let mut event_loop = game::wire(builder, &net, world.clone(), players.clone()).build();
             let runs = Rc::new(RefCell::new(0u64));
             let env_net = net.clone();
             let (w, p) = (world.clone(), players.clone());
@@ -272,8 +273,8 @@ fn neighbours() -> (String, String) {
     let names: Vec<String> = (0..4000).map(|i| format!("p{i}")).collect();
     for (i, a) in names.iter().enumerate() {
         for b in &names[i + 1..] {
-            let (la, lb) = (play::start_location(a), play::start_location(b));
-            if la.distance(&lb).is_some_and(|d| d <= play::VIEW_RANGE - 2) {
+            let (la, lb) = (game::start_location(a), game::start_location(b));
+            if la.distance(&lb).is_some_and(|d| d <= game::VIEW_RANGE - 2) {
                 return (a.clone(), b.clone());
             }
         }
@@ -470,7 +471,7 @@ macro_rules! suite {
                             expect.extend(y.to_be_bytes());
                             assert_eq!(ok, expect);
                             let moved = recv_id(&mut sb, server::MOBILE_MOVED);
-                            assert_eq!(moved, frame::serial_xy(serial_a, x + 1, y));
+                            assert_eq!(moved, serial_xy(serial_a, x + 1, y));
                             // A speaks: both hear it.
                             send(&mut sa, client::SAY, "hail".as_bytes());
                             let mut heard = serial_a.to_be_bytes().to_vec();
@@ -601,7 +602,7 @@ macro_rules! suite {
             #[test]
             fn speech_flood() {
                 let mut flood = Vec::new();
-                for _ in 0..=play::SPEECH_BURST {
+                for _ in 0..=game::SPEECH_BURST {
                     frame::put(&mut flood, client::SAY, &[b"buy my wares"]);
                 }
                 rejects(limits(), true, flood, "speech flood");

@@ -87,7 +87,7 @@ async fn console_commands_see_the_world_and_shutdown_stops_cleanly() {
         "world     3000 items, 400 mobiles",
         "listening 127.0.0.1:",
         "live timers in",
-        "src/world/game.rs",
+        "src/game/decay.rs",
         "fired ticks",
         "unknown command 'teleport'",
         "shutting down",
@@ -250,7 +250,8 @@ fn listening_address(screen: &Screen) -> std::net::SocketAddr {
 
 #[tokio::test]
 async fn players_hear_a_save_start_and_finish_as_system_messages() {
-    use shardloop::net::frame::{self, client, server};
+    use shardloop::game::packets::{client, server};
+    use shardloop::net::frame;
     let dir = tempfile::tempdir().unwrap();
     let config = small_config(dir.path());
     let (commands, lines) = std::sync::mpsc::channel();

@@ -7,13 +7,13 @@ use std::collections::HashSet;
 use std::rc::Rc;
 use std::time::Duration;
 
-use shardloop::EventLoop;
 use shardloop::runtime::Slot;
 use shardloop::timer;
 use shardloop::world::{
     self, Delta, Item, Location, MapId, Mobile, SECTOR_SIZE, SectorId, Serial, SerialAllocator,
     SpawnKind, World,
 };
+use shardloop::{EventLoop, game};
 use tokio::time::Instant;
 
 fn minutes(n: u64) -> Duration {
@@ -296,7 +296,7 @@ async fn the_deltas_slot_sends_an_entity_once_per_iteration() {
 async fn decay_deletes_exactly_the_items_due() {
     let w = shared(world::generate(11, 10_000, 1_000));
     let mut el = shard_loop(&w);
-    let logic = world::start_game_logic(w.clone());
+    let logic = game::start_game_logic(w.clone());
     let due: Vec<(Serial, Instant)> = {
         let world = w.borrow();
         world
@@ -314,8 +314,8 @@ async fn decay_deletes_exactly_the_items_due() {
     let seed = w.borrow().seed();
     let start = Instant::now();
     for &(s, at) in &due {
-        let delay = world::decay_delay(seed, s);
-        assert!((world::DECAY_MIN..=world::DECAY_MAX).contains(&delay));
+        let delay = game::decay_delay(seed, s);
+        assert!((game::DECAY_MIN..=game::DECAY_MAX).contains(&delay));
         assert!(
             at >= start + delay && at < start + delay + Duration::from_millis(8),
             "never early"
@@ -355,7 +355,7 @@ async fn decay_deletes_exactly_the_items_due() {
 async fn spawners_run_on_their_cadence() {
     let w = shared(world::generate(21, 10_000, 2_000));
     let mut el = shard_loop(&w);
-    let logic = world::start_game_logic(w.clone());
+    let logic = game::start_game_logic(w.clone());
     let start = Instant::now();
     let spawners: Vec<(Serial, Duration, Instant)> = w
         .borrow()
@@ -463,7 +463,7 @@ fn speech_log(el_world: &Rc<RefCell<World>>) -> (EventLoop, Rc<RefCell<Vec<Seria
 async fn barks_run_only_while_their_sector_is_active() {
     let (w, near, far) = town();
     let (mut el, said) = speech_log(&w);
-    let logic = world::start_game_logic(w.clone());
+    let logic = game::start_game_logic(w.clone());
     run_for(&mut el, minutes(2)).await;
     assert!(
         said.borrow().is_empty(),
@@ -511,7 +511,7 @@ async fn barks_run_only_while_their_sector_is_active() {
 async fn npcs_wake_and_sleep_as_they_move_or_appear() {
     let (w, near, far) = town();
     let (mut el, said) = speech_log(&w);
-    let logic = world::start_game_logic(w.clone());
+    let logic = game::start_game_logic(w.clone());
     w.borrow_mut().activate_around(fel(1005, 1005));
     w.borrow_mut().activate_around(fel(1006, 1006));
     w.borrow_mut().deactivate_around(fel(1006, 1006));
@@ -543,7 +543,7 @@ async fn barks_start_for_npcs_already_active_when_logic_starts_and_stop_on_stop(
     let (w, near, _) = town();
     let (mut el, said) = speech_log(&w);
     w.borrow_mut().activate_around(fel(1000, 1000));
-    let logic = world::start_game_logic(w.clone());
+    let logic = game::start_game_logic(w.clone());
     assert_eq!(logic.barking(), near.len());
     logic.stop();
     run_for(&mut el, minutes(1)).await;
@@ -555,7 +555,7 @@ async fn barks_start_for_npcs_already_active_when_logic_starts_and_stop_on_stop(
 // Idle load
 
 /// The idle load of the default world (190 728 items, 33 158 mobiles, 1 795 spawners): the
-/// fire rates the loop really produces match what [`world::idle_load`] computes from the
+/// fire rates the loop really produces match what [`game::idle_load`] computes from the
 /// world (spawner cadences; ground items decaying uniformly over 10–60 minutes), with one
 /// loop wake-up per fire at most. docs/world.md quotes the computed figures (3.3 fires/s
 /// over the first ten minutes, 4.1 fires/s over minutes 10–60).
@@ -566,7 +566,7 @@ async fn idle_load_of_the_default_world_is_what_idle_load_computes() {
         (w.borrow().item_count(), w.borrow().mobile_count()),
         (190_728, 33_158)
     );
-    let expected = world::idle_load(&w.borrow());
+    let expected = game::idle_load(&w.borrow());
     assert!(
         expected.spawners > 0 && expected.decaying_items > 0,
         "{expected:?}"
@@ -575,14 +575,14 @@ async fn idle_load_of_the_default_world_is_what_idle_load_computes() {
     let near = |measured: f64, computed: f64| (measured / computed - 1.0).abs() <= 0.05;
 
     let mut el = shard_loop(&w);
-    let logic = world::start_game_logic(w.clone());
+    let logic = game::start_game_logic(w.clone());
     assert_eq!(
         timer::dump().live,
         logic.world_timers(),
         "idle: only world timers are scheduled"
     );
 
-    let first = world::DECAY_MIN;
+    let first = game::DECAY_MIN;
     run_for(&mut el, first).await;
     let (stats, loop_stats) = (logic.stats(), el.stats());
     let rate = stats.world_fires() as f64 / first.as_secs_f64();
@@ -598,7 +598,7 @@ async fn idle_load_of_the_default_world_is_what_idle_load_computes() {
         "at most one loop wake-up per fire: {wakes:.2}/s"
     );
 
-    let rest = world::DECAY_MAX - world::DECAY_MIN;
+    let rest = game::DECAY_MAX - game::DECAY_MIN;
     run_for(&mut el, rest).await;
     let fires = logic.stats().world_fires() - stats.world_fires();
     let rate = fires as f64 / rest.as_secs_f64();

@@ -2,7 +2,7 @@
 //!
 //! Every packet, both ways, is `[id: u8][len: u16 big-endian][payload]`, where `len` is the
 //! whole packet's length including its 3 header bytes (see `docs/protocol.md`). This module
-//! owns that layout and the packet ids, and nothing else: it never touches a socket and never
+//! owns that layout and the ping id, and nothing else: it never touches a socket and never
 //! decides what a packet means.
 
 use std::fmt;
@@ -10,31 +10,9 @@ use std::fmt;
 /// Bytes before the payload: the id and the 16-bit length.
 pub const HEADER_LEN: usize = 3;
 
-/// Packet ids, client → server.
-pub mod client {
-    /// Ping: 0–64 bytes of payload, answered with the identical frame.
-    pub const PING: u8 = 0x73;
-    /// Login: a UTF-8 name of 1–30 bytes.
-    pub const LOGIN: u8 = 0x01;
-    /// Move: `[direction u8 0–7][seq u8]`.
-    pub const MOVE: u8 = 0x02;
-    /// Say: UTF-8 text of 1–200 bytes.
-    pub const SAY: u8 = 0x03;
-    /// Logout: no payload.
-    pub const LOGOUT: u8 = 0x04;
-}
-
-/// Packet ids, server → client.
-pub mod server {
-    /// Login accepted: `[serial u32][x u16][y u16]`.
-    pub const LOGIN_OK: u8 = 0x81;
-    /// Move accepted: `[seq u8][x u16][y u16]`.
-    pub const MOVE_OK: u8 = 0x82;
-    /// Speech: `[serial u32][UTF-8 text]`.
-    pub const SPEECH: u8 = 0x84;
-    /// A mobile in range moved: `[serial u32][x u16][y u16]`.
-    pub const MOBILE_MOVED: u8 = 0x85;
-}
+/// The ping packet's id, both ways: 0–64 bytes of payload, answered with the identical
+/// frame. The only id the network layer knows: every other is the game's.
+pub const PING: u8 = 0x73;
 
 /// Largest ping payload a client may send.
 pub const MAX_PING_PAYLOAD: usize = 64;
@@ -125,26 +103,16 @@ pub fn packet(id: u8, parts: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-/// A `[serial u32][x u16][y u16]` payload (login and mobile-moved packets).
-#[must_use]
-pub fn serial_xy(serial: u32, x: u16, y: u16) -> [u8; 8] {
-    let mut p = [0; 8];
-    p[..4].copy_from_slice(&serial.to_be_bytes());
-    p[4..6].copy_from_slice(&x.to_be_bytes());
-    p[6..].copy_from_slice(&y.to_be_bytes());
-    p
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn splits_whole_packets_and_waits_for_partial_ones() {
-        let mut buf = packet(client::PING, &[b"hi"]);
-        buf.extend(packet(client::LOGOUT, &[]));
+        let mut buf = packet(PING, &[b"hi"]);
+        buf.extend(packet(0x04, &[]));
         let first = split(&buf, 8192).unwrap().unwrap();
-        assert_eq!((first.id, first.payload()), (client::PING, &b"hi"[..]));
+        assert_eq!((first.id, first.payload()), (PING, &b"hi"[..]));
         let rest = &buf[first.bytes.len()..];
         assert_eq!(split(rest, 8192).unwrap().unwrap().bytes, &[0x04, 0, 3]);
         assert_eq!(split(&buf[..4], 8192), Ok(None));
@@ -167,13 +135,5 @@ mod tests {
             })
         );
         assert!(split(&[0x73, 0x20, 0x00], 8192).unwrap().is_none());
-    }
-
-    #[test]
-    fn serial_xy_is_big_endian() {
-        assert_eq!(
-            serial_xy(0x0102_0304, 0x0506, 0x0708),
-            [1, 2, 3, 4, 5, 6, 7, 8]
-        );
     }
 }

@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use super::frame::{self, client};
+use super::frame;
 use super::session::{ConnId, Sessions};
 
 /// Why a payload was refused; the sender is disconnected with this text.
@@ -59,7 +59,7 @@ impl PacketTable {
         let mut table = PacketTable {
             entries: (0..=u8::MAX).map(|_| None).collect(),
         };
-        table.register(client::PING, "ping", Access::Always, Box::new(echo_ping));
+        table.register(frame::PING, "ping", Access::Always, Box::new(echo_ping));
         table
     }
 
@@ -86,6 +86,6 @@ fn echo_ping(sessions: &mut Sessions, conn: ConnId, payload: &[u8]) -> Result<()
             frame::MAX_PING_PAYLOAD
         )));
     }
-    sessions.send_packet(conn, client::PING, &[payload]);
+    sessions.send_packet(conn, frame::PING, &[payload]);
     Ok(())
 }

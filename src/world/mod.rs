@@ -1,19 +1,22 @@
-//! The game world: entities (items, mobiles, spawners) with serials and locations, the mobile
-//! and item delta queues drained in the Deltas phase, sectors and player presence, a seeded
-//! generator for the demo world, and the demo game logic (decay, spawners, barks).
+//! The world model: entities (items, mobiles, spawners) with serials and locations, the mobile
+//! and item delta queues drained in the Deltas phase, sectors and player presence, and a
+//! seeded generator for the demo world. Behaviour on the loop (decay, spawners' cadence,
+//! barks, packet handlers) is the game's: [`crate::game`].
 //!
-//! How the shard wires it (all on the loop thread):
+//! The model is plain data and plain methods: it never starts a timer or a task and never
+//! reads the clock (it imports neither `timer` nor `runtime`), so a test can build, change
+//! and inspect a world without a loop. How a loop drains its deltas:
 //!
 //! ```no_run
 //! use std::{cell::RefCell, rc::Rc};
-//! use shardloop::{EventLoop, runtime::Slot, world};
+//! use shardloop::{EventLoop, game, runtime::Slot, world};
 //!
 //! # async fn shard() {
 //! let world = Rc::new(RefCell::new(world::generate_default(world::DEFAULT_SEED)));
 //! let mut event_loop = EventLoop::builder()
 //!     .slot(Slot::Deltas, world::deltas_handler(world.clone()))
 //!     .build();
-//! let _logic = world::start_game_logic(world.clone());
+//! let _logic = game::start_game_logic(world.clone());
 //! event_loop.run().await;
 //! # }
 //! ```
@@ -24,12 +27,10 @@
 //! `add_spawner`). See `docs/world.md`.
 
 mod activity;
-mod bark;
 mod changes;
 pub mod content;
 mod delta;
 mod entity;
-mod game;
 mod generate;
 mod guard;
 mod location;
@@ -42,14 +43,9 @@ mod spawner;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-pub use bark::bark;
 pub use changes::{DELTAS_PER_ITERATION, MobileChange};
 pub use delta::{Delta, DeltaStats};
 pub use entity::{Item, Mobile, SpawnKind, Spawner, layer};
-pub use game::{
-    DECAY_MAX, DECAY_MIN, GameLogic, IdleLoad, LogicStats, decay_delay, idle_load, spawner_phase,
-    start_game_logic,
-};
 pub use generate::{
     DEFAULT_ITEMS, DEFAULT_MOBILES, DEFAULT_SEED, SPAWNER_MINUTES, generate, generate_default,
 };

@@ -1,7 +1,8 @@
 //! The shard: one configuration, one world, one event loop. This module wires the network
-//! server (Network and Flush phases, the demo protocol of `crate::play`), the world's Deltas
-//! phase, the demo game logic, the operator console and the `loop:` status line onto the
-//! loop, runs it until something asks it to stop, and then stops in order.
+//! server (Network and Flush phases, the demo protocol of [`crate::game`]), the world's Deltas
+//! phase, the demo game logic, the operator console ([`console`]), saving ([`saving`]) and
+//! the `loop:` status line ([`status`]) onto the loop, runs it until something asks it to
+//! stop, and then stops in order.
 //!
 //! Startup, in order: make sure the data directory exists and take its lock (one shard per
 //! data directory); bind every `network.listen` address (one that cannot be bound stops the
@@ -22,57 +23,35 @@
 //! and where the stop request comes from is the caller's business (`main` passes SIGINT and
 //! SIGTERM, a test passes a channel).
 
+pub mod console;
+mod saving;
+pub mod status;
+
 use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
-use std::io::{self, BufRead, Write};
-use std::net::SocketAddr;
+use std::io;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::admin::{self, Command};
 use crate::config::{Config, GenerateConfig};
+use crate::game::{self, Players};
 use crate::net::{self, BackendKind, Limits, Net};
+use crate::persist;
 use crate::persist::archive::{self, Archiver, Plan};
-use crate::persist::{self, Autosave, Cadence, Clock, Notice, Request, Saver, SaverConfig};
-use crate::play::{self, Players};
 use crate::runtime::{self, LoopStats};
-use crate::status::{StatusLine, StatusReporter};
-use crate::timer::{self, TimerToken};
-use crate::world::{self, GameLogic, World};
+use crate::timer;
+use crate::world::{self, World};
+
+pub use console::Console;
+use console::commands::{COMMANDS, Shell};
+use status::StatusState;
 
 /// How long shutdown waits for the console's last answers to be written.
 const CONSOLE_FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Where console commands come from and answers go. `main` uses [`Console::stdio`]; tests
-/// pass in-memory readers and writers; [`Console::none`] runs headless.
-pub struct Console {
-    io: Option<(Box<dyn BufRead + Send>, Box<dyn Write + Send>)>,
-}
-
-impl Console {
-    /// Commands on stdin, answers on stdout. A closed stdin (`</dev/null`) is fine.
-    pub fn stdio() -> Console {
-        Console::new(io::BufReader::new(io::stdin()), io::stdout())
-    }
-
-    pub fn new(
-        input: impl BufRead + Send + 'static,
-        output: impl Write + Send + 'static,
-    ) -> Console {
-        Console {
-            io: Some((Box::new(input), Box::new(output))),
-        }
-    }
-
-    /// No console at all.
-    pub fn none() -> Console {
-        Console { io: None }
-    }
-}
 
 /// Why the shard stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,10 +203,10 @@ pub async fn run_with(
     };
     let world = Rc::new(RefCell::new(world));
     let net = Net::new(Limits::from_config(&config.network));
-    let players = play::install(&net, world.clone());
+    let players = game::install(&net, world.clone());
     let builder = config.server.loop_builder();
-    let mut event_loop = play::wire(builder, &net, world.clone(), players.clone()).build();
-    let game = Game {
+    let mut event_loop = game::wire(builder, &net, world.clone(), players.clone()).build();
+    let wired = Wired {
         world,
         net,
         players,
@@ -236,7 +215,7 @@ pub async fn run_with(
         layout,
     };
     let serving = event_loop
-        .run_until(serve(config, game, console, stop, started))
+        .run_until(serve(config, wired, console, stop, started))
         .await?;
     // Nothing more runs on this loop: refuse posts instead of queueing them forever.
     event_loop.context().shutdown();
@@ -278,7 +257,7 @@ fn load_world(layout: &persist::Layout) -> Result<World, ShardError> {
 fn generate_world(plan: &GenerateConfig) -> World {
     let began = Instant::now();
     let world = world::generate(plan.seed, plan.items, plan.mobiles);
-    let load = world::idle_load(&world);
+    let load = game::idle_load(&world);
     tracing::info!(
         items = world.item_count(),
         mobiles = world.mobile_count(),
@@ -301,7 +280,7 @@ struct Serving {
 }
 
 /// The world and the network, as the shard wires them.
-struct Game {
+struct Wired {
     world: Rc<RefCell<World>>,
     net: Net,
     players: Rc<RefCell<Players>>,
@@ -314,19 +293,19 @@ struct Game {
 /// Everything that lives on the loop thread, from "start the game" to the shutdown hooks.
 async fn serve(
     config: &Config,
-    game: Game,
+    wired: Wired,
     console: Console,
     stop: impl Future<Output = ()>,
     started: Instant,
 ) -> Result<Serving, ShardError> {
-    let Game {
+    let Wired {
         world,
         net,
         players,
         backend,
         listeners,
         layout,
-    } = game;
+    } = wired;
     let listening = net
         .start(&*backend.backend(), listeners)
         .map_err(ShardError::Listen)?;
@@ -336,7 +315,7 @@ async fn serve(
     for addr in &listening {
         tracing::info!(%addr, backend = %backend.name(), "listening for players");
     }
-    let logic = Rc::new(world::start_game_logic(world.clone()));
+    let logic = Rc::new(game::start_game_logic(world.clone()));
     // One wall clock for autosave, saves and archives.
     let clock = config.time.clock();
     let archiver = config.archive.enabled.then(|| {
@@ -347,7 +326,7 @@ async fn serve(
         archiver.request();
         archiver
     });
-    let (saver, autosave) = start_saving(
+    let (saver, autosave) = saving::start_saving(
         config,
         clock,
         layout,
@@ -360,11 +339,11 @@ async fn serve(
     let status_timer = config
         .server
         .loop_stats_interval()
-        .map(|every| start_status_line(every, &status));
+        .map(|every| status::start_status_line(every, &status));
     let console_shutdown = Rc::new(Notify::new());
     let mut printer = None;
     if let Some((input, output)) = console.io {
-        let shared = ConsoleState {
+        let shell = Shell {
             world,
             net: net.clone(),
             players,
@@ -379,8 +358,10 @@ async fn serve(
             backend: backend.name(),
         };
         printer = Some(
-            admin::start(input, output, move |command| shared.answer(command))
-                .map_err(ShardError::Console)?,
+            console::start(input, output, move |line| {
+                console::language::answer(COMMANDS, &shell, line)
+            })
+            .map_err(ShardError::Console)?,
         );
     }
     let startup = started.elapsed();
@@ -426,288 +407,6 @@ async fn serve(
     })
 }
 
-/// The saver (players left out of saves, notices to players and the log) and the autosave
-/// schedule, with the cadence `savefrequency` stored if there is one.
-fn start_saving(
-    config: &Config,
-    clock: Clock,
-    layout: persist::Layout,
-    world: &Rc<RefCell<World>>,
-    net: &Net,
-    players: &Rc<RefCell<Players>>,
-    archiver: Option<Archiver>,
-) -> (Saver, Autosave) {
-    let tell = {
-        let (net, players) = (net.clone(), players.clone());
-        Rc::new(move |notice: &Notice| {
-            log_notice(notice);
-            play::broadcast(&net, &players.borrow(), &notice.to_string());
-            // A new backup may complete a period: roll it up (off the loop).
-            if let (Notice::Saved(_), Some(archiver)) = (notice, &archiver) {
-                archiver.request();
-            }
-        })
-    };
-    let in_world = players.clone();
-    let saver_tell = tell.clone();
-    let saver = Saver::new(
-        world.clone(),
-        SaverConfig {
-            layout,
-            threads: config.save_threads(),
-            clock,
-            keep: Box::new(move |m| !in_world.borrow().is_player(m.serial)),
-            notices: Box::new(move |n| saver_tell(n)),
-        },
-    );
-    let configured = &config.autosave;
-    let mut cadence = Cadence {
-        every: configured.frequency,
-        warning: configured.warning,
-    };
-    match persist::autosave::read_override(&config.server.data_dir) {
-        Ok(None) => {}
-        Ok(Some(stored)) => {
-            tracing::info!(
-                every = %humantime::format_duration(stored.every),
-                warning = %humantime::format_duration(stored.warning),
-                "autosave cadence from {} (set with `savefrequency`; delete the file to use \
-                 [autosave] of the configuration)",
-                persist::autosave::OVERRIDE_FILE
-            );
-            cadence = stored;
-        }
-        Err(e) => {
-            tracing::warn!("ignoring the stored autosave cadence: {e}; using the configuration's")
-        }
-    }
-    let autosave = Autosave::start(
-        saver.clone(),
-        clock,
-        config.time.zone.time_zone().clone(),
-        configured.enabled,
-        cadence,
-        Box::new(move |n| tell(n)),
-    );
-    (saver, autosave)
-}
-
-fn log_notice(notice: &Notice) {
-    match notice {
-        Notice::Warning(left) => {
-            tracing::info!(in_ = %humantime::format_duration(*left), "world save warning sent")
-        }
-        Notice::Saving => tracing::info!("world save started"),
-        Notice::Saved(r) => {
-            tracing::info!(
-                items = r.items,
-                mobiles = r.mobiles,
-                bytes = r.bytes,
-                loop_stall = ?r.stall,
-                took = ?r.took,
-                backup = %r.replaced.backup().map_or("none".into(), |p| p.display().to_string()),
-                "world saved"
-            );
-            if let persist::Replaced::LeftAt { path, error } = &r.replaced {
-                tracing::warn!(
-                    "the save it replaced is intact at {} but not in Backups/ yet ({error}); \
-                     the next start moves it",
-                    path.display()
-                );
-            }
-        }
-        Notice::Failed(e) => tracing::error!("{e}; the next save tries again"),
-    }
-}
-
-/// The status line's reporter and its last line (which `status` on the console shows).
-struct StatusState {
-    reporter: RefCell<StatusReporter>,
-    last: RefCell<Option<StatusLine>>,
-    interval: Option<Duration>,
-    started: tokio::time::Instant,
-}
-
-impl StatusState {
-    fn new(config: &Config) -> StatusState {
-        StatusState {
-            reporter: RefCell::new(StatusReporter::new(
-                config.server.idle_wait,
-                runtime::stats(),
-            )),
-            last: RefCell::new(None),
-            interval: config.server.loop_stats_interval(),
-            started: tokio::time::Instant::now(),
-        }
-    }
-
-    /// Samples the interval that ends now and logs its `loop:` line.
-    fn emit(&self) {
-        let line = self
-            .reporter
-            .borrow_mut()
-            .sample(runtime::stats(), &runtime::take_lag_window());
-        tracing::info!("{line}");
-        *self.last.borrow_mut() = Some(line);
-    }
-}
-
-fn start_status_line(every: Duration, status: &Rc<StatusState>) -> TimerToken {
-    let status = status.clone();
-    timer::every(every).start(move || status.emit())
-}
-
-/// What the console's commands can see. Lives on the loop thread.
-struct ConsoleState {
-    world: Rc<RefCell<World>>,
-    net: Net,
-    players: Rc<RefCell<Players>>,
-    logic: Rc<GameLogic>,
-    status: Rc<StatusState>,
-    shutdown: Rc<Notify>,
-    saver: Saver,
-    autosave: Autosave,
-    archiver: Option<Archiver>,
-    data_dir: PathBuf,
-    /// The addresses the listeners are bound to (a configured port 0 resolved), and the
-    /// backend serving them.
-    listening: Vec<SocketAddr>,
-    backend: &'static str,
-}
-
-impl ConsoleState {
-    fn answer(&self, command: Command) -> String {
-        match command {
-            Command::Help => Command::help(),
-            Command::Status => self.status_report(),
-            Command::DumpTimers => timer::dump().to_string(),
-            Command::LoopStats => runtime::stats().to_string(),
-            Command::Save => match self.saver.request() {
-                Request::Started => "saving the world now; the log says when it is on disk".into(),
-                Request::Queued => {
-                    "a save is writing; one more will start as soon as it ends".into()
-                }
-            },
-            Command::SaveFrequency { every, warning } => self.set_frequency(every, warning),
-            Command::Archive => self.with_archiver(|a| match a.request() {
-                Request::Started => "archive rollup started; the log says what it wrote".into(),
-                Request::Queued => "a rollup is running; one more will follow it".into(),
-            }),
-            Command::ArchiveStatus => self.with_archiver(|a| {
-                archive::archiver::status(a, self.autosave.next(), jiff::Timestamp::now())
-            }),
-            Command::PruneArchives => self.with_archiver(|a| match a.prune() {
-                Request::Started => "pruning archives; the log says what it deleted".into(),
-                Request::Queued => {
-                    "a rollup is running; it prunes too, and one more follows".into()
-                }
-            }),
-            Command::Autosave(None) => self.autosave_report(),
-            Command::Autosave(Some(on)) => {
-                self.autosave.set_enabled(on);
-                format!(
-                    "autosave {} until restart (autosave.enabled decides at start)\n{}",
-                    if on { "on" } else { "off" },
-                    self.autosave_report()
-                )
-            }
-            Command::Shutdown => {
-                self.shutdown.notify_one();
-                "shutting down: finishing the current iteration, then the shutdown hooks".into()
-            }
-        }
-    }
-
-    fn with_archiver(&self, f: impl FnOnce(&Archiver) -> String) -> String {
-        match &self.archiver {
-            Some(archiver) => f(archiver),
-            None => "archives are off (archive.enabled = false)".into(),
-        }
-    }
-
-    fn set_frequency(&self, every: Duration, warning: Option<Duration>) -> String {
-        let warning = warning.unwrap_or(self.autosave.cadence().warning);
-        let cadence = match Cadence::new(every, warning) {
-            Ok(c) => c,
-            Err(e) => return format!("error: savefrequency: {e}; nothing changed"),
-        };
-        self.autosave.set_cadence(cadence);
-        let stored = match persist::autosave::store_override(&self.data_dir, cadence) {
-            Ok(path) => format!("kept across restarts in {}", path.display()),
-            Err(e) => format!("NOT kept across restarts (cannot write the override file: {e})"),
-        };
-        format!("{}; {stored}", self.autosave_report())
-    }
-
-    fn autosave_report(&self) -> String {
-        let cadence = self.autosave.cadence();
-        let warning = match cadence.warning.is_zero() {
-            true => "no warning".to_owned(),
-            false => format!(
-                "players warned {} before",
-                humantime::format_duration(cadence.warning)
-            ),
-        };
-        let next = match self.autosave.next() {
-            Some(at) => format!("next at {at}"),
-            None if !self.autosave.enabled() => "off".to_owned(),
-            None => "next not scheduled yet".to_owned(),
-        };
-        format!(
-            "autosave every {} ({warning}), {next}",
-            humantime::format_duration(cadence.every)
-        )
-    }
-
-    fn status_report(&self) -> String {
-        let stats = runtime::stats();
-        let world = self.world.borrow();
-        let last = match (&*self.status.last.borrow(), self.status.interval) {
-            (Some(line), _) => line.to_string(),
-            (None, Some(every)) => format!(
-                "no loop: line yet (one every {})",
-                humantime::format_duration(every)
-            ),
-            (None, None) => "loop: lines are off (server.loop_stats_interval = 0)".into(),
-        };
-        let net = self.net.stats();
-        let listening = match self.listening.as_slice() {
-            [] => "nothing (network.listen is empty)".to_owned(),
-            addrs => {
-                let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
-                format!("{} ({})", addrs.join(", "), self.backend)
-            }
-        };
-        format!(
-            "verdict   {}\nuptime    {}\nworld     {} items, {} mobiles, {} spawners\n\
-             listening {listening}\n\
-             players   {} logged in, {} connections ({} accepted, {} refused, {} faults)\n\
-             timers    {} live ({} world timers, {} NPCs barking)\n\
-             saves     {} since start{}; {}\nlast      {last}",
-            stats.verdict,
-            humantime::format_duration(whole_seconds(self.status.started.elapsed())),
-            world.item_count(),
-            world.mobile_count(),
-            world.spawner_count(),
-            self.players.borrow().len(),
-            net.connections,
-            net.accepted,
-            net.refused,
-            net.faults,
-            timer::live(),
-            self.logic.world_timers(),
-            self.logic.barking(),
-            self.saver.finished(),
-            if self.saver.is_writing() {
-                ", one writing now"
-            } else {
-                ""
-            },
-            self.autosave_report(),
-        )
-    }
-}
-
-fn whole_seconds(d: Duration) -> Duration {
+pub(crate) fn whole_seconds(d: Duration) -> Duration {
     Duration::from_secs(d.as_secs())
 }

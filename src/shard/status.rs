@@ -5,12 +5,18 @@
 //! it includes every thread), loop wake-ups per second, iterations, fired and late ticks, peak
 //! and p99 wheel lag, posts, wakes issued/elided, sleep backoffs, the verdict and `idle_wait`.
 //!
-//! This module only measures and formats; scheduling it is the shard's job.
+//! This module measures, formats and schedules the line (a repeating timer on the loop); it
+//! must never block: the line goes to the log like any other.
 
 use std::fmt;
 use std::time::Duration;
 
-use crate::runtime::{LagHistogram, LoopStats, Verdict};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::config::Config;
+use crate::runtime::{self, LagHistogram, LoopStats, Verdict};
+use crate::timer::{self, TimerToken};
 
 /// Process CPU time (user + system, all threads) so far.
 #[must_use]
@@ -137,6 +143,43 @@ impl fmt::Display for StatusLine {
             self.idle_wait,
         )
     }
+}
+
+/// The status line's reporter and its last line (which `status` on the console shows).
+pub(super) struct StatusState {
+    reporter: RefCell<StatusReporter>,
+    pub(super) last: RefCell<Option<StatusLine>>,
+    pub(super) interval: Option<Duration>,
+    pub(super) started: tokio::time::Instant,
+}
+
+impl StatusState {
+    pub(super) fn new(config: &Config) -> StatusState {
+        StatusState {
+            reporter: RefCell::new(StatusReporter::new(
+                config.server.idle_wait,
+                runtime::stats(),
+            )),
+            last: RefCell::new(None),
+            interval: config.server.loop_stats_interval(),
+            started: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Samples the interval that ends now and logs its `loop:` line.
+    pub(super) fn emit(&self) {
+        let line = self
+            .reporter
+            .borrow_mut()
+            .sample(runtime::stats(), &runtime::take_lag_window());
+        tracing::info!("{line}");
+        *self.last.borrow_mut() = Some(line);
+    }
+}
+
+pub(super) fn start_status_line(every: Duration, status: &Rc<StatusState>) -> TimerToken {
+    let status = status.clone();
+    timer::every(every).start(move || status.emit())
 }
 
 #[cfg(test)]

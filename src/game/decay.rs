@@ -1,0 +1,61 @@
+//! Decay: ground items go away on one-shot timers, 10–60 minutes after the world starts or
+//! after their spawner laid them down.
+//!
+//! Owns the decay timers (one per decaying ground item). Must never decide what lies on
+//! the ground (the world model does) and never hold a world borrow while starting a timer.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::timer;
+use crate::world::rng::Rng;
+use crate::world::{Serial, World};
+
+use super::logic::Game;
+
+/// Ground items decay this long after the world starts or they are spawned: uniform over
+/// 10–60 minutes, drawn per item from the world's seed.
+pub const DECAY_MIN: Duration = Duration::from_secs(10 * 60);
+pub const DECAY_MAX: Duration = Duration::from_secs(60 * 60);
+
+/// The random stream decay delays are drawn from (one draw per item serial).
+const DECAY_STREAM: u64 = 1 << 56;
+
+/// How long item `serial` of a world seeded `seed` lies on the ground before it decays.
+pub fn decay_delay(seed: u64, serial: Serial) -> Duration {
+    let (min, max) = (DECAY_MIN.as_millis() as u64, DECAY_MAX.as_millis() as u64);
+    let ms = Rng::derive(seed, DECAY_STREAM | u64::from(serial.0)).range(min..max + 1);
+    Duration::from_millis(ms)
+}
+
+/// Decaying items on the ground, by serial.
+pub(super) fn decaying_items(world: &World) -> Vec<Serial> {
+    let mut items: Vec<Serial> = world
+        .items()
+        .filter(|i| i.decays && i.is_on_ground())
+        .map(|i| i.serial)
+        .collect();
+    items.sort_unstable();
+    items
+}
+
+impl Game {
+    pub(super) fn schedule_decay(self: &Rc<Self>, item: Serial) {
+        let game = self.clone();
+        let token = timer::after(decay_delay(self.seed, item)).start(move || game.decay(item));
+        self.decay.insert(item, token);
+    }
+
+    /// An item's decay timer fired: delete it if it still lies on the ground.
+    fn decay(&self, item: Serial) {
+        self.decay.finished(item);
+        let mut world = self.world.borrow_mut();
+        if world
+            .item(item)
+            .is_some_and(|i| i.decays && i.is_on_ground())
+        {
+            world.remove_item(item);
+            self.count(|s| s.decays += 1);
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! The demo game's packet handlers (`docs/protocol.md`): login puts a player mobile into the
+//! world and wakes the sectors around it; moves and speech go to every player within
+//! [`VIEW_RANGE`]; a disconnect (logout, a fault, the peer hanging up) takes the mobile out.
+//!
+//! Adding a packet is one entry in [`PACKETS`] and one plain function
+//! `fn(&mut Packet, &[u8]) -> Result<(), BadPacket>`: [`register`] does the sharing and
+//! borrowing, so a handler never clones an `Rc` or borrows a `RefCell` itself.
+//!
+//! This is where the world and the network meet: the world never sees a socket and the server
+//! never sees an entity. Handlers run in the Network phase; they must never do I/O (they only
+//! queue packets on [`Sessions`]) and never block.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::net::{Access, BadPacket, ConnId, Disconnect, Net, Sessions};
+use crate::world::{Mobile, SectorId, World};
+
+use super::packets::{client, serial_xy, server};
+use super::players::{
+    Allowance, MAX_NAME, MAX_SPEECH, Player, Players, SPEECH_BURST, SPEECH_REFILL, start_location,
+};
+
+#[cfg(doc)]
+use super::players::VIEW_RANGE;
+
+/// The body of a player character.
+const HUMAN_MALE: u16 = 0x190;
+
+/// What a packet handler works on: the world, the players, the connections, and the
+/// connection the packet came from.
+pub struct Packet<'a> {
+    pub world: &'a mut World,
+    pub players: &'a mut Players,
+    pub sessions: &'a mut Sessions,
+    pub conn: ConnId,
+}
+
+/// A packet handler: a plain function. An `Err` disconnects the sender with its reason.
+pub type PacketHandler = fn(&mut Packet<'_>, &[u8]) -> Result<(), BadPacket>;
+
+/// The game state every handler shares, as the shard holds it.
+#[derive(Clone)]
+pub struct Shared {
+    pub world: Rc<RefCell<World>>,
+    pub players: Rc<RefCell<Players>>,
+}
+
+/// The demo game's packets: id, name (in logs), who may send it, the handler.
+pub const PACKETS: &[(u8, &str, Access, PacketHandler)] = &[
+    (client::LOGIN, "login", Access::Always, login),
+    (client::MOVE, "move", Access::LoggedIn, walk),
+    (client::SAY, "say", Access::LoggedIn, say),
+    (client::LOGOUT, "logout", Access::LoggedIn, logout),
+];
+
+/// Registers `handler` for packet `id` on `net`, with the world and players of `shared`
+/// borrowed for each call.
+pub fn register(
+    net: &Net,
+    shared: &Shared,
+    id: u8,
+    name: &'static str,
+    access: Access,
+    handler: PacketHandler,
+) {
+    let shared = shared.clone();
+    net.handle(id, name, access, move |sessions, conn, payload| {
+        let mut world = shared.world.borrow_mut();
+        let mut players = shared.players.borrow_mut();
+        let mut packet = Packet {
+            world: &mut world,
+            players: &mut players,
+            sessions,
+            conn,
+        };
+        handler(&mut packet, payload)
+    });
+}
+
+/// Registers the protocol's handlers on `net` and returns the player table they keep.
+pub fn install(net: &Net, world: Rc<RefCell<World>>) -> Rc<RefCell<Players>> {
+    let shared = Shared {
+        world,
+        players: Rc::default(),
+    };
+    for &(id, name, access, handler) in PACKETS {
+        register(net, &shared, id, name, access, handler);
+    }
+    let Shared { world, players } = shared;
+    let p = players.clone();
+    net.on_disconnect(move |_, conn| leave(&mut world.borrow_mut(), &mut p.borrow_mut(), conn));
+    players
+}
+
+fn login(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
+    let Packet {
+        world,
+        players,
+        sessions,
+        conn,
+    } = p;
+    let conn = *conn;
+    if players.player(conn).is_some() {
+        return Err(BadPacket::new("already logged in"));
+    }
+    let name = text(payload, MAX_NAME, "name")?;
+    let serial = world.new_mobile_serial();
+    let mut mobile = Mobile::new(serial, name, HUMAN_MALE);
+    let at = start_location(name);
+    mobile.location = at;
+    world
+        .add_mobile(mobile)
+        .map_err(|e| BadPacket::new(format!("cannot place the player: {e}")))?;
+    world.activate_around(at);
+    players.by_conn.insert(conn, serial);
+    players.by_serial.insert(
+        serial,
+        Player {
+            conn,
+            at,
+            speech: Allowance::new(),
+        },
+    );
+    sessions.set_logged_in(conn);
+    sessions.send_packet(conn, server::LOGIN_OK, &[&serial_xy(serial.0, at.x, at.y)]);
+    tracing::info!(peer = ?sessions.peer(conn), %conn, %serial, name, "logged in");
+    Ok(())
+}
+
+fn walk(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
+    let Packet {
+        world,
+        players,
+        sessions,
+        conn,
+    } = p;
+    let conn = *conn;
+    let &[direction, seq] = payload else {
+        return Err(BadPacket::new(format!(
+            "move payload of {} bytes, expected 2 (direction, sequence)",
+            payload.len()
+        )));
+    };
+    let (dx, dy) = step(direction)
+        .ok_or_else(|| BadPacket::new(format!("direction {direction}, expected 0 to 7")))?;
+    let (serial, player) = players.get_mut(conn)?;
+    let from = player.at;
+    let to = from.offset_clamped(dx, dy);
+    player.at = to;
+    world.move_mobile(serial, to);
+    if SectorId::of(&from) != SectorId::of(&to) {
+        // Wake the new neighbourhood before the old one may fall asleep: the overlap stays up.
+        world.activate_around(to);
+        world.deactivate_around(from);
+    }
+    let [x0, x1] = to.x.to_be_bytes();
+    let [y0, y1] = to.y.to_be_bytes();
+    sessions.send_packet(conn, server::MOVE_OK, &[&[seq, x0, x1, y0, y1]]);
+    Ok(())
+}
+
+fn say(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
+    let Packet {
+        players,
+        sessions,
+        conn,
+        ..
+    } = p;
+    let conn = *conn;
+    let line = text(payload, MAX_SPEECH, "speech")?;
+    let (serial, player) = players.get_mut(conn)?;
+    if !player.speech.take() {
+        return Err(BadPacket::new(format!(
+            "speech flood: more than {SPEECH_BURST} lines in a burst, or more than one per \
+             {SPEECH_REFILL:?} after it"
+        )));
+    }
+    let at = player.at;
+    let serial_bytes = serial.0.to_be_bytes();
+    for (_, listener) in players.in_range(at) {
+        sessions.send_packet(listener, server::SPEECH, &[&serial_bytes, line.as_bytes()]);
+    }
+    Ok(())
+}
+
+fn logout(p: &mut Packet<'_>, _payload: &[u8]) -> Result<(), BadPacket> {
+    p.sessions.close(p.conn, Disconnect::normal("logged out"));
+    Ok(())
+}
+
+/// The connection closed: its player leaves the world.
+fn leave(world: &mut World, players: &mut Players, conn: ConnId) {
+    let Some(serial) = players.by_conn.remove(&conn) else {
+        return;
+    };
+    if let Some(player) = players.by_serial.remove(&serial) {
+        world.deactivate_around(player.at);
+    }
+    world.remove_mobile(serial);
+}
+
+/// `payload` as UTF-8 text of 1 to `max` bytes.
+fn text<'a>(payload: &'a [u8], max: usize, what: &str) -> Result<&'a str, BadPacket> {
+    if payload.is_empty() || payload.len() > max {
+        return Err(BadPacket::new(format!(
+            "{what} of {} bytes, expected 1 to {max}",
+            payload.len()
+        )));
+    }
+    std::str::from_utf8(payload)
+        .map_err(|e| BadPacket::new(format!("{what} is not valid UTF-8: {e}")))
+}
+
+/// The step for `direction` (0 = north, clockwise).
+fn step(direction: u8) -> Option<(i32, i32)> {
+    const STEPS: [(i32, i32); 8] = [
+        (0, -1),
+        (1, -1),
+        (1, 0),
+        (1, 1),
+        (0, 1),
+        (-1, 1),
+        (-1, 0),
+        (-1, -1),
+    ];
+    STEPS.get(usize::from(direction)).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_cover_the_eight_directions_once() {
+        let steps: std::collections::HashSet<_> = (0..8).filter_map(step).collect();
+        assert_eq!(steps.len(), 8);
+        assert!(step(8).is_none());
+    }
+
+    #[test]
+    fn start_locations_are_on_the_map_and_stable() {
+        let a = start_location("bot1");
+        assert_eq!(a, start_location("bot1"));
+        assert!(a.is_on_map());
+        assert_ne!(a, start_location("bot2"));
+    }
+
+    #[test]
+    fn text_rejects_empty_long_and_invalid() {
+        assert!(text(b"", 30, "name").is_err());
+        assert!(text(&[b'a'; 31], 30, "name").is_err());
+        assert!(text(&[0xff, 0xfe], 30, "name").is_err());
+        assert_eq!(text("Zoë".as_bytes(), 30, "name"), Ok("Zoë"));
+    }
+}

@@ -1,0 +1,197 @@
+//! The demo game's world behaviour, written as a game developer writes it on shardloop's
+//! timer API: ground items decay on one-shot timers ([`super::decay`]), spawners top up on
+//! minute cadences ([`super::spawners`]), NPCs near players bark in async tasks
+//! ([`super::barks`]). This file ties them together: starting them with the shard, the
+//! counters, and stopping everything.
+//!
+//! Must never touch sockets or save formats, never block, and never hold a world borrow
+//! while starting or polling anything that could borrow it again (the activity hook runs
+//! inside one).
+
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+
+use futures::future::AbortHandle;
+
+use crate::timer::TimerToken;
+use crate::world::rng::Rng;
+use crate::world::{Serial, World};
+
+use super::decay::{DECAY_MAX, DECAY_MIN, decaying_items};
+use super::keyed::Keyed;
+use super::spawners::spawners;
+
+/// The random stream spawners draw what they make from.
+const SPAWN_STREAM: u64 = 4 << 56;
+
+/// Counters of the game logic since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogicStats {
+    /// Decay timers that fired and deleted their item.
+    pub decays: u64,
+    /// Spawner timer runs.
+    pub spawner_runs: u64,
+    pub spawned_mobiles: u64,
+    pub spawned_items: u64,
+    /// Bark tasks started (an NPC woke up) and aborted (it fell asleep or was removed).
+    pub barks_started: u64,
+    pub barks_stopped: u64,
+}
+
+impl LogicStats {
+    /// World timer fires: what an idle shard (no players) runs.
+    pub fn world_fires(&self) -> u64 {
+        self.decays + self.spawner_runs
+    }
+}
+
+/// A handle on the running game logic. Dropping it does not stop the logic (the timers own
+/// it); [`stop`](Self::stop) does.
+pub struct GameLogic {
+    game: Rc<Game>,
+}
+
+/// What the behaviours share: the world, the seed their random streams derive from, and
+/// what runs for each entity.
+pub(super) struct Game {
+    pub(super) world: Rc<RefCell<World>>,
+    pub(super) seed: u64,
+    pub(super) spawn_rng: RefCell<Rng>,
+    pub(super) decay: Keyed<TimerToken>,
+    pub(super) spawners: Keyed<TimerToken>,
+    pub(super) barks: Keyed<AbortHandle>,
+    pub(super) stats: Cell<LogicStats>,
+}
+
+/// Starts the world's game logic on this loop: a decay timer per decaying ground item, a
+/// repeating timer per spawner (first run at a random point of its first interval, so their
+/// load is spread out), and bark tasks for NPCs in active sectors now and whenever one wakes.
+///
+/// **Idle load** (no players: only decay and spawner timers fire). A spawner fires once per
+/// interval, intervals uniform over 5–15 min; the default world (`generate_default`) has
+/// 1 795 spawners, Σ 1/interval = **3.34 fires/s**. Its 1 907 decaying ground items go
+/// uniformly over minutes 10–60 (1 907 / 3 000 s = 0.64 fires/s), and the resource piles
+/// among them come back when their spawner next runs, to decay again. Measured under paused
+/// time (`tests/world.rs`, `docs/world.md`): **3.3 fires/s** over the first 10 minutes (all
+/// spawner runs), **4.1 fires/s** over minutes 10–60, **3.8 fires/s** in the steady state
+/// (hours 2–6) — and at most one loop wake-up per fire (3.25 fired ticks/s at first).
+/// A player adds the barks of the NPCs around it (two pauses per 17–33 s line each).
+/// [`idle_load`] computes the expected figures for any world.
+///
+/// # Panics
+/// Off the loop thread.
+pub fn start_game_logic(world: Rc<RefCell<World>>) -> GameLogic {
+    let seed = world.borrow().seed();
+    let game = Rc::new(Game {
+        world,
+        seed,
+        spawn_rng: RefCell::new(Rng::derive(seed, SPAWN_STREAM)),
+        decay: Keyed::new(),
+        spawners: Keyed::new(),
+        barks: Keyed::new(),
+        stats: Cell::default(),
+    });
+    for item in decaying_items(&game.world.borrow()) {
+        game.schedule_decay(item);
+    }
+    for (spawner, minutes) in spawners(&game.world.borrow()) {
+        game.schedule_spawner(spawner, minutes);
+    }
+    game.install_hook();
+    let awake = game.world.borrow().active_mobiles();
+    for npc in awake {
+        game.start_bark_if_npc(npc);
+    }
+    GameLogic { game }
+}
+
+impl Game {
+    pub(super) fn count(&self, f: impl FnOnce(&mut LogicStats)) {
+        let mut stats = self.stats.get();
+        f(&mut stats);
+        self.stats.set(stats);
+    }
+
+    fn install_hook(self: &Rc<Self>) {
+        let game: Weak<Game> = Rc::downgrade(self);
+        self.world
+            .borrow_mut()
+            .set_activity_hook(move |activity, mobile| {
+                if let Some(game) = game.upgrade() {
+                    game.on_activity(activity, mobile);
+                }
+            });
+    }
+}
+
+impl GameLogic {
+    pub fn stats(&self) -> LogicStats {
+        self.game.stats.get()
+    }
+
+    /// The decay timer of a ground item, while it is pending.
+    pub fn decay_timer(&self, item: Serial) -> Option<TimerToken> {
+        self.game.decay.get(item)
+    }
+
+    /// The repeating timer of a spawner.
+    pub fn spawner_timer(&self, spawner: Serial) -> Option<TimerToken> {
+        self.game.spawners.get(spawner)
+    }
+
+    /// World timers pending: decay timers plus spawner timers.
+    pub fn world_timers(&self) -> usize {
+        self.game.decay.len() + self.game.spawners.len()
+    }
+
+    /// NPCs barking now.
+    pub fn barking(&self) -> usize {
+        self.game.barks.len()
+    }
+
+    /// Cancels every timer, aborts every bark and removes the activity hook.
+    ///
+    /// # Panics
+    /// Off the loop thread, or while the world is borrowed.
+    pub fn stop(&self) {
+        self.game.world.borrow_mut().clear_activity_hook();
+        self.game.decay.stop_all();
+        self.game.spawners.stop_all();
+        self.game.barks.stop_all();
+    }
+}
+
+/// The expected idle timer load of a world (no players), from its spawners and decaying
+/// ground items.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IdleLoad {
+    pub spawners: usize,
+    /// Σ 1/interval over the spawners.
+    pub spawner_fires_per_sec: f64,
+    pub decaying_items: usize,
+    /// While the world's first decaying items go (minutes 10–60 after start): count / 50 min.
+    pub decay_fires_per_sec: f64,
+}
+
+impl IdleLoad {
+    /// Both together: the idle load during the first hour's decay window.
+    pub fn peak_fires_per_sec(&self) -> f64 {
+        self.spawner_fires_per_sec + self.decay_fires_per_sec
+    }
+}
+
+/// Computes [`IdleLoad`] for a world before its logic starts.
+pub fn idle_load(world: &World) -> IdleLoad {
+    let spawner_fires_per_sec = world
+        .spawners()
+        .map(|s| 1.0 / (60.0 * f64::from(s.interval_minutes.max(1))))
+        .sum();
+    let decaying_items = decaying_items(world).len();
+    let window = (DECAY_MAX - DECAY_MIN).as_secs_f64();
+    IdleLoad {
+        spawners: world.spawner_count(),
+        spawner_fires_per_sec,
+        decaying_items,
+        decay_fires_per_sec: decaying_items as f64 / window,
+    }
+}

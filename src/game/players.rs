@@ -1,0 +1,155 @@
+//! Who is playing: the logged-in players, their connections and where they stand, and the
+//! two ways to reach them — everyone in range of a spot, or everyone.
+//!
+//! Owns the player table and the per-player speech allowance. Must never touch the world's
+//! entities (handlers do) and never do I/O (it only queues packets on the sessions).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::net::{BadPacket, ConnId, Net};
+use crate::world::{Location, MapId, Serial};
+
+use super::packets::server;
+
+/// Players see mobiles and hear speech within this many tiles.
+pub const VIEW_RANGE: u16 = 18;
+/// Longest player name, bytes of UTF-8.
+pub const MAX_NAME: usize = 30;
+/// Longest line a player may say, bytes of UTF-8.
+pub const MAX_SPEECH: usize = 200;
+/// Where new players appear: Britain, spread over a square this many tiles wide (by name),
+/// so that a crowd of bots is a town, not one tile.
+pub const START: Location = Location {
+    x: 1300,
+    y: 1450,
+    z: 0,
+    map: MapId::FELUCCA,
+};
+pub const START_SPREAD: u16 = 400;
+/// Lines a player may say in a burst, and how fast the allowance refills: a client that
+/// talks faster is disconnected (it would flood every player in range).
+pub const SPEECH_BURST: u32 = 10;
+pub const SPEECH_REFILL: Duration = Duration::from_millis(200);
+
+/// Who is logged in on which connection, and where they stand. Ordered maps: broadcasts go
+/// out in the same order on every run.
+#[derive(Default)]
+pub struct Players {
+    pub(super) by_conn: BTreeMap<ConnId, Serial>,
+    pub(super) by_serial: BTreeMap<Serial, Player>,
+}
+
+pub(super) struct Player {
+    pub(super) conn: ConnId,
+    pub(super) at: Location,
+    pub(super) speech: Allowance,
+}
+
+/// A token bucket of [`SPEECH_BURST`] lines, one back every [`SPEECH_REFILL`].
+pub(super) struct Allowance {
+    tokens: u32,
+    refilled: Instant,
+}
+
+impl Allowance {
+    pub(super) fn new() -> Allowance {
+        Allowance {
+            tokens: SPEECH_BURST,
+            refilled: Instant::now(),
+        }
+    }
+
+    pub(super) fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let earned = ((now - self.refilled).as_millis() / SPEECH_REFILL.as_millis())
+            .min(u128::from(SPEECH_BURST)) as u32;
+        if earned > 0 {
+            self.tokens = (self.tokens + earned).min(SPEECH_BURST);
+            self.refilled = now;
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
+}
+
+impl Players {
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.by_conn.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.by_conn.is_empty()
+    }
+
+    /// The player logged in on `conn`.
+    #[must_use]
+    pub fn player(&self, conn: ConnId) -> Option<Serial> {
+        self.by_conn.get(&conn).copied()
+    }
+
+    /// `serial` is a logged-in player's mobile (it lives only as long as its connection, so
+    /// world saves leave it out).
+    #[must_use]
+    pub fn is_player(&self, serial: Serial) -> bool {
+        self.by_serial.contains_key(&serial)
+    }
+
+    /// The player of a logged-in connection.
+    pub(super) fn get_mut(&mut self, conn: ConnId) -> Result<(Serial, &mut Player), BadPacket> {
+        let serial = *self
+            .by_conn
+            .get(&conn)
+            .ok_or_else(|| BadPacket::new("no player on this connection"))?;
+        let player = self
+            .by_serial
+            .get_mut(&serial)
+            .ok_or_else(|| BadPacket::new("no player mobile"))?;
+        Ok((serial, player))
+    }
+
+    /// Connections of players within [`VIEW_RANGE`] of `at`.
+    pub fn in_range(&self, at: Location) -> impl Iterator<Item = (Serial, ConnId)> + '_ {
+        self.by_serial
+            .iter()
+            .filter(move |(_, p)| p.at.distance(&at).is_some_and(|d| d <= VIEW_RANGE))
+            .map(|(serial, p)| (*serial, p.conn))
+    }
+}
+
+/// The serial a system message is sent from: 0 is never an entity's serial.
+pub const SYSTEM: Serial = Serial(0);
+
+/// Sends `text` to every logged-in player as a system message (`0x84` from serial 0), cut
+/// at a character boundary to [`MAX_SPEECH`] bytes.
+pub fn broadcast(net: &Net, players: &Players, text: &str) {
+    let mut end = text.len().min(MAX_SPEECH);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let from = SYSTEM.0.to_be_bytes();
+    net.with_sessions(|sessions| {
+        for &conn in players.by_conn.keys() {
+            sessions.send_packet(conn, server::SPEECH, &[&from, &text.as_bytes()[..end]]);
+        }
+    });
+}
+
+/// A new player's spot: [`START`] offset by a hash of the name (FNV-1a), the same for the
+/// same name.
+pub fn start_location(name: &str) -> Location {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let spread = u64::from(START_SPREAD);
+    let dx = (hash % spread) as i32;
+    let dy = ((hash >> 32) % spread) as i32;
+    START.offset_clamped(dx, dy)
+}

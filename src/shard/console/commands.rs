@@ -1,0 +1,333 @@
+//! The shard's console commands: the state they answer from ([`Shell`], on the loop thread)
+//! and the table of commands, one [`Spec`] and one method each.
+//!
+//! Adding a command is one entry in [`COMMANDS`] and one method on [`Shell`]; `help`, lookup
+//! and the error lines come from [`super::language`]. Commands run on the loop thread: they
+//! may read the world, and must never block (saves, rollups and prunes are requests that run
+//! elsewhere; the log says when they are done).
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::language::{self, Args, Spec, duration};
+use crate::game::{GameLogic, Players};
+use crate::net::Net;
+use crate::persist::archive::{self, Archiver};
+use crate::persist::{self, Autosave, Cadence, Request, Saver};
+use crate::runtime;
+use crate::shard::status::StatusState;
+use crate::shard::whole_seconds;
+use crate::timer;
+use crate::world::World;
+
+/// Every console command, in the order `help` lists them.
+pub(in crate::shard) const COMMANDS: &[Spec<Shell>] = &[
+    Spec {
+        name: "help",
+        args: "",
+        help: "list the commands",
+        run: Shell::help,
+    },
+    Spec {
+        name: "status",
+        args: "",
+        help: "verdict, uptime, entity counts, listeners, live timers, saves, last loop: line",
+        run: Shell::status,
+    },
+    Spec {
+        name: "dumptimers",
+        args: "",
+        help: "live timers grouped by the line that started them",
+        run: Shell::dump_timers,
+    },
+    Spec {
+        name: "loopstats",
+        args: "",
+        help: "the loop's production counters since start",
+        run: Shell::loop_stats,
+    },
+    Spec {
+        name: "save",
+        args: "",
+        help: "save the world now",
+        run: Shell::save,
+    },
+    Spec {
+        name: "savefrequency",
+        args: "<every> [warning]",
+        help: "autosave cadence, e.g. `savefrequency 30m 1m` (kept across restarts in \
+               <data_dir>/autosave.toml)",
+        run: Shell::save_frequency,
+    },
+    Spec {
+        name: "autosave",
+        args: "[on|off]",
+        help: "show the autosave schedule, or turn it on/off until restart",
+        run: Shell::autosave,
+    },
+    Spec {
+        name: "archive",
+        args: "",
+        help: "roll backups up into hourly/daily/monthly archives now",
+        run: Shell::archive,
+    },
+    Spec {
+        name: "archivestatus",
+        args: "",
+        help: "archives per kind (count, bytes), the last rollup, the next",
+        run: Shell::archive_status,
+    },
+    Spec {
+        name: "prunearchives",
+        args: "",
+        help: "apply archive retention (and archive.prune's max_age) now",
+        run: Shell::prune_archives,
+    },
+    Spec {
+        name: "shutdown",
+        args: "",
+        help: "finish the current iteration, save the world and stop cleanly",
+        run: Shell::shutdown,
+    },
+];
+
+/// What the console's commands can see. Lives on the loop thread.
+pub(in crate::shard) struct Shell {
+    pub(in crate::shard) world: Rc<RefCell<World>>,
+    pub(in crate::shard) net: Net,
+    pub(in crate::shard) players: Rc<RefCell<Players>>,
+    pub(in crate::shard) logic: Rc<GameLogic>,
+    pub(in crate::shard) status: Rc<StatusState>,
+    pub(in crate::shard) shutdown: Rc<Notify>,
+    pub(in crate::shard) saver: Saver,
+    pub(in crate::shard) autosave: Autosave,
+    pub(in crate::shard) archiver: Option<Archiver>,
+    pub(in crate::shard) data_dir: PathBuf,
+    /// The addresses the listeners are bound to (a configured port 0 resolved), and the
+    /// backend serving them.
+    pub(in crate::shard) listening: Vec<SocketAddr>,
+    pub(in crate::shard) backend: &'static str,
+}
+
+impl Shell {
+    fn help(&self, args: Args<'_>) -> Result<String, String> {
+        args.none()?;
+        Ok(language::help(COMMANDS))
+    }
+
+    fn status(&self, args: Args<'_>) -> Result<String, String> {
+        args.none()?;
+        Ok(self.status_report())
+    }
+
+    fn dump_timers(&self, args: Args<'_>) -> Result<String, String> {
+        args.none()?;
+        Ok(timer::dump().to_string())
+    }
+
+    fn loop_stats(&self, args: Args<'_>) -> Result<String, String> {
+        args.none()?;
+        Ok(runtime::stats().to_string())
+    }
+
+    fn save(&self, args: Args<'_>) -> Result<String, String> {
+        args.none()?;
+        Ok(match self.saver.request() {
+            Request::Started => "saving the world now; the log says when it is on disk".into(),
+            Request::Queued => "a save is writing; one more will start as soon as it ends".into(),
+        })
+    }
+
+    fn save_frequency(&self, args: Args<'_>) -> Result<String, String> {
+        let (every, warning) = parse_frequency(args.words())?;
+        Ok(self.set_frequency(every, warning))
+    }
+
+    fn autosave(&self, args: Args<'_>) -> Result<String, String> {
+        let Some(on) = parse_switch(args.words())? else {
+            return Ok(self.autosave_report());
+        };
+        self.autosave.set_enabled(on);
+        Ok(format!(
+            "autosave {} until restart (autosave.enabled decides at start)\n{}",
+            if on { "on" } else { "off" },
+            self.autosave_report()
+        ))
+    }
+
+    fn archive(&self, args: Args<'_>) -> Result<String, String> {
+        args.none()?;
+        Ok(self.with_archiver(|a| match a.request() {
+            Request::Started => "archive rollup started; the log says what it wrote".into(),
+            Request::Queued => "a rollup is running; one more will follow it".into(),
+        }))
+    }
+
+    fn archive_status(&self, args: Args<'_>) -> Result<String, String> {
+        args.none()?;
+        Ok(self.with_archiver(|a| {
+            archive::archiver::status(a, self.autosave.next(), jiff::Timestamp::now())
+        }))
+    }
+
+    fn prune_archives(&self, args: Args<'_>) -> Result<String, String> {
+        args.none()?;
+        Ok(self.with_archiver(|a| match a.prune() {
+            Request::Started => "pruning archives; the log says what it deleted".into(),
+            Request::Queued => "a rollup is running; it prunes too, and one more follows".into(),
+        }))
+    }
+
+    fn shutdown(&self, args: Args<'_>) -> Result<String, String> {
+        args.none()?;
+        self.shutdown.notify_one();
+        Ok("shutting down: finishing the current iteration, then the shutdown hooks".into())
+    }
+}
+
+// What the commands above share.
+impl Shell {
+    fn with_archiver(&self, f: impl FnOnce(&Archiver) -> String) -> String {
+        match &self.archiver {
+            Some(archiver) => f(archiver),
+            None => "archives are off (archive.enabled = false)".into(),
+        }
+    }
+
+    fn set_frequency(&self, every: Duration, warning: Option<Duration>) -> String {
+        let warning = warning.unwrap_or(self.autosave.cadence().warning);
+        let cadence = match Cadence::new(every, warning) {
+            Ok(c) => c,
+            Err(e) => return format!("error: savefrequency: {e}; nothing changed"),
+        };
+        self.autosave.set_cadence(cadence);
+        let stored = match persist::autosave::store_override(&self.data_dir, cadence) {
+            Ok(path) => format!("kept across restarts in {}", path.display()),
+            Err(e) => format!("NOT kept across restarts (cannot write the override file: {e})"),
+        };
+        format!("{}; {stored}", self.autosave_report())
+    }
+
+    fn autosave_report(&self) -> String {
+        let cadence = self.autosave.cadence();
+        let warning = match cadence.warning.is_zero() {
+            true => "no warning".to_owned(),
+            false => format!(
+                "players warned {} before",
+                humantime::format_duration(cadence.warning)
+            ),
+        };
+        let next = match self.autosave.next() {
+            Some(at) => format!("next at {at}"),
+            None if !self.autosave.enabled() => "off".to_owned(),
+            None => "next not scheduled yet".to_owned(),
+        };
+        format!(
+            "autosave every {} ({warning}), {next}",
+            humantime::format_duration(cadence.every)
+        )
+    }
+
+    fn status_report(&self) -> String {
+        let stats = runtime::stats();
+        let world = self.world.borrow();
+        let last = match (&*self.status.last.borrow(), self.status.interval) {
+            (Some(line), _) => line.to_string(),
+            (None, Some(every)) => format!(
+                "no loop: line yet (one every {})",
+                humantime::format_duration(every)
+            ),
+            (None, None) => "loop: lines are off (server.loop_stats_interval = 0)".into(),
+        };
+        let net = self.net.stats();
+        let listening = match self.listening.as_slice() {
+            [] => "nothing (network.listen is empty)".to_owned(),
+            addrs => {
+                let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+                format!("{} ({})", addrs.join(", "), self.backend)
+            }
+        };
+        format!(
+            "verdict   {}\nuptime    {}\nworld     {} items, {} mobiles, {} spawners\n\
+             listening {listening}\n\
+             players   {} logged in, {} connections ({} accepted, {} refused, {} faults)\n\
+             timers    {} live ({} world timers, {} NPCs barking)\n\
+             saves     {} since start{}; {}\nlast      {last}",
+            stats.verdict,
+            humantime::format_duration(whole_seconds(self.status.started.elapsed())),
+            world.item_count(),
+            world.mobile_count(),
+            world.spawner_count(),
+            self.players.borrow().len(),
+            net.connections,
+            net.accepted,
+            net.refused,
+            net.faults,
+            timer::live(),
+            self.logic.world_timers(),
+            self.logic.barking(),
+            self.saver.finished(),
+            if self.saver.is_writing() {
+                ", one writing now"
+            } else {
+                ""
+            },
+            self.autosave_report(),
+        )
+    }
+}
+
+/// `savefrequency`'s arguments: the cadence and, optionally, the warning.
+fn parse_frequency(words: &[&str]) -> Result<(Duration, Option<Duration>), String> {
+    match words {
+        [every] => Ok((duration(every)?, None)),
+        [every, warning] => Ok((duration(every)?, Some(duration(warning)?))),
+        _ => Err("usage: savefrequency <every> [warning], e.g. `savefrequency 30m 1m`".into()),
+    }
+}
+
+/// `autosave`'s argument: none (show), `on` or `off`.
+fn parse_switch(words: &[&str]) -> Result<Option<bool>, String> {
+    match words {
+        [] => Ok(None),
+        [switch] if switch.eq_ignore_ascii_case("on") => Ok(Some(true)),
+        [switch] if switch.eq_ignore_ascii_case("off") => Ok(Some(false)),
+        _ => Err("expected `on` or `off`".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_has_one_name() {
+        assert_eq!(language::duplicate_name(COMMANDS), None);
+        let help = language::help(COMMANDS);
+        for spec in COMMANDS {
+            assert!(help.contains(spec.name), "{help}");
+        }
+    }
+
+    #[test]
+    fn save_commands_take_their_arguments_and_refuse_bad_ones() {
+        let min = |m: u64| Duration::from_secs(60 * m);
+        assert_eq!(parse_frequency(&["30m", "1m"]), Ok((min(30), Some(min(1)))));
+        assert_eq!(parse_frequency(&["2h"]), Ok((min(120), None)));
+        for bad in [&[][..], &["soon"], &["1h", "1m", "1s"]] {
+            assert!(parse_frequency(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_switch(&["OFF"]), Ok(Some(false)));
+        assert_eq!(parse_switch(&[]), Ok(None));
+        assert!(
+            parse_switch(&["maybe"])
+                .unwrap_err()
+                .contains("`on` or `off`")
+        );
+    }
+}
