@@ -1,35 +1,15 @@
 //! The console through a running loop: commands answered in order, bad input answered with
 //! one error line and no effect on the loop, a closed input harmless.
 
-use std::io::{Cursor, Write};
-use std::sync::{Arc, Mutex};
+use std::io::Cursor;
 
 use std::cell::RefCell;
 
 use shardloop::shard::console::{self, Args, MAX_LINE, Spec};
 use shardloop::{EventLoop, timer};
 
-#[derive(Clone, Default)]
-struct Screen(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Screen {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Screen {
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
+mod common;
+use common::capture::Capture as Screen;
 
 /// Runs the loop (real time, bounded) until the screen has `n` lines.
 async fn run_until_lines(el: &mut EventLoop, screen: &Screen, n: usize) {

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use shardloop::game::packets::{client, serial_xy, server};
@@ -25,6 +25,7 @@ use shardloop::{EventLoop, timer};
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 mod common;
+use common::capture::Capture as Logs;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -174,32 +175,6 @@ fn on_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> impl 
         let _ = tx.send(f());
     });
     async move { rx.await.expect("the client thread panicked") }
-}
-
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
 }
 
 // ---- a blocking test client -------------------------------------------------------------

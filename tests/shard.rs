@@ -3,13 +3,13 @@
 
 use std::io::{Cursor, Write};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shardloop::config::Config;
 use shardloop::shard::{self, Console, ShardError, StopReason};
 
 mod common;
+use common::capture::Capture as Screen;
 use common::deadline::within;
 
 /// A small world (fast to generate) whose data directory is `dir`; no startup probe, so the
@@ -42,26 +42,6 @@ async fn run(
     limit: Duration,
 ) -> Result<shard::Stopped, ShardError> {
     within(limit, "the shard", shard::run(config, console, stop)).await
-}
-
-/// A console output the test can read.
-#[derive(Clone, Default)]
-struct Screen(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Screen {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Screen {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
 }
 
 #[tokio::test]

@@ -94,27 +94,21 @@ pub fn install(net: &Net, world: Rc<RefCell<World>>) -> Rc<RefCell<Players>> {
 }
 
 fn login(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
-    let Packet {
-        world,
-        players,
-        sessions,
-        conn,
-    } = p;
-    let conn = *conn;
-    if players.player(conn).is_some() {
+    let conn = p.conn;
+    if p.players.player(conn).is_some() {
         return Err(BadPacket::new("already logged in"));
     }
     let name = text(payload, MAX_NAME, "name")?;
-    let serial = world.new_mobile_serial();
+    let serial = p.world.new_mobile_serial();
     let mut mobile = Mobile::new(serial, name, HUMAN_MALE);
     let at = start_location(name);
     mobile.location = at;
-    world
+    p.world
         .add_mobile(mobile)
         .map_err(|e| BadPacket::new(format!("cannot place the player: {e}")))?;
-    world.activate_around(at);
-    players.by_conn.insert(conn, serial);
-    players.by_serial.insert(
+    p.world.activate_around(at);
+    p.players.by_conn.insert(conn, serial);
+    p.players.by_serial.insert(
         serial,
         Player {
             conn,
@@ -122,20 +116,15 @@ fn login(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
             speech: Allowance::new(),
         },
     );
-    sessions.set_logged_in(conn);
-    sessions.send_packet(conn, server::LOGIN_OK, &[&serial_xy(serial.0, at.x, at.y)]);
-    tracing::info!(peer = ?sessions.peer(conn), %conn, %serial, name, "logged in");
+    p.sessions.set_logged_in(conn);
+    p.sessions
+        .send_packet(conn, server::LOGIN_OK, &[&serial_xy(serial.0, at.x, at.y)]);
+    tracing::info!(peer = ?p.sessions.peer(conn), %conn, %serial, name, "logged in");
     Ok(())
 }
 
 fn walk(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
-    let Packet {
-        world,
-        players,
-        sessions,
-        conn,
-    } = p;
-    let conn = *conn;
+    let conn = p.conn;
     let &[direction, seq] = payload else {
         return Err(BadPacket::new(format!(
             "move payload of {} bytes, expected 2 (direction, sequence)",
@@ -144,32 +133,27 @@ fn walk(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
     };
     let (dx, dy) = step(direction)
         .ok_or_else(|| BadPacket::new(format!("direction {direction}, expected 0 to 7")))?;
-    let (serial, player) = players.get_mut(conn)?;
+    let (serial, player) = p.players.get_mut(conn)?;
     let from = player.at;
     let to = from.offset_clamped(dx, dy);
     player.at = to;
-    world.move_mobile(serial, to);
+    p.world.move_mobile(serial, to);
     if SectorId::of(&from) != SectorId::of(&to) {
         // Wake the new neighbourhood before the old one may fall asleep: the overlap stays up.
-        world.activate_around(to);
-        world.deactivate_around(from);
+        p.world.activate_around(to);
+        p.world.deactivate_around(from);
     }
     let [x0, x1] = to.x.to_be_bytes();
     let [y0, y1] = to.y.to_be_bytes();
-    sessions.send_packet(conn, server::MOVE_OK, &[&[seq, x0, x1, y0, y1]]);
+    p.sessions
+        .send_packet(conn, server::MOVE_OK, &[&[seq, x0, x1, y0, y1]]);
     Ok(())
 }
 
 fn say(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
-    let Packet {
-        players,
-        sessions,
-        conn,
-        ..
-    } = p;
-    let conn = *conn;
+    let conn = p.conn;
     let line = text(payload, MAX_SPEECH, "speech")?;
-    let (serial, player) = players.get_mut(conn)?;
+    let (serial, player) = p.players.get_mut(conn)?;
     if !player.speech.take() {
         return Err(BadPacket::new(format!(
             "speech flood: more than {SPEECH_BURST} lines in a burst, or more than one per \
@@ -178,8 +162,9 @@ fn say(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
     }
     let at = player.at;
     let serial_bytes = serial.0.to_be_bytes();
-    for (_, listener) in players.in_range(at) {
-        sessions.send_packet(listener, server::SPEECH, &[&serial_bytes, line.as_bytes()]);
+    for (_, listener) in p.players.in_range(at) {
+        p.sessions
+            .send_packet(listener, server::SPEECH, &[&serial_bytes, line.as_bytes()]);
     }
     Ok(())
 }

@@ -8,6 +8,7 @@
 // Each test binary compiles this module and uses a different part of it.
 #![allow(dead_code)]
 
+pub mod capture;
 pub mod deadline;
 pub mod fd_limit;
 pub mod skip;
