@@ -7,14 +7,15 @@
 //! never block or do I/O: handlers queue packets, behaviours start timers and tasks.
 //!
 //! How to add to it (see `docs/architecture.md`):
-//! - a packet: an id in [`packets`], one entry in [`PACKETS`], one `fn(&mut Packet, &[u8])`;
+//! - a packet: [`packets`] alone — an id, one entry in [`PACKETS`], one
+//!   `fn(&mut Packet, &[u8])`;
 //! - a timer-driven behaviour: a file like [`decay`](self::decay_delay) or the barks, keeping
 //!   its timers or tasks in a [`Keyed`] so that stopping the game stops them all.
 
 mod barks;
 mod decay;
 mod deltas;
-mod handlers;
+mod dispatch;
 mod keyed;
 mod logic;
 pub mod packets;
@@ -24,9 +25,10 @@ mod spawners;
 pub use barks::bark;
 pub use decay::{DECAY_MAX, DECAY_MIN, decay_delay};
 pub use deltas::{deltas_handler, wire};
-pub use handlers::{PACKETS, Packet, PacketHandler, Shared, install, register};
+pub use dispatch::{Packet, PacketHandler, Shared, install, register};
 pub use keyed::{Cancel, Keyed};
 pub use logic::{GameLogic, IdleLoad, LogicStats, idle_load, start_game_logic};
+pub use packets::PACKETS;
 pub use players::{
     MAX_NAME, MAX_SPEECH, Players, SPEECH_BURST, SPEECH_REFILL, START, START_SPREAD, SYSTEM,
     VIEW_RANGE, broadcast, start_location,

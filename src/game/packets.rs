@@ -1,7 +1,29 @@
-//! The demo game's packet ids and payload encodings (`docs/protocol.md`).
+//! The demo game's packets (`docs/protocol.md`): their ids, payload encodings, and what each
+//! does. Login puts a player mobile into the world and wakes the sectors around it; moves and
+//! speech go to every player within [`VIEW_RANGE`]; a disconnect (logout, a fault, the peer
+//! hanging up) takes the mobile out.
 //!
-//! The network layer knows only framing and ping; what the other ids mean is the game's.
-//! Owns the numbers and byte layouts only: no handler logic here.
+//! Adding a packet touches this file only: an id, one entry in [`PACKETS`], one plain function
+//! `fn(&mut Packet, &[u8]) -> Result<(), BadPacket>` ([`super::dispatch`] does the borrowing).
+//! The network layer knows only framing and ping.
+//!
+//! This is where the world and the network meet: the world never sees a socket and the server
+//! never sees an entity. Handlers run in the Network phase; they must never do I/O (they only
+//! queue packets on the sessions) and never block.
+
+use crate::net::{Access, BadPacket, ConnId, Disconnect};
+use crate::world::{Mobile, SectorId, World};
+
+use super::dispatch::{Packet, PacketHandler};
+use super::players::{
+    Allowance, MAX_NAME, MAX_SPEECH, Player, Players, SPEECH_BURST, SPEECH_REFILL, start_location,
+};
+
+#[cfg(doc)]
+use super::players::VIEW_RANGE;
+
+/// The body of a player character.
+const HUMAN_MALE: u16 = 0x190;
 
 /// Packet ids, client → server.
 pub mod client {
@@ -39,6 +61,133 @@ pub fn serial_xy(serial: u32, x: u16, y: u16) -> [u8; 8] {
     [s0, s1, s2, s3, x0, x1, y0, y1]
 }
 
+/// The demo game's packets: id, name (in logs), who may send it, the handler.
+pub const PACKETS: &[(u8, &str, Access, PacketHandler)] = &[
+    (client::LOGIN, "login", Access::Always, login),
+    (client::MOVE, "move", Access::LoggedIn, walk),
+    (client::SAY, "say", Access::LoggedIn, say),
+    (client::LOGOUT, "logout", Access::LoggedIn, logout),
+];
+
+fn login(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
+    let conn = p.conn;
+    if p.players.player(conn).is_some() {
+        return Err(BadPacket::new("already logged in"));
+    }
+    let name = text(payload, MAX_NAME, "name")?;
+    let serial = p.world.new_mobile_serial();
+    let mut mobile = Mobile::new(serial, name, HUMAN_MALE);
+    let at = start_location(name);
+    mobile.location = at;
+    p.world
+        .add_mobile(mobile)
+        .map_err(|e| BadPacket::new(format!("cannot place the player: {e}")))?;
+    p.world.activate_around(at);
+    p.players.by_conn.insert(conn, serial);
+    p.players.by_serial.insert(
+        serial,
+        Player {
+            conn,
+            at,
+            speech: Allowance::new(),
+        },
+    );
+    p.sessions.set_logged_in(conn);
+    p.sessions
+        .send_packet(conn, server::LOGIN_OK, &[&serial_xy(serial.0, at.x, at.y)]);
+    tracing::info!(peer = ?p.sessions.peer(conn), %conn, %serial, name, "logged in");
+    Ok(())
+}
+
+fn walk(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
+    let conn = p.conn;
+    let &[direction, seq] = payload else {
+        return Err(BadPacket::new(format!(
+            "move payload of {} bytes, expected 2 (direction, sequence)",
+            payload.len()
+        )));
+    };
+    let (dx, dy) = step(direction)
+        .ok_or_else(|| BadPacket::new(format!("direction {direction}, expected 0 to 7")))?;
+    let (serial, player) = p.players.get_mut(conn)?;
+    let from = player.at;
+    let to = from.offset_clamped(dx, dy);
+    player.at = to;
+    p.world.move_mobile(serial, to);
+    if SectorId::of(&from) != SectorId::of(&to) {
+        // Wake the new neighbourhood before the old one may fall asleep: the overlap stays up.
+        p.world.activate_around(to);
+        p.world.deactivate_around(from);
+    }
+    let [x0, x1] = to.x.to_be_bytes();
+    let [y0, y1] = to.y.to_be_bytes();
+    p.sessions
+        .send_packet(conn, server::MOVE_OK, &[&[seq, x0, x1, y0, y1]]);
+    Ok(())
+}
+
+fn say(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
+    let conn = p.conn;
+    let line = text(payload, MAX_SPEECH, "speech")?;
+    let (serial, player) = p.players.get_mut(conn)?;
+    if !player.speech.take() {
+        return Err(BadPacket::new(format!(
+            "speech flood: more than {SPEECH_BURST} lines in a burst, or more than one per \
+             {SPEECH_REFILL:?} after it"
+        )));
+    }
+    let at = player.at;
+    let serial_bytes = serial.0.to_be_bytes();
+    for (_, listener) in p.players.in_range(at) {
+        p.sessions
+            .send_packet(listener, server::SPEECH, &[&serial_bytes, line.as_bytes()]);
+    }
+    Ok(())
+}
+
+fn logout(p: &mut Packet<'_>, _payload: &[u8]) -> Result<(), BadPacket> {
+    p.sessions.close(p.conn, Disconnect::normal("logged out"));
+    Ok(())
+}
+
+/// The connection closed: its player leaves the world.
+pub(super) fn leave(world: &mut World, players: &mut Players, conn: ConnId) {
+    let Some(serial) = players.by_conn.remove(&conn) else {
+        return;
+    };
+    if let Some(player) = players.by_serial.remove(&serial) {
+        world.deactivate_around(player.at);
+    }
+    world.remove_mobile(serial);
+}
+
+/// `payload` as UTF-8 text of 1 to `max` bytes.
+fn text<'a>(payload: &'a [u8], max: usize, what: &str) -> Result<&'a str, BadPacket> {
+    if payload.is_empty() || payload.len() > max {
+        return Err(BadPacket::new(format!(
+            "{what} of {} bytes, expected 1 to {max}",
+            payload.len()
+        )));
+    }
+    std::str::from_utf8(payload)
+        .map_err(|e| BadPacket::new(format!("{what} is not valid UTF-8: {e}")))
+}
+
+/// The step for `direction` (0 = north, clockwise).
+fn step(direction: u8) -> Option<(i32, i32)> {
+    const STEPS: [(i32, i32); 8] = [
+        (0, -1),
+        (1, -1),
+        (1, 0),
+        (1, 1),
+        (0, 1),
+        (-1, 1),
+        (-1, 0),
+        (-1, -1),
+    ];
+    STEPS.get(usize::from(direction)).copied()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +198,28 @@ mod tests {
             serial_xy(0x0102_0304, 0x0506, 0x0708),
             [1, 2, 3, 4, 5, 6, 7, 8]
         );
+    }
+
+    #[test]
+    fn steps_cover_the_eight_directions_once() {
+        let steps: std::collections::HashSet<_> = (0..8).filter_map(step).collect();
+        assert_eq!(steps.len(), 8);
+        assert!(step(8).is_none());
+    }
+
+    #[test]
+    fn start_locations_are_on_the_map_and_stable() {
+        let a = start_location("bot1");
+        assert_eq!(a, start_location("bot1"));
+        assert!(a.is_on_map());
+        assert_ne!(a, start_location("bot2"));
+    }
+
+    #[test]
+    fn text_rejects_empty_long_and_invalid() {
+        assert!(text(b"", 30, "name").is_err());
+        assert!(text(&[b'a'; 31], 30, "name").is_err());
+        assert!(text(&[0xff, 0xfe], 30, "name").is_err());
+        assert_eq!(text("Zoë".as_bytes(), 30, "name"), Ok("Zoë"));
     }
 }
