@@ -22,10 +22,10 @@ use shardloop::net::{BackendKind, Limits, Net, NetStats};
 use shardloop::world::{Location, MapId, Mobile, World};
 use shardloop::{EventLoop, timer};
 
-const TIMEOUT: Duration = Duration::from_secs(5);
-
 mod common;
 use common::capture::Capture as Logs;
+use common::client::TIMEOUT;
+use common::client::{closed_by_server, connect, login, ping, recv, recv_id, send};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -178,70 +178,6 @@ fn on_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> impl 
 }
 
 // ---- a blocking test client -------------------------------------------------------------
-
-fn connect(addr: SocketAddr) -> TcpStream {
-    let stream = TcpStream::connect(addr).expect("connects");
-    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-    stream.set_nodelay(true).unwrap();
-    stream
-}
-
-fn send(stream: &mut TcpStream, id: u8, payload: &[u8]) {
-    stream.write_all(&frame::packet(id, &[payload])).unwrap();
-}
-
-/// The next packet: (id, payload).
-fn recv(stream: &mut TcpStream) -> (u8, Vec<u8>) {
-    let mut header = [0; 3];
-    stream.read_exact(&mut header).expect("a packet header");
-    let len = usize::from(u16::from_be_bytes([header[1], header[2]]));
-    let mut payload = vec![0; len - 3];
-    stream.read_exact(&mut payload).expect("a packet payload");
-    (header[0], payload)
-}
-
-/// The next packet with id `id`, skipping others (moves and speech of other mobiles).
-fn recv_id(stream: &mut TcpStream, id: u8) -> Vec<u8> {
-    loop {
-        let (got, payload) = recv(stream);
-        if got == id {
-            return payload;
-        }
-    }
-}
-
-/// True once the server has closed the connection (EOF or reset), within [`TIMEOUT`].
-fn closed_by_server(stream: &mut TcpStream) -> bool {
-    let mut buf = [0; 1024];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false, // timed out
-        }
-    }
-}
-
-fn ping(stream: &mut TcpStream, payload: &[u8]) -> Duration {
-    let began = Instant::now();
-    send(stream, client::PING, payload);
-    let (id, echoed) = recv(stream);
-    assert_eq!((id, echoed.as_slice()), (client::PING, payload));
-    began.elapsed()
-}
-
-fn login(stream: &mut TcpStream, name: &str) -> (u32, u16, u16) {
-    send(stream, client::LOGIN, name.as_bytes());
-    let p = recv_id(stream, server::LOGIN_OK);
-    assert_eq!(p.len(), 8);
-    let serial = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
-    (
-        serial,
-        u16::from_be_bytes([p[4], p[5]]),
-        u16::from_be_bytes([p[6], p[7]]),
-    )
-}
 
 /// Two names whose players start within sight of each other.
 fn neighbours() -> (String, String) {

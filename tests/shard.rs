@@ -1,7 +1,7 @@
 //! The shard wiring, as a library: console commands answered from the live world, the two
 //! ways to stop, shutdown hooks, a headless console, and a data directory that cannot exist.
 
-use std::io::{Cursor, Write};
+use std::io::Cursor;
 use std::path::Path;
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use shardloop::shard::{self, Console, ShardError, StopReason};
 
 mod common;
 use common::capture::Capture as Screen;
+use common::client::{connect, recv, send};
 use common::deadline::within;
 
 /// A small world (fast to generate) whose data directory is `dir`; no startup probe, so the
@@ -195,17 +196,6 @@ impl std::io::Read for Lines {
     }
 }
 
-/// Reads one frame: (id, payload).
-fn read_frame(stream: &mut std::net::TcpStream) -> (u8, Vec<u8>) {
-    use std::io::Read;
-    let mut header = [0u8; 3];
-    stream.read_exact(&mut header).unwrap();
-    let len = usize::from(u16::from_be_bytes([header[1], header[2]]));
-    let mut payload = vec![0u8; len - 3];
-    stream.read_exact(&mut payload).unwrap();
-    (header[0], payload)
-}
-
 /// The address the shard listens on, from the `listening` line of a `status` answer on
 /// `screen` (the configured port 0 resolved), waiting up to 30 s for it.
 fn listening_address(screen: &Screen) -> std::net::SocketAddr {
@@ -231,7 +221,6 @@ fn listening_address(screen: &Screen) -> std::net::SocketAddr {
 #[tokio::test]
 async fn players_hear_a_save_start_and_finish_as_system_messages() {
     use shardloop::game::packets::{client, server};
-    use shardloop::net::frame;
     let dir = tempfile::tempdir().unwrap();
     let config = small_config(dir.path());
     let (commands, lines) = std::sync::mpsc::channel();
@@ -247,18 +236,17 @@ async fn players_hear_a_save_start_and_finish_as_system_messages() {
         let _ended = ended;
         commands.send("status".to_owned()).unwrap();
         let addr = listening_address(&screen);
-        let mut stream = std::net::TcpStream::connect(addr).expect("the shard listens");
+        let mut stream = connect(addr);
+        // Generous: the save the player waits to hear about runs on a busy machine.
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
-        stream
-            .write_all(&frame::packet(client::LOGIN, &[b"Listener"]))
-            .unwrap();
-        assert_eq!(read_frame(&mut stream).0, server::LOGIN_OK);
+        send(&mut stream, client::LOGIN, b"Listener");
+        assert_eq!(recv(&mut stream).0, server::LOGIN_OK);
         commands.send("save".to_owned()).unwrap();
         let mut heard = Vec::new();
         while heard.len() < 2 {
-            let (id, payload) = read_frame(&mut stream);
+            let (id, payload) = recv(&mut stream);
             if id == server::SPEECH && payload[..4] == [0, 0, 0, 0] {
                 heard.push(String::from_utf8(payload[4..].to_vec()).unwrap());
             }

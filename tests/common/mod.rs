@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod capture;
+pub mod client;
 pub mod deadline;
 pub mod fd_limit;
 pub mod skip;
