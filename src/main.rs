@@ -18,7 +18,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use shardloop::config::{Config, ConfigArgs, ConfigError, Loaded};
 use shardloop::loadgen::{self, LoadgenArgs};
-use shardloop::net::BackendKind;
 use shardloop::persist::archive::restore::{self, Limits};
 use shardloop::persist::{Layout, lock::DataLock};
 use shardloop::{probe_host, shard};
@@ -241,7 +240,7 @@ fn run(config: &Config) -> ExitCode {
     // reports and survives; by default SIGXFSZ would kill the shard instead.
     // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
-    let backend = BackendKind::resolve(config.network.backend);
+    let backend = config.network.backend_kind();
     let stopped = backend.block_on(async {
         let stop = stop_signals().map_err(|e| {
             tracing::error!("cannot listen for SIGINT/SIGTERM: {e}");
