@@ -20,6 +20,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod host;
 pub mod loadgen;
 pub mod net;
 pub mod persist;

@@ -53,6 +53,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::host::fd_limit::{self, FdLimitError};
 use crate::net::frame::{self, Frame, FrameError, client, server};
 use crate::world::rng::Rng;
 
@@ -277,34 +278,19 @@ pub fn run(args: &LoadgenArgs) -> Result<Report, LoadgenError> {
     runtime.block_on(drive(args))
 }
 
-/// Raises the soft open-files limit to the hard one, then checks `needed` fits.
+/// Raises the soft open-files limit so that `needed` descriptors fit, or says how many do.
 fn raise_fd_limit(needed: u64) -> Result<(), LoadgenError> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct we pass, which outlives the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(LoadgenError::FileLimit(io::Error::last_os_error()));
-    }
-    if limit.rlim_cur < limit.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: limit.rlim_max,
-            rlim_max: limit.rlim_max,
-        };
-        // SAFETY: setrlimit only reads the struct we pass. It can fail (an infinite hard
-        // limit is above the kernel's nr_open); then the soft limit stays and is checked.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            limit = raised;
+    match fd_limit::raise(needed) {
+        Ok(_) => Ok(()),
+        Err(FdLimitError::Read(e)) => Err(LoadgenError::FileLimit(e)),
+        // Short even when raised as far as it goes, or not raisable: the limit in force.
+        Err(FdLimitError::BelowWanted { limit, .. } | FdLimitError::Raise { limit, .. }) => {
+            Err(LoadgenError::TooManyConnections {
+                needed,
+                limit: limit.soft,
+            })
         }
     }
-    if needed > limit.rlim_cur {
-        return Err(LoadgenError::TooManyConnections {
-            needed,
-            limit: limit.rlim_cur,
-        });
-    }
-    Ok(())
 }
 
 /// What every client shares.
