@@ -55,6 +55,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::host::fd_limit::{self, FdLimitError};
 use crate::net::frame::{self, Frame, FrameError, client, server};
+use crate::status::process_cpu_time;
 use crate::world::rng::Rng;
 
 /// File descriptors kept free beyond one per connection (stdio, epoll, runtime, libraries).
@@ -342,7 +343,7 @@ async fn drive(args: &LoadgenArgs) -> Result<Report, LoadgenError> {
         args.duration
     };
 
-    let cpu_before = cpu_time();
+    let cpu_before = process_cpu_time();
     let start = Instant::now();
     window_tx.send_replace(Some(Window {
         start,
@@ -360,7 +361,7 @@ async fn drive(args: &LoadgenArgs) -> Result<Report, LoadgenError> {
         setup,
         // Shorter than asked only if every client failed before the end.
         duration: start.elapsed().min(duration),
-        cpu: cpu_time().saturating_sub(cpu_before).as_secs_f64()
+        cpu: process_cpu_time().saturating_sub(cpu_before).as_secs_f64()
             / start.elapsed().as_secs_f64().max(1e-9),
         // The probe only sleeps and yields: it cannot panic, so a JoinError is unreachable.
         lag: lag.await.unwrap_or_default(),
@@ -824,20 +825,6 @@ impl Conn {
             bytes,
         }))
     }
-}
-
-/// CPU time (user + system) this process has used so far; zero if it cannot be read.
-fn cpu_time() -> Duration {
-    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage only writes the struct we pass, which outlives the call.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-        return Duration::ZERO;
-    }
-    let micros = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
-    };
-    micros(usage.ru_utime) + micros(usage.ru_stime)
 }
 
 /// A log-linear histogram of microsecond values: exact below 128 µs, then 64 buckets per
