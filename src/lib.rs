@@ -21,11 +21,9 @@
 pub mod admin;
 pub mod config;
 pub mod host;
-pub mod loadgen;
 pub mod net;
 pub mod persist;
 pub mod play;
-pub mod probe_host;
 pub mod runtime;
 pub mod shard;
 mod slab;

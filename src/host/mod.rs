@@ -1,8 +1,13 @@
 //! What the engine needs from the host operating system outside the loop's own machinery:
-//! enough file descriptors for every player, listener and save file ([`fd_limit`]).
+//! enough file descriptors for every player, listener and save file ([`fd_limit`]), and, to
+//! measure how well this host wakes a parked loop, the park's kind of timer ([`ParkTimer`]).
 //!
-//! This module owns process-wide settings the shard and its tools adjust at startup. It must
-//! never run on the loop thread once the loop runs (these are system calls made once, before),
-//! and never change a setting beyond what its caller asked for.
+//! This module owns the process-wide settings the shard and its tools adjust at startup, and
+//! that measuring aid. It must never be called from the running loop (the limit is set once,
+//! before; the timer blocks its thread), and never change a setting beyond what its caller
+//! asked for.
 
 pub mod fd_limit;
+mod park_timer;
+
+pub use park_timer::ParkTimer;

@@ -53,10 +53,10 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::host::fd_limit::{self, FdLimitError};
-use crate::net::frame::{self, Frame, FrameError, client, server};
-use crate::status::process_cpu_time;
-use crate::world::rng::Rng;
+use shardloop::host::fd_limit::{self, FdLimitError};
+use shardloop::net::frame::{self, Frame, FrameError, client, server};
+use shardloop::status::process_cpu_time;
+use shardloop::world::rng::Rng;
 
 /// File descriptors kept free beyond one per connection (stdio, epoll, runtime, libraries).
 const FD_HEADROOM: u64 = 64;
@@ -933,6 +933,9 @@ impl fmt::Display for Micros {
         }
     }
 }
+
+#[cfg(test)]
+mod end_to_end;
 
 #[cfg(test)]
 mod tests {

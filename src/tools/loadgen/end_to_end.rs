@@ -1,14 +1,17 @@
 //! `loadgen` end to end: ping and walk modes against an in-process fake shard, and the error
 //! for a server that is not there. No speed is asserted: the host may be slow or busy.
+//!
+//! (Unit tests of the binary, which `cargo test` runs: loadgen is not in the library's API.)
 
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::thread;
 
 use clap::Parser;
-use shardloop::loadgen::{self, LoadgenArgs, LoadgenError, Mode};
 use shardloop::net::frame::{self, client, server};
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::tools::loadgen::{self, LoadgenArgs, LoadgenError, Mode};
 
 /// `shardloop loadgen`'s flags, parsed as the binary will parse them.
 #[derive(Debug, Parser)]
