@@ -124,7 +124,7 @@ pub struct LoadgenArgs {
 /// Why a run could not produce a report.
 #[derive(Debug)]
 pub enum LoadgenError {
-    /// The open-files limit cannot be read, or changed back (`getrlimit`).
+    /// The open-files limit cannot be read (`getrlimit`).
     FileLimit(io::Error),
     /// More connections than the open-files limit allows, even raised to its hard limit.
     TooManyConnections { needed: u64, limit: u64 },
@@ -153,30 +153,32 @@ impl fmt::Display for LoadgenError {
 
 impl std::error::Error for LoadgenError {}
 
+impl LoadgenError {
+    /// Why `needed` descriptors are not available, in this tool's terms.
+    fn from_fd_limit(needed: u64, error: FdLimitError) -> LoadgenError {
+        match error {
+            FdLimitError::Read(e) => LoadgenError::FileLimit(e),
+            // Short even raised as far as it goes, or not raisable: the limit in force.
+            FdLimitError::BelowWanted { limit, .. } | FdLimitError::Raise { limit, .. } => {
+                LoadgenError::TooManyConnections {
+                    needed,
+                    limit: limit.soft,
+                }
+            }
+        }
+    }
+}
+
 /// Runs the load described by `args` on a runtime of its own, and reports what it measured.
 /// Blocks for about `ramp + duration`. Fails only if nothing could be measured at all.
 pub fn run(args: &LoadgenArgs) -> Result<Report, LoadgenError> {
-    raise_fd_limit(u64::from(args.connections) + FD_HEADROOM)?;
+    let needed = u64::from(args.connections) + FD_HEADROOM;
+    fd_limit::raise(needed).map_err(|e| LoadgenError::from_fd_limit(needed, e))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(LoadgenError::Runtime)?;
     runtime.block_on(drive(args))
-}
-
-/// Raises the soft open-files limit so that `needed` descriptors fit, or says how many do.
-fn raise_fd_limit(needed: u64) -> Result<(), LoadgenError> {
-    match fd_limit::raise(needed) {
-        Ok(_) => Ok(()),
-        Err(FdLimitError::Read(e)) => Err(LoadgenError::FileLimit(e)),
-        // Short even when raised as far as it goes, or not raisable: the limit in force.
-        Err(FdLimitError::BelowWanted { limit, .. } | FdLimitError::Raise { limit, .. }) => {
-            Err(LoadgenError::TooManyConnections {
-                needed,
-                limit: limit.soft,
-            })
-        }
-    }
 }
 
 /// What every client shares.
