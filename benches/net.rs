@@ -329,25 +329,11 @@ fn main() {
     } else {
         TEST_CONNECTIONS
     };
-    raise_fd_limit(4 * connections as u64 + 256);
+    // Short of descriptors, the connects fail and say so: there is nothing better to do here.
+    let _ = shardloop::host::fd_limit::raise(4 * connections as u64 + 256);
     bench(&mut criterion, connections);
     criterion.final_summary();
     if run.summary {
         summary(connections);
-    }
-}
-
-/// Raises the soft open-file limit to `want` (or the hard limit, if lower).
-fn raise_fd_limit(want: u64) {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed in.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < want {
-            limit.rlim_cur = want.min(limit.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
     }
 }

@@ -48,6 +48,8 @@ static PEAK: AtomicUsize = AtomicUsize::new(0);
 // SAFETY: defers every call to `System`, only counting on the side.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
+        // SAFETY: our caller keeps `GlobalAlloc::alloc`'s contract for `layout` (a non-zero
+        // size), which is all `System.alloc` asks.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
@@ -57,6 +59,8 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
+        // SAFETY: our caller passes a block this allocator returned for `layout`, and every
+        // such block came from `System.alloc` with that same layout.
         unsafe { System.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }

@@ -20,15 +20,12 @@
 
 pub mod config;
 pub mod game;
-pub mod loadgen;
+pub mod host;
 pub mod net;
 pub mod persist;
-
-pub mod probe_host;
 pub mod runtime;
 pub mod shard;
 mod slab;
-
 pub mod timer;
 pub mod world;
 

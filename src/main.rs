@@ -10,6 +10,10 @@
 //!   `shardloop restore --list`: the backups and archives, with their entity counts.
 //! - `shardloop loadgen --connect ADDR ...`: a load client for a running shard (or
 //!   `examples/tokio_echo.rs`); prints round trips/s and RTT percentiles.
+//!
+//! The two operator tools are the binary's own modules ([`tools`]), not the library's.
+
+mod tools;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -17,12 +21,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use shardloop::config::{Config, ConfigArgs, ConfigError, Loaded};
-use shardloop::loadgen::{self, LoadgenArgs};
-use shardloop::net::BackendKind;
 use shardloop::persist::archive::restore::{self, Limits};
 use shardloop::persist::{Layout, lock::DataLock};
-use shardloop::{probe_host, shard};
+use shardloop::shard;
 use tracing_subscriber::EnvFilter;
+
+use tools::loadgen::{self, LoadgenArgs};
+use tools::probe_host;
 
 /// The core of a game shard: one thread, one deterministic event loop.
 #[derive(Debug, Parser)]
@@ -241,7 +246,7 @@ fn run(config: &Config) -> ExitCode {
     // reports and survives; by default SIGXFSZ would kill the shard instead.
     // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
-    let backend = BackendKind::resolve(config.network.backend);
+    let backend = config.network.backend_kind();
     let stopped = backend.block_on(async {
         let stop = stop_signals().map_err(|e| {
             tracing::error!("cannot listen for SIGINT/SIGTERM: {e}");

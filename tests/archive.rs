@@ -333,6 +333,7 @@ fn a_full_disk_during_a_rollup_keeps_every_backup_and_the_next_run_finishes() {
     // Leave about one archive's worth of room: the rollup runs out part-way.
     let ballast = fs.mnt.as_path().join("ballast");
     let free = {
+        // SAFETY: statvfs is a plain C struct of integers: all zero bytes is a valid value.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         let c = std::ffi::CString::new(fs.mnt.as_path().as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: a valid path and a statvfs to fill.

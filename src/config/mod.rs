@@ -4,12 +4,17 @@
 //! This module owns the *shape* of the configuration ([`Config`] and its sections), the
 //! built-in defaults, the layering (defaults < `config/shard.toml` < `SHARD_` environment <
 //! command line, see [`Config::load`]), validation, and the provenance of every value
-//! ([`Loaded::report`], for `shardloop check-config`).
+//! ([`Loaded::report`], for `shardloop check-config`). It also turns its sections into the
+//! plain settings each part takes ([`ServerConfig::loop_builder`], `net::Limits::from`,
+//! [`NetworkConfig::backend_kind`]): the configuration depends on the parts, never the
+//! reverse, so no part ever imports this module.
 //!
 //! It must never start anything, touch the runtime or the network, print, log or exit the
 //! process: it reads at most one file (the config file) and, only when the caller asks
-//! ([`process_env`]), the process environment. The binary prints a [`ConfigError`] and exits
-//! with [`ConfigError::EXIT_CODE`] (2) before anything is started.
+//! ([`process_env`]), the process environment. (The one exception is asked for by name:
+//! [`NetworkConfig::backend_kind`] lets the network module probe for io_uring, and warn if it
+//! is refused.) The binary prints a [`ConfigError`] and exits with [`ConfigError::EXIT_CODE`]
+//! (2) before anything is started.
 //!
 //! ```no_run
 //! use shardloop::config::{Config, ConfigError, ConfigFile, LoadOptions, Overrides, process_env};
@@ -38,6 +43,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::net::{BackendKind, Limits};
 use crate::runtime::{
     DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD,
     DEFAULT_SPIN_BEFORE_PARK, DEFAULT_TICK, EventLoop, EventLoopBuilder,
@@ -160,6 +166,32 @@ impl Default for NetworkConfig {
             max_packet: 8192,
             max_connections: 1024,
             idle_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+impl NetworkConfig {
+    /// `network.backend` resolved to a backend this process can run: `auto` is
+    /// [`BackendKind::AUTO`]; `io_uring` probes the kernel (a ring is created and dropped) and
+    /// falls back to epoll with a warning when refused ([`BackendKind::io_uring_or_epoll`]).
+    /// Call it once, at startup.
+    pub fn backend_kind(&self) -> BackendKind {
+        match self.backend {
+            Backend::Auto => BackendKind::AUTO,
+            Backend::Epoll => BackendKind::Epoll,
+            Backend::IoUring => BackendKind::io_uring_or_epoll(),
+        }
+    }
+}
+
+/// The server's limits from `[network]`: `Limits::from(&config.network)`.
+impl From<&NetworkConfig> for Limits {
+    fn from(config: &NetworkConfig) -> Limits {
+        Limits {
+            max_connections: config.max_connections as usize,
+            max_packet: config.max_packet as usize,
+            send_buffer_size: config.send_buffer_size as usize,
+            idle_timeout: config.idle_timeout,
         }
     }
 }

@@ -1,18 +1,21 @@
 //! Which backend the shard runs, and on which runtime.
 //!
-//! `network.backend = auto | epoll | io_uring` is resolved once at startup: io_uring needs the
-//! `io-uring` cargo feature, Linux, and a kernel that lets this process create a ring (a sysctl,
-//! a seccomp profile or an old kernel may refuse). When it is asked for and refused, the shard
-//! logs one warning and runs on epoll: a shard that starts beats one that stops over a
-//! transport. Both backends run on the same current-thread tokio runtime
-//! ([`BackendKind::block_on`]); io_uring's ring is driven by a local task on it.
+//! This module owns the choice between the backends this process can run ([`BackendKind`])
+//! and the runtime under them. io_uring needs the `io-uring` cargo feature, Linux, and a kernel
+//! that lets this process create a ring (a sysctl, a seccomp profile or an old kernel may
+//! refuse). When it is asked for and refused, [`BackendKind::io_uring_or_epoll`] logs one
+//! warning and picks epoll: a shard that starts beats one that stops over a transport. Both
+//! backends run on the same current-thread tokio runtime ([`BackendKind::block_on`]);
+//! io_uring's ring is driven by a local task on it.
+//!
+//! It must never read the configuration: `network.backend` is mapped to a [`BackendKind`] by
+//! the config (`NetworkConfig::backend_kind`), which calls in here, never the reverse.
 
 use std::future::Future;
 use std::io;
 
 use super::backend::Backend;
 use super::epoll::Epoll;
-use crate::config;
 
 /// A backend that is available here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,21 +28,17 @@ impl BackendKind {
     /// What `auto` means: epoll. See `docs/configuration.md` for the measurements behind it.
     pub const AUTO: BackendKind = BackendKind::Epoll;
 
-    /// Resolves the configured backend to one this process can run, logging a warning when
-    /// io_uring was asked for and is refused.
-    pub fn resolve(requested: config::Backend) -> BackendKind {
-        match requested {
-            config::Backend::Auto => BackendKind::AUTO,
-            config::Backend::Epoll => BackendKind::Epoll,
-            config::Backend::IoUring => match io_uring_available() {
-                Ok(()) => BackendKind::IoUring,
-                Err(why) => {
-                    tracing::warn!(
-                        "network.backend = \"io_uring\" is unavailable ({why}); using epoll"
-                    );
-                    BackendKind::Epoll
-                }
-            },
+    /// io_uring when this process can use it; otherwise epoll, after a warning that says why
+    /// io_uring was refused. For a shard whose `network.backend` asks for io_uring.
+    pub fn io_uring_or_epoll() -> BackendKind {
+        match io_uring_available() {
+            Ok(()) => BackendKind::IoUring,
+            Err(why) => {
+                tracing::warn!(
+                    "network.backend = \"io_uring\" is unavailable ({why}); using epoll"
+                );
+                BackendKind::Epoll
+            }
         }
     }
 

@@ -8,6 +8,9 @@
 //!
 //! Why inline: a packet handler is game logic, and game logic runs on one thread in one
 //! order. Handing packets to other tasks would put tokio's scheduler in charge of that order.
+//!
+//! Networking must never read the configuration: it takes plain settings ([`Limits`],
+//! [`BackendKind`]), which the config builds from `[network]`.
 
 pub mod backend;
 mod epoll;

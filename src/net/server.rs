@@ -31,7 +31,6 @@ use super::listener;
 use super::session::{ConnId, Disconnect, NetState, Sessions};
 use super::throttle::Throttle;
 use crate::LoopContext;
-use crate::config::NetworkConfig;
 use crate::runtime::executor::panic_message;
 use crate::timer::{self, TimerToken};
 
@@ -57,7 +56,8 @@ const IDLE_SWEEP: Duration = Duration::from_secs(1);
 /// After an accept error (out of file descriptors, say) the listener is retried this late.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// The limits a server enforces, from `[network]`.
+/// The limits a server enforces. The shard builds them from `[network]` (the config's
+/// `From<&NetworkConfig>`); tests and benches write them out.
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub max_connections: usize,
@@ -65,17 +65,6 @@ pub struct Limits {
     pub send_buffer_size: usize,
     /// Zero: never.
     pub idle_timeout: Duration,
-}
-
-impl Limits {
-    pub fn from_config(config: &NetworkConfig) -> Limits {
-        Limits {
-            max_connections: config.max_connections as usize,
-            max_packet: config.max_packet as usize,
-            send_buffer_size: config.send_buffer_size as usize,
-            idle_timeout: config.idle_timeout,
-        }
-    }
 }
 
 /// Counters since start, for the console and tests.

@@ -148,8 +148,8 @@ impl TimerFd {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
         Ok(TimerFd {
+            // SAFETY: `fd` is a fresh descriptor that nothing else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
     }

@@ -202,7 +202,7 @@ pub async fn run_with(
         false => generate_world(&config.world.generate),
     };
     let world = Rc::new(RefCell::new(world));
-    let net = Net::new(Limits::from_config(&config.network));
+    let net = Net::new(Limits::from(&config.network));
     let players = game::install(&net, world.clone());
     let builder = config.server.loop_builder();
     let mut event_loop = game::wire(builder, &net, world.clone(), players.clone()).build();

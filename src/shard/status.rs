@@ -15,26 +15,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::config::Config;
+use crate::host::process_cpu_time;
 use crate::runtime::{self, LagHistogram, LoopStats, Verdict};
 use crate::timer::{self, TimerToken};
-
-/// Process CPU time (user + system, all threads) so far.
-#[must_use]
-pub fn process_cpu_time() -> Duration {
-    // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_SELF is always valid.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
-            return Duration::ZERO;
-        }
-        usage
-    };
-    let micros = |tv: libc::timeval| {
-        Duration::from_secs(tv.tv_sec.max(0) as u64)
-            + Duration::from_micros(tv.tv_usec.max(0) as u64)
-    };
-    micros(usage.ru_utime) + micros(usage.ru_stime)
-}
 
 /// One interval's figures.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,14 +6,15 @@
 //! design burns CPU or wakes late. Each probe prints its median, p99 and a verdict against
 //! reference values stated on the same line, so an operator can compare hosts at a glance.
 //!
-//! This module runs only on request (a CLI subcommand): never inside a running shard.
+//! This module runs only on request (a CLI subcommand): never inside a running shard. The
+//! shard's own startup check is the runtime's 25-sleep probe (`server.probe_host`).
 
 use std::fmt;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::runtime::park::TimerFd;
+use shardloop::host::ParkTimer;
 
 /// How a measurement compares with its references.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,8 +196,8 @@ fn tokio_sleep(want: Duration) {
     });
 }
 
-fn timerfd_sleep(fd: &TimerFd, want: Duration) {
-    if fd.arm(want).and_then(|()| fd.wait_blocking()).is_err() {
+fn timerfd_sleep(fd: &ParkTimer, want: Duration) {
+    if fd.sleep(want).is_err() {
         thread::sleep(want);
     }
 }
@@ -212,7 +213,7 @@ pub fn run() -> Vec<Probe> {
             std::hint::black_box(SystemTime::now());
         }),
     ];
-    let timerfd = TimerFd::new().ok();
+    let timerfd = ParkTimer::new().ok();
     for (ms, std_name, tokio_name, fd_name) in [
         (
             1,
@@ -304,7 +305,7 @@ mod tests {
 
     #[test]
     fn a_timerfd_sleep_is_not_early() {
-        let fd = TimerFd::new().expect("timerfd on Linux");
+        let fd = ParkTimer::new().expect("timerfd on Linux");
         let start = Instant::now();
         timerfd_sleep(&fd, Duration::from_millis(3));
         assert!(start.elapsed() >= Duration::from_millis(3));

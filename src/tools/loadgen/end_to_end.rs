@@ -1,5 +1,7 @@
 //! `loadgen` end to end: ping and walk modes against an in-process fake shard, and the error
 //! for a server that is not there. No speed is asserted: the host may be slow or busy.
+//!
+//! (Unit tests of the binary, which `cargo test` runs: loadgen is not in the library's API.)
 
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -7,9 +9,10 @@ use std::thread;
 
 use clap::Parser;
 use shardloop::game::packets::{client, serial_xy, server};
-use shardloop::loadgen::{self, LoadgenArgs, LoadgenError, Mode};
 use shardloop::net::frame;
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::tools::loadgen::{self, LoadgenArgs, LoadgenError, Mode};
 
 /// `shardloop loadgen`'s flags, parsed as the binary will parse them.
 #[derive(Debug, Parser)]

@@ -1,0 +1,198 @@
+//! A client's TCP connection to the server under load: connect, log in, send, and read the
+//! server's packets one by one; and why a client stops early.
+//!
+//! This module owns the socket and its receive buffer. It must never lose bytes when a read
+//! is cancelled: reads race timers in `select!`.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+
+use shardloop::game::packets::{client, server};
+use shardloop::net::frame::{self, Frame, FrameError};
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::Window;
+use super::outcome::Outcome;
+
+/// Largest packet accepted from the server: anything its 16-bit length field can say.
+const MAX_PACKET: usize = u16::MAX as usize;
+/// How much room each read offers at least.
+const READ_CHUNK: usize = 4096;
+/// A connect or a login that takes longer than this fails that client.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why one client stopped early.
+#[derive(Debug)]
+pub(super) enum ClientError {
+    Io(io::Error),
+    Closed,
+    Timeout(&'static str),
+    Frame(FrameError),
+    BadEcho,
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Io(e) => write!(f, "{e}"),
+            ClientError::Closed => f.write_str("connection closed by the server"),
+            ClientError::Timeout(what) => write!(f, "{what} took over {SETUP_TIMEOUT:?}"),
+            ClientError::Frame(e) => write!(f, "bad packet from the server: {e}"),
+            ClientError::BadEcho => f.write_str("ping echo differs from the ping sent"),
+        }
+    }
+}
+
+impl From<io::Error> for ClientError {
+    fn from(e: io::Error) -> Self {
+        ClientError::Io(e)
+    }
+}
+
+/// A client's connection and its receive buffer.
+pub(super) struct Conn {
+    stream: TcpStream,
+    /// Allocated (and zeroed) once; grows only for a packet bigger than itself. Reads go
+    /// straight into its unused tail: the `io-util` copy helpers are not compiled in.
+    buf: Vec<u8>,
+    /// Where the next unread packet starts in `buf`.
+    head: usize,
+    /// Where the bytes read end in `buf`.
+    tail: usize,
+}
+
+impl Conn {
+    pub(super) async fn connect(addr: SocketAddr) -> Result<Conn, ClientError> {
+        let stream = tokio::time::timeout(SETUP_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| ClientError::Timeout("connecting"))??;
+        // Requests are small and each waits for its answer: never hold one back.
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            buf: vec![0; READ_CHUNK],
+            head: 0,
+            tail: 0,
+        })
+    }
+
+    /// Logs in as `bot{id}` and waits for the server's `0x81`.
+    pub(super) async fn login(&mut self, id: u32, seen: &mut Outcome) -> Result<(), ClientError> {
+        let name = format!("bot{id}");
+        self.send(&frame::packet(client::LOGIN, &[name.as_bytes()]))
+            .await?;
+        let accepted = async {
+            loop {
+                while let Some(packet) = self.pop()? {
+                    if packet.id == server::LOGIN_OK {
+                        return Ok(());
+                    }
+                    seen.unasked(packet.id);
+                }
+                self.fill().await?;
+            }
+        };
+        tokio::time::timeout(SETUP_TIMEOUT, accepted)
+            .await
+            .map_err(|_| ClientError::Timeout("logging in"))?
+    }
+
+    /// Waits for the window to open, reading and dropping whatever the server sends.
+    pub(super) async fn wait_for_start(
+        &mut self,
+        mut window: watch::Receiver<Option<Window>>,
+        seen: &mut Outcome,
+    ) -> Result<Window, ClientError> {
+        loop {
+            tokio::select! {
+                opened = window.wait_for(Option::is_some) => {
+                    // The coordinator holds the sender until every client has returned.
+                    return opened.ok().and_then(|w| *w).ok_or(ClientError::Closed);
+                }
+                read = self.fill() => {
+                    read?;
+                    while let Some(packet) = self.pop()? {
+                        seen.unasked(packet.id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads until the echo of `ping` arrives, counting anything else.
+    pub(super) async fn echo_of(
+        &mut self,
+        ping: &[u8],
+        seen: &mut Outcome,
+    ) -> Result<(), ClientError> {
+        loop {
+            while let Some(packet) = self.pop()? {
+                if packet.id != client::PING {
+                    seen.unasked(packet.id);
+                } else if packet.bytes == ping {
+                    return Ok(());
+                } else {
+                    return Err(ClientError::BadEcho);
+                }
+            }
+            self.fill().await?;
+        }
+    }
+
+    /// Writes all of `bytes`. Requests are small: this almost never waits.
+    pub(super) async fn send(&mut self, mut bytes: &[u8]) -> Result<(), ClientError> {
+        while !bytes.is_empty() {
+            match self.stream.try_write(bytes) {
+                Ok(0) => return Err(ClientError::Closed),
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.stream.writable().await?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads once, whatever has arrived. Cancel-safe: nothing is lost if the future is
+    /// dropped, so it can race a timer in `select!`.
+    pub(super) async fn fill(&mut self) -> Result<(), ClientError> {
+        self.buf.copy_within(self.head..self.tail, 0);
+        self.tail -= self.head;
+        self.head = 0;
+        if self.tail == self.buf.len() {
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        // `poll_read`, not `readable` + `try_read`: after a short read it forgets the
+        // readiness itself, which saves a `read` that would only say EWOULDBLOCK: one
+        // syscall in three per round trip.
+        let mut space = ReadBuf::new(&mut self.buf[self.tail..]);
+        std::future::poll_fn(|cx| Pin::new(&mut self.stream).poll_read(cx, &mut space)).await?;
+        match space.filled().len() {
+            0 => Err(ClientError::Closed),
+            n => {
+                self.tail += n;
+                Ok(())
+            }
+        }
+    }
+
+    /// The next whole packet already read, if any.
+    pub(super) fn pop(&mut self) -> Result<Option<Frame<'_>>, ClientError> {
+        let at = self.head;
+        let len = match frame::split(&self.buf[at..self.tail], MAX_PACKET) {
+            Ok(Some(packet)) => packet.bytes.len(),
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(ClientError::Frame(e)),
+        };
+        self.head += len;
+        let bytes = &self.buf[at..at + len];
+        Ok(Some(Frame {
+            id: bytes[0],
+            bytes,
+        }))
+    }
+}
