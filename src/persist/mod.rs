@@ -11,7 +11,10 @@
 //! - [`snapshot`], [`save`], [`load`]: taking, writing and reading a save;
 //! - [`layout`]: where saves, backups and temp directories live, the swap, crash recovery;
 //! - [`saver`]: saves on the loop, never overlapping; [`autosave`], [`schedule`], [`clock`]:
-//!   when they happen.
+//!   when they happen;
+//! - the building blocks: [`single_flight`] (one run at a time, one queued), [`fsio`]
+//!   (durable writes), [`error`] ([`PersistError`]: what failed, where, and the OS's reason),
+//!   [`background`] (low-priority threads), [`lock`] (one shard per data directory).
 //!
 //! Persistence knows the world's entities but nothing about sockets: what players should
 //! hear is handed out as [`Notice`]s for the shard to deliver.
@@ -21,7 +24,9 @@ pub mod autosave;
 pub mod background;
 pub mod clock;
 pub mod codec;
+pub mod error;
 pub mod file;
+pub mod fsio;
 pub mod layout;
 pub mod load;
 pub mod lock;
@@ -29,13 +34,16 @@ pub mod manifest;
 pub mod save;
 pub mod saver;
 pub mod schedule;
+pub mod single_flight;
 pub mod snapshot;
 
 pub use autosave::{Autosave, Cadence};
 pub use clock::Clock;
+pub use error::{Operation, PersistError};
 pub use layout::{Layout, Replaced};
 pub use load::{LoadError, Loaded, load};
 pub use manifest::Manifest;
 pub use save::{SaveError, Saved};
 pub use saver::{Notice, Report, Request, Saver, SaverConfig};
+pub use single_flight::SingleFlight;
 pub use snapshot::Snapshot;
