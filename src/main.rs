@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use shardloop::config::{Config, ConfigArgs, ConfigError, Loaded};
 use shardloop::loadgen::{self, LoadgenArgs};
 use shardloop::net::BackendKind;
-use shardloop::persist::archive::restore::{self, Limits};
+use shardloop::persist::archive::restore;
 use shardloop::persist::{Layout, lock::DataLock};
 use shardloop::{probe_host, shard};
 use tracing_subscriber::EnvFilter;
@@ -196,12 +196,7 @@ fn restore_command(config: &Config, args: &RestoreArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    match restore::restore(
-        &layout,
-        &archives,
-        archive,
-        Limits::from_config(&config.archive),
-    ) {
+    match restore::restore(&layout, &archives, archive, config.archive.restore_limits()) {
         Ok(restored) => {
             println!("{restored}");
             ExitCode::SUCCESS

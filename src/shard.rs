@@ -212,7 +212,7 @@ pub async fn run_with(
         tracing::warn!("after an interrupted save: {line}");
     }
     let archives_dir = config.data_path(&config.archive.dir);
-    let limits = archive::restore::Limits::from_config(&config.archive);
+    let limits = config.archive.restore_limits();
     if let Some(restored) = archive::restore::restore_dropped(&layout, &archives_dir, limits)
         .map_err(ShardError::Restore)?
     {
@@ -341,7 +341,9 @@ async fn serve(
     let clock = config.time.clock();
     let archiver = config.archive.enabled.then(|| {
         let dir = config.data_path(&config.archive.dir);
-        let plan = Plan::from_config(&config.archive, dir, config.time.zone.time_zone().clone());
+        let plan: Plan = config
+            .archive
+            .plan(dir, config.time.zone.time_zone().clone());
         let archiver = Archiver::new(layout.clone(), plan, clock);
         // Whatever earlier runs (or a crash) left to do, before the first save.
         archiver.request();

@@ -24,6 +24,7 @@
 //! }
 //! ```
 
+mod archive;
 mod cli;
 mod duration;
 mod error;

@@ -6,14 +6,13 @@
 //! load. Writing returns each entry's size and CRC-32, and [`list`] computes the same from
 //! the archive, which is how a rollup verifies an archive before it gets its final name.
 //!
-//! Owns the encodings. Must never decide what goes into an archive or where it lives, and
-//! never extract (restoring untrusted archives is `restore`'s job, with its checks).
+//! Owns the encodings. Must never decide what goes into an archive, where it lives or which
+//! format the configuration asks for, and never extract (restoring untrusted archives is
+//! `restore`'s job, with its checks).
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
-
-use crate::config::Compression;
 
 /// One file in an archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,15 +33,6 @@ pub enum Format {
 
 impl Format {
     pub const ALL: [Format; 4] = [Format::TarZst, Format::TarGz, Format::Zip, Format::Tar];
-
-    pub fn of(compression: Compression) -> Format {
-        match compression {
-            Compression::Zstd => Format::TarZst,
-            Compression::Gzip => Format::TarGz,
-            Compression::Zip => Format::Zip,
-            Compression::None => Format::Tar,
-        }
-    }
 
     /// The extension, with its leading dot.
     pub fn extension(self) -> &'static str {

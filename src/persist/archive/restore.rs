@@ -29,7 +29,6 @@ use std::path::{Component, Path, PathBuf};
 use jiff::Timestamp;
 
 use super::format::{self, Format};
-use crate::config::ArchiveConfig;
 use crate::persist::layout::{self, Layout, TEMP_PREFIX, sync_dir};
 use crate::persist::load;
 use crate::persist::manifest::{self, Manifest};
@@ -49,22 +48,13 @@ const MAX_PAX_BYTES: u64 = 64 * 1024;
 /// Largest manifest read when listing an archive.
 const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 
-/// How much an archive may unpack to.
+/// How much an archive may unpack to (the configuration's `[archive]` builds one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Bytes of extracted files, declared or actual.
     pub max_bytes: u64,
     /// Entries of any kind.
     pub max_entries: usize,
-}
-
-impl Limits {
-    pub fn from_config(config: &ArchiveConfig) -> Limits {
-        Limits {
-            max_bytes: config.max_restore_bytes,
-            max_entries: DEFAULT_MAX_ENTRIES,
-        }
-    }
 }
 
 /// A restore that happened: what moved where.

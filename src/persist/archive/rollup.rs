@@ -20,8 +20,9 @@
 //!
 //! Period boundaries are in the configured time zone; backup names are UTC times.
 //!
-//! Owns the run. Must never run on the loop thread (it is blocking disk work) nor two at
-//! once (the `Archiver` runs one at a time; the data-directory lock keeps other processes out).
+//! Owns the run. Must never read the configuration (it gets a [`Plan`]), never run on the loop
+//! thread (it is blocking disk work), nor two at once (the `Archiver` runs one at a time; the
+//! data-directory lock keeps other processes out).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -34,7 +35,6 @@ use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
 
 use super::format::{self, Format};
-use crate::config::ArchiveConfig;
 use crate::persist::file::Kind;
 use crate::persist::layout::{self, BACKUP_MARKER, Layout, TEMP_PREFIX};
 use crate::persist::manifest;
@@ -100,7 +100,7 @@ impl fmt::Display for Period {
     }
 }
 
-/// What a rollup needs to know.
+/// What a rollup needs to know: plain settings (the configuration's `[archive]` builds one).
 #[derive(Debug, Clone)]
 pub struct Plan {
     /// `Archives/` (with `Hourly/`, `Daily/`, `Monthly/` under it).
@@ -116,22 +116,6 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn from_config(config: &ArchiveConfig, dir: PathBuf, zone: TimeZone) -> Plan {
-        Plan {
-            dir,
-            format: Format::of(config.compression),
-            level: config.level,
-            zone,
-            retention: [
-                config.hourly_retention,
-                config.daily_retention,
-                config.monthly_retention,
-            ],
-            keep_backups: config.keep_backups,
-            max_age: config.prune.then_some(config.max_age),
-        }
-    }
-
     fn retention(&self, period: Period) -> usize {
         self.retention[period as usize] as usize
     }
