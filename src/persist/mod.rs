@@ -44,6 +44,6 @@ pub use layout::{Layout, Replaced};
 pub use load::{LoadError, Loaded, load};
 pub use manifest::Manifest;
 pub use save::{SaveError, Saved};
-pub use saver::{Notice, Report, Request, Saver, SaverConfig};
-pub use single_flight::SingleFlight;
+pub use saver::{Notice, Report, Saver, SaverConfig};
+pub use single_flight::{Request, SingleFlight};
 pub use snapshot::Snapshot;
