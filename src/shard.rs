@@ -105,7 +105,7 @@ pub struct Stopped {
     pub uptime: Duration,
     /// The save taken at shutdown: its report, or why it failed (the previous save is then
     /// the one on disk).
-    pub final_save: Result<persist::Report, String>,
+    pub final_save: Result<persist::Report, persist::PersistError>,
 }
 
 /// Why the shard could not start.
@@ -297,7 +297,7 @@ struct Serving {
     reason: StopReason,
     startup: Duration,
     uptime: Duration,
-    final_save: Result<persist::Report, String>,
+    final_save: Result<persist::Report, persist::PersistError>,
 }
 
 /// The world and the network, as the shard wires them.

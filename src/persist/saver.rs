@@ -13,12 +13,15 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::io;
+use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 
 use super::clock::Clock;
+use super::error::{Operation, PersistError};
 use super::layout::{Layout, Replaced};
 use super::save::{self, Saved};
 use super::single_flight::{Request, SingleFlight};
@@ -48,8 +51,8 @@ pub enum Notice {
     /// A save has started.
     Saving,
     Saved(Report),
-    /// A save failed (the previous save is intact); the text says why.
-    Failed(String),
+    /// A save failed (the previous save is intact); the error says where and why.
+    Failed(PersistError),
 }
 
 impl fmt::Display for Notice {
@@ -91,7 +94,7 @@ pub struct SaverConfig {
 }
 
 /// A save's outcome, as every waiter and listener gets it.
-type Outcome = Result<Report, String>;
+type Outcome = Result<Report, PersistError>;
 
 /// The world's saver; clones share it. Lives on the loop thread.
 #[derive(Clone)]
@@ -164,10 +167,11 @@ impl Inner {
                 world.spawner_count(),
             )
         };
+        let saves = &self.config.layout.saves;
         let buffers =
             tokio::task::spawn_blocking(move || Buffers::prefaulted(counts.0, counts.1, counts.2))
                 .await
-                .map_err(|e| format!("world save failed: the buffer thread died: {e}"))?;
+                .map_err(|e| thread_died("preparing the snapshot buffers for", saves, e))?;
         let began = Instant::now();
         let snapshot = Snapshot::take_into(
             buffers,
@@ -184,10 +188,16 @@ impl Inner {
         });
         match job.await {
             Ok(Ok(saved)) => Ok(report(saved, stall, began.elapsed())),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(e) => Err(format!("world save failed: the writer thread died: {e}")),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(thread_died("writing", saves, e)),
         }
     }
+}
+
+/// A blocking-pool thread of the save panicked (or was cancelled at shutdown).
+fn thread_died(step: &'static str, saves: &Path, e: tokio::task::JoinError) -> PersistError {
+    let source = io::Error::other(format!("the thread doing it died: {e}"));
+    PersistError::new(Operation::Save, step, saves, source)
 }
 
 fn report(saved: Saved, stall: Duration, took: Duration) -> Report {

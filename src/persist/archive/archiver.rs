@@ -9,11 +9,13 @@
 //! Owns what a run is, and its log lines. Must never block the loop.
 
 use std::future::Future;
+use std::io;
 use std::rc::Rc;
 
 use jiff::Timestamp;
 
 use super::rollup::{self, Period, Plan};
+use crate::persist::error::{Operation, PersistError};
 use crate::persist::single_flight::{Request, SingleFlight};
 use crate::persist::{Clock, Layout, background};
 
@@ -21,7 +23,7 @@ use crate::persist::{Clock, Layout, background};
 #[derive(Debug, Clone)]
 pub struct LastRun {
     pub at: Timestamp,
-    pub outcome: Result<rollup::Report, String>,
+    pub outcome: Result<rollup::Report, PersistError>,
 }
 
 /// The shard's archiver; clones share it. Lives on the loop thread.
@@ -42,6 +44,15 @@ struct Inner {
 enum Job {
     Rollup,
     Prune,
+}
+
+impl Job {
+    fn operation(self) -> Operation {
+        match self {
+            Job::Rollup => Operation::Rollup,
+            Job::Prune => Operation::Prune,
+        }
+    }
 }
 
 impl Archiver {
@@ -109,20 +120,23 @@ impl Inner {
         let now = self.clock.now();
         let work = tokio::task::spawn_blocking(move || {
             background::run("shardloop-archive", move || match job {
-                Job::Rollup => rollup::run(&layout, &plan, now).map_err(|e| e.to_string()),
-                Job::Prune => rollup::prune(&plan, now)
-                    .map(|pruned| rollup::Report {
-                        pruned,
-                        ..rollup::Report::default()
-                    })
-                    .map_err(|e| format!("pruning archives failed: {e}")),
+                Job::Rollup => rollup::run(&layout, &plan, now).map_err(|e| e.error),
+                Job::Prune => rollup::prune(&plan, now).map(|pruned| rollup::Report {
+                    pruned,
+                    ..rollup::Report::default()
+                }),
             })
         });
+        let dir = self.plan.dir.clone();
         async move {
+            let thread = |step, source| PersistError::new(job.operation(), step, &dir, source);
             let outcome = match work.await {
                 Ok(Ok(outcome)) => outcome,
-                Ok(Err(e)) => Err(format!("cannot start the archive thread: {e}")),
-                Err(e) => Err(format!("the archive thread died: {e}")),
+                Ok(Err(e)) => Err(thread("starting the archive thread for", e)),
+                Err(e) => Err(thread(
+                    "running the archive thread for",
+                    io::Error::other(format!("the thread died: {e}")),
+                )),
             };
             log(&outcome);
             LastRun { at: now, outcome }
@@ -130,7 +144,7 @@ impl Inner {
     }
 }
 
-fn log(outcome: &Result<rollup::Report, String>) {
+fn log(outcome: &Result<rollup::Report, PersistError>) {
     match outcome {
         Ok(report) => {
             for w in &report.written {

@@ -21,6 +21,7 @@ use std::io::{self, BufReader, Read, Seek};
 use std::path::{Component, Path, PathBuf};
 
 use super::format::{self, Format};
+use crate::persist::fsio;
 
 /// Entries a restored archive may hold (a save is a handful of files; this leaves room for
 /// folders and the odd extra file, not for an entry-count bomb).
@@ -37,12 +38,14 @@ pub struct Limits {
     pub max_entries: usize,
 }
 
-/// Why an archive is refused: the entry at fault (as named in the archive), if one is, and
-/// the reason in operator words. The caller attaches the archive's path.
+/// Why an archive is not unpacked: the entry at fault (as named in the archive), if one is,
+/// the reason in operator words, and the OS error when the filesystem failed rather than the
+/// archive being refused for what it holds. The caller attaches the archive's path.
 #[derive(Debug)]
 pub struct Refusal {
     pub entry: Option<String>,
     pub reason: String,
+    pub source: Option<io::Error>,
 }
 
 impl Refusal {
@@ -51,6 +54,7 @@ impl Refusal {
         Refusal {
             entry: Some(name.to_owned()),
             reason: reason.into(),
+            source: None,
         }
     }
 
@@ -59,6 +63,17 @@ impl Refusal {
         Refusal {
             entry: None,
             reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// The filesystem failed at `what` (for the entry `name`, if any): the reason reads
+    /// `<what>: <the OS error>`, and the OS error is kept.
+    pub fn os(name: Option<&str>, what: &str, source: io::Error) -> Refusal {
+        Refusal {
+            entry: name.map(str::to_owned),
+            reason: format!("{what}: {source}"),
+            source: Some(source),
         }
     }
 }
@@ -85,6 +100,18 @@ pub fn unpack<R: Read + Seek>(
 
 fn unreadable(e: impl fmt::Display) -> Refusal {
     Refusal::whole(format!("it is not a readable archive: {e}"))
+}
+
+/// Why writing an entry's file stopped: the disk (creating or syncing it), or the entry.
+enum FileFailed {
+    Disk(io::Error),
+    Refused(Refusal),
+}
+
+impl From<io::Error> for FileFailed {
+    fn from(e: io::Error) -> FileFailed {
+        FileFailed::Disk(e)
+    }
 }
 
 /// Writes checked entries under one directory, within the limits.
@@ -122,7 +149,7 @@ impl<'a> Unpacker<'a> {
 
     fn dir(&mut self, name: &str) -> Result<(), Refusal> {
         let path = self.dest.join(safe_path(name)?);
-        fs::create_dir_all(&path).map_err(|e| Refusal::entry(name, format!("cannot create: {e}")))
+        fs::create_dir_all(&path).map_err(|e| Refusal::os(Some(name), "cannot create", e))
     }
 
     /// Writes a regular file: the declared size is checked before anything is written, and
@@ -135,20 +162,28 @@ impl<'a> Unpacker<'a> {
         }
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent)
-                .map_err(|e| Refusal::entry(name, format!("cannot create its folder: {e}")))?;
+                .map_err(|e| Refusal::os(Some(name), "cannot create its folder", e))?;
         }
-        let mut out = fs::File::create_new(&path).map_err(|e| match e.kind() {
-            io::ErrorKind::AlreadyExists => Refusal::entry(name, "appears twice in the archive"),
-            _ => Refusal::entry(name, format!("cannot create: {e}")),
+        // A refusal inside the fill skips the file's fsync: refused bytes are not worth one.
+        let copied = fsio::create(&path, |out| {
+            let copied = io::copy(&mut data.take(left + 1), out).map_err(|e| {
+                FileFailed::Refused(Refusal::entry(name, format!("cannot be read: {e}")))
+            })?;
+            if copied > left {
+                let why = self.too_big(name, "holds more bytes than it declares");
+                return Err(FileFailed::Refused(why));
+            }
+            Ok(copied)
+        })
+        .map_err(|failed| match failed {
+            FileFailed::Disk(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                Refusal::entry(name, "appears twice in the archive")
+            }
+            FileFailed::Disk(e) => Refusal::os(Some(name), "cannot be written", e),
+            FileFailed::Refused(refusal) => refusal,
         })?;
-        let copied = io::copy(&mut data.take(left + 1), &mut out)
-            .map_err(|e| Refusal::entry(name, format!("cannot be read: {e}")))?;
-        if copied > left {
-            return Err(self.too_big(name, "holds more bytes than it declares"));
-        }
         self.bytes += copied;
-        out.sync_all()
-            .map_err(|e| Refusal::entry(name, format!("cannot be written: {e}")))
+        Ok(())
     }
 
     fn too_big(&self, name: &str, what: &str) -> Refusal {

@@ -22,6 +22,7 @@ use std::fmt;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 
@@ -29,7 +30,8 @@ use super::extract::{self, Refusal};
 pub use super::extract::{DEFAULT_MAX_ENTRIES, Limits};
 use super::format::Format;
 pub use super::list::{Listed, ListedKind, Table, list};
-use crate::persist::layout::{self, Layout, TEMP_PREFIX, sync_dir};
+use crate::persist::fsio::{self, sync_dir};
+use crate::persist::layout::{self, Layout, TEMP_PREFIX};
 use crate::persist::load;
 use crate::persist::manifest::{self, Manifest};
 
@@ -78,7 +80,7 @@ impl fmt::Display for Restored {
 }
 
 /// A restore that did not happen: the archive, the entry at fault (if one is), the reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RestoreError {
     pub archive: PathBuf,
     /// The archive entry refused, as named in the archive.
@@ -87,6 +89,10 @@ pub struct RestoreError {
     /// `None`: nothing was changed. Otherwise where things were left, when a failure part-way
     /// through the moves could not put everything back.
     pub left: Option<String>,
+    /// The OS error behind the failure, when there is one (a full disk is `ENOSPC` here);
+    /// `None` when the archive itself was refused for what it holds. Shared, as in
+    /// `PersistError`, so the error stays `Clone`.
+    pub source: Option<Arc<io::Error>>,
 }
 
 impl fmt::Display for RestoreError {
@@ -103,7 +109,11 @@ impl fmt::Display for RestoreError {
     }
 }
 
-impl std::error::Error for RestoreError {}
+impl std::error::Error for RestoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as _)
+    }
+}
 
 impl RestoreError {
     /// The archive was refused before anything moved: nothing was changed.
@@ -113,8 +123,27 @@ impl RestoreError {
             entry: refusal.entry,
             reason: refusal.reason,
             left: None,
+            source: refusal.source.map(Arc::new),
         }
     }
+}
+
+/// A step of the moves that failed: what it was, naming its paths, and the OS's reason.
+#[derive(Debug)]
+struct MoveFailed {
+    what: String,
+    source: io::Error,
+}
+
+impl fmt::Display for MoveFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.source)
+    }
+}
+
+/// Wraps the OS error of the step `what`, for `map_err`.
+fn failed(what: String) -> impl FnOnce(io::Error) -> MoveFailed {
+    move |source| MoveFailed { what, source }
 }
 
 /// Restores the save in `archive`: unpack, check, then put it in place as `Saves/`, the
@@ -128,11 +157,9 @@ pub fn restore(
 ) -> Result<Restored, RestoreError> {
     let refused = |refusal| RestoreError::refused(archive, refusal);
     let format = archive_format(archive).map_err(refused)?;
-    let tmp = layout.create_temp_dir("restore").map_err(|e| {
-        refused(Refusal::whole(format!(
-            "cannot create a temp directory: {e}"
-        )))
-    })?;
+    let tmp = layout
+        .create_temp_dir("restore")
+        .map_err(|e| refused(Refusal::os(None, "cannot create a temp directory", e)))?;
     let (root, manifest) = match unpack_and_check(archive, format, &tmp, limits) {
         Ok(checked) => checked,
         Err(refusal) => {
@@ -151,14 +178,15 @@ pub fn restore(
             save: layout.saves.clone(),
             manifest,
         }),
-        Err(reason) => {
+        Err(failure) => {
             let left = moves.undo().err();
             let _ = fs::remove_dir_all(&tmp);
             Err(RestoreError {
                 archive: archive.to_owned(),
                 entry: None,
-                reason,
+                reason: failure.to_string(),
                 left,
+                source: Some(Arc::new(failure.source)),
             })
         }
     }
@@ -176,6 +204,7 @@ pub fn restore_dropped(
         entry: None,
         reason: format!("cannot look for archives in it: {e}"),
         left: None,
+        source: Some(Arc::new(e)),
     })?;
     match found.as_slice() {
         [] => Ok(None),
@@ -189,6 +218,7 @@ pub fn restore_dropped(
                 names(several)
             ),
             left: None,
+            source: None,
         }),
     }
 }
@@ -226,7 +256,7 @@ fn archive_format(archive: &Path) -> Result<Format, Refusal> {
     match fs::metadata(archive) {
         Ok(meta) if meta.is_file() => Ok(format),
         Ok(_) => Err(Refusal::whole("it is not a file")),
-        Err(e) => Err(Refusal::whole(format!("cannot read it: {e}"))),
+        Err(e) => Err(Refusal::os(None, "cannot read it", e)),
     }
 }
 
@@ -239,10 +269,10 @@ fn unpack_and_check(
     limits: Limits,
 ) -> Result<(PathBuf, Manifest), Refusal> {
     let dest = tmp.join(UNPACKED);
-    fs::create_dir(&dest).map_err(|e| cannot_unpack(&dest, &e))?;
-    let file = File::open(archive).map_err(|e| Refusal::whole(format!("cannot read it: {e}")))?;
+    fs::create_dir(&dest).map_err(|e| cannot_unpack(&dest, e))?;
+    let file = File::open(archive).map_err(|e| Refusal::os(None, "cannot read it", e))?;
     extract::unpack(file, format, &dest, limits)?;
-    sync_tree(&dest).map_err(|e| cannot_unpack(&dest, &e))?;
+    fsio::sync_tree(&dest).map_err(|e| cannot_unpack(&dest, e))?;
     let root = save_root(&dest)?;
     let loaded = load::load(&root).map_err(|e| {
         let file = e.file.strip_prefix(&dest).unwrap_or(&e.file);
@@ -255,8 +285,8 @@ fn unpack_and_check(
     Ok((root, loaded.manifest))
 }
 
-fn cannot_unpack(path: &Path, e: &io::Error) -> Refusal {
-    Refusal::whole(format!("cannot unpack into {}: {e}", path.display()))
+fn cannot_unpack(path: &Path, e: io::Error) -> Refusal {
+    Refusal::os(None, &format!("cannot unpack into {}", path.display()), e)
 }
 
 /// The save's directory: the archive's root if `manifest.toml` is there, else its single
@@ -271,7 +301,7 @@ fn save_root(dest: &Path) -> Result<PathBuf, Refusal> {
                 .map(|e| e.map(|e| e.path()))
                 .collect::<io::Result<Vec<_>>>()
         })
-        .map_err(|e| cannot_unpack(dest, &e))?;
+        .map_err(|e| cannot_unpack(dest, e))?;
     top.sort();
     match top.as_slice() {
         [folder] if folder.is_dir() => Ok(folder.clone()),
@@ -283,18 +313,6 @@ fn save_root(dest: &Path) -> Result<PathBuf, Refusal> {
             names(&top)
         ))),
     }
-}
-
-/// fsyncs every directory under `dir` (files were synced as written), so that the save is
-/// durable before it is renamed into place.
-fn sync_tree(dir: &Path) -> io::Result<()> {
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            sync_tree(&entry.path())?;
-        }
-    }
-    sync_dir(dir)
 }
 
 /// The moves of a restore, recorded as they happen so that a failure part-way can put
@@ -346,7 +364,7 @@ impl<'a> Moves<'a> {
 
     /// Steps 1–4 above. The error says which step failed; [`undo`](Self::undo) reverses
     /// what was done.
-    fn run(&mut self, archives_dir: &Path, root: &Path, tmp: &Path) -> Result<(), String> {
+    fn run(&mut self, archives_dir: &Path, root: &Path, tmp: &Path) -> Result<(), MoveFailed> {
         self.move_archive(&archives_dir.join(RESTORED_ARCHIVES))?;
         self.stage(root)?;
         // The extraction's leftovers (empty folders); recovery removes them if this fails.
@@ -354,21 +372,23 @@ impl<'a> Moves<'a> {
         self.move_previous()?;
         let staged = self.staged.as_ref().expect("staged in step 2");
         let saves = &self.layout.saves;
-        fs::rename(staged, saves).map_err(|e| {
-            format!(
-                "cannot rename {} to {}: {e}",
-                staged.display(),
-                saves.display()
-            )
-        })?;
+        fs::rename(staged, saves).map_err(failed(format!(
+            "cannot rename {} to {}",
+            staged.display(),
+            saves.display()
+        )))?;
         self.in_place = true;
-        sync_dir(self.layout.root())
-            .map_err(|e| format!("cannot sync {}: {e}", self.layout.root().display()))
+        self.sync_root()
     }
 
-    fn move_archive(&mut self, restored: &Path) -> Result<(), String> {
+    fn sync_root(&self) -> Result<(), MoveFailed> {
+        let root = self.layout.root();
+        sync_dir(root).map_err(failed(format!("cannot sync {}", root.display())))
+    }
+
+    fn move_archive(&mut self, restored: &Path) -> Result<(), MoveFailed> {
         fs::create_dir_all(restored)
-            .map_err(|e| format!("cannot create {}: {e}", restored.display()))?;
+            .map_err(failed(format!("cannot create {}", restored.display())))?;
         let name = self.archive.file_name().unwrap_or_default();
         if same_dir(self.archive.parent(), restored) {
             // Restoring an archive restored before: it is where it belongs.
@@ -381,52 +401,49 @@ impl<'a> Moves<'a> {
         Ok(())
     }
 
-    fn stage(&mut self, root: &Path) -> Result<(), String> {
+    fn stage(&mut self, root: &Path) -> Result<(), MoveFailed> {
         let staged = self
             .layout
             .create_temp_dir("restored")
             .and_then(|dir| fs::remove_dir(&dir).map(|()| dir))
-            .map_err(|e| format!("cannot create a temp directory: {e}"))?;
-        fs::rename(root, &staged).map_err(|e| {
-            format!(
-                "cannot rename {} to {}: {e}",
-                root.display(),
-                staged.display()
-            )
-        })?;
+            .map_err(failed("cannot create a temp directory".to_owned()))?;
+        fs::rename(root, &staged).map_err(failed(format!(
+            "cannot rename {} to {}",
+            root.display(),
+            staged.display()
+        )))?;
         self.staged = Some(staged);
-        sync_dir(self.layout.root())
-            .map_err(|e| format!("cannot sync {}: {e}", self.layout.root().display()))
+        self.sync_root()
     }
 
     /// `Saves/` to `Backups/Restored-<time>/`, whatever it holds (it is the operator's, so it
     /// is kept even if it is not a loadable save); removed only when it is an empty directory.
-    fn move_previous(&mut self) -> Result<(), String> {
+    fn move_previous(&mut self) -> Result<(), MoveFailed> {
         let saves = &self.layout.saves;
         let empty = match fs::read_dir(saves) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(format!("cannot read {}: {e}", saves.display())),
+            Err(e) => return Err(failed(format!("cannot read {}", saves.display()))(e)),
             Ok(mut entries) => entries.next().is_none(),
         };
         if empty {
-            fs::remove_dir(saves)
-                .map_err(|e| format!("cannot remove the empty {}: {e}", saves.display()))?;
+            fs::remove_dir(saves).map_err(failed(format!(
+                "cannot remove the empty {}",
+                saves.display()
+            )))?;
             self.saves_removed = true;
             return Ok(());
         }
         let backups = restored_backups_dir(self.layout);
         fs::create_dir_all(&backups)
-            .map_err(|e| format!("cannot create {}: {e}", backups.display()))?;
+            .map_err(failed(format!("cannot create {}", backups.display())))?;
         let target = free_backup_name(&backups, Timestamp::now());
-        fs::rename(saves, &target).map_err(|e| {
-            format!(
-                "cannot move the current save {} to {}: {e}",
-                saves.display(),
-                target.display()
-            )
-        })?;
+        fs::rename(saves, &target).map_err(failed(format!(
+            "cannot move the current save {} to {}",
+            saves.display(),
+            target.display()
+        )))?;
         self.previous = Some(target);
-        sync_dir(&backups).map_err(|e| format!("cannot sync {}: {e}", backups.display()))
+        sync_dir(&backups).map_err(failed(format!("cannot sync {}", backups.display())))
     }
 
     /// Puts back what [`run`](Self::run) moved, newest first. The error says where things
@@ -531,44 +548,31 @@ fn free_name(dir: &Path, stem: &str, extension: &str) -> PathBuf {
 
 /// Moves a file: a rename, or across filesystems (an archive named on the command line may
 /// be anywhere) a copy that is synced and in place before the original is removed.
-fn move_file(from: &Path, to: &Path) -> Result<(), String> {
-    let failed = |e: io::Error| format!("cannot move {} to {}: {e}", from.display(), to.display());
-    match fs::rename(from, to) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            copy_then_remove(from, to).map_err(failed)?
-        }
-        Err(e) => return Err(failed(e)),
-    }
-    for dir in [from.parent(), to.parent()].into_iter().flatten() {
-        let dir = if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        };
-        sync_dir(dir).map_err(failed)?;
-    }
-    Ok(())
+fn move_file(from: &Path, to: &Path) -> Result<(), MoveFailed> {
+    let moved = match fs::rename(from, to) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => copy_then_remove(from, to),
+        other => other,
+    };
+    moved
+        .and_then(|()| fsio::sync_parent(from))
+        .and_then(|()| fsio::sync_parent(to))
+        .map_err(failed(format!(
+            "cannot move {} to {}",
+            from.display(),
+            to.display()
+        )))
 }
 
 fn copy_then_remove(from: &Path, to: &Path) -> io::Result<()> {
     // A hidden temp name: never listed, and never mistaken for the archive if this stops
     // half-way (the original is still in place then).
     let name = to.file_name().unwrap_or_default().to_string_lossy();
-    let partial = to.with_file_name(format!(
-        "{TEMP_PREFIX}restore-{}-{name}",
-        std::process::id()
-    ));
-    let copied = (|| {
-        let mut out = File::create_new(&partial)?;
-        io::copy(&mut File::open(from)?, &mut out)?;
-        out.sync_all()?;
-        fs::rename(&partial, to)
-    })();
-    if let Err(e) = copied {
-        let _ = fs::remove_file(&partial);
-        return Err(e);
-    }
+    let copy = fsio::Replacement::new(
+        to,
+        &format!("{TEMP_PREFIX}restore-{}-{name}", std::process::id()),
+    );
+    copy.write(|out| io::copy(&mut File::open(from)?, out))?;
+    copy.commit()?;
     fs::remove_file(from)
 }
 
