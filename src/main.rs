@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use shardloop::config::{Config, ConfigArgs, ConfigError, Loaded};
-use shardloop::persist::archive::restore::{self, Limits};
+use shardloop::persist::archive::restore;
 use shardloop::persist::{Layout, lock::DataLock};
 use shardloop::shard;
 use tracing_subscriber::EnvFilter;
@@ -201,12 +201,7 @@ fn restore_command(config: &Config, args: &RestoreArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    match restore::restore(
-        &layout,
-        &archives,
-        archive,
-        Limits::from_config(&config.archive),
-    ) {
+    match restore::restore(&layout, &archives, archive, config.archive.restore_limits()) {
         Ok(restored) => {
             println!("{restored}");
             ExitCode::SUCCESS

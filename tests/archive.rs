@@ -42,7 +42,7 @@ fn backup(layout: &Layout, world: &World, at: &str) -> PathBuf {
 fn plan(root: &Path, compression: Compression) -> Plan {
     Plan {
         dir: root.join("Archives"),
-        format: Format::of(compression),
+        format: Format::from(compression),
         level: 3,
         zone: TimeZone::UTC,
         retention: [24, 30, 12],
@@ -182,7 +182,7 @@ fn every_format_opens_with_the_standard_tools_and_holds_a_loadable_save() {
         backup(&layout, &world, "2026-11-30T22:10:00Z");
         let plan = plan(dir.path(), compression);
         rollup::run(&layout, &plan, NOW.parse().unwrap()).unwrap();
-        let format = Format::of(compression);
+        let format = Format::from(compression);
         let archive = plan
             .dir
             .join(format!("Hourly/2026-11-30-22{}", format.extension()));

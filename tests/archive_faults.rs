@@ -98,7 +98,7 @@ fn history(data: &Path, now: Timestamp) -> Vec<(Timestamp, PathBuf)> {
 fn plan(data: &Path) -> Plan {
     Plan {
         dir: data.join("Archives"),
-        format: Format::of(Compression::Zstd),
+        format: Format::from(Compression::Zstd),
         level: 3,
         zone: TimeZone::UTC,
         retention: [24, 30, 12],

@@ -325,6 +325,10 @@ fn refused(name: &str, bytes: &[u8], limits: Limits, entry: &str) -> RestoreErro
     let before = tree(data.path());
     let e = restore::restore(&layout, &archives(data.path()), &archive, limits).unwrap_err();
     assert_eq!(e.entry.as_deref(), Some(entry), "{e}");
+    assert!(
+        e.source.is_none(),
+        "refused for what it holds, not a disk error: {e}"
+    );
     let text = e.to_string();
     assert!(text.contains(entry) && text.contains(name), "{text}");
     assert!(text.contains("nothing was changed"), "{text}");
@@ -731,6 +735,12 @@ fn a_failure_during_the_moves_puts_everything_back() {
     let before = tree(data.path());
     let e = restore::restore(&layout, &archives(data.path()), &archive, LIMITS).unwrap_err();
     assert!(e.reason.contains("Backups"), "{e}");
+    // The filesystem's error, not the archive's: `Backups` is a file, not a directory.
+    let os = e.source.as_ref().and_then(|s| s.raw_os_error());
+    assert!(
+        matches!(os, Some(libc::EEXIST | libc::ENOTDIR)),
+        "{os:?}: {e}"
+    );
     assert_eq!(e.left, None, "{e}");
     let after: Vec<_> = tree(data.path())
         .into_iter()

@@ -29,6 +29,7 @@
 //! }
 //! ```
 
+mod archive;
 mod cli;
 mod duration;
 mod error;

@@ -16,7 +16,7 @@
 //! does) nor block the loop.
 
 use std::cell::Cell;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
@@ -26,6 +26,8 @@ use jiff::tz::TimeZone;
 use tokio::sync::Notify;
 
 use super::clock::Clock;
+use super::error::{Operation, PersistError};
+use super::fsio;
 use super::saver::{Notice, Saver};
 use super::schedule::{self, MAX_FREQUENCY};
 use crate::timer;
@@ -200,9 +202,8 @@ pub fn override_path(data_dir: &Path) -> PathBuf {
 
 /// Writes the console's cadence where the next start finds it (atomically: a temp file,
 /// fsynced, renamed over the old one).
-pub fn store_override(data_dir: &Path, cadence: Cadence) -> io::Result<PathBuf> {
+pub fn store_override(data_dir: &Path, cadence: Cadence) -> Result<PathBuf, PersistError> {
     let path = override_path(data_dir);
-    let temp = data_dir.join(format!("{OVERRIDE_FILE}.tmp"));
     let text = format!(
         "# Written by the console command `savefrequency`. It overrides [autosave] frequency\n\
          # and warning of the configuration; delete this file to use the configuration's.\n\
@@ -210,36 +211,41 @@ pub fn store_override(data_dir: &Path, cadence: Cadence) -> io::Result<PathBuf> 
         humantime::format_duration(cadence.every),
         humantime::format_duration(cadence.warning),
     );
-    let mut file = std::fs::File::create(&temp)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&temp, &path)?;
-    super::layout::sync_dir(data_dir)?;
+    fsio::replace(&path, &format!("{OVERRIDE_FILE}.tmp"), text.as_bytes()).map_err(
+        PersistError::at(Operation::AutosaveOverride, "replacing", &path),
+    )?;
     Ok(path)
 }
 
 /// The cadence `savefrequency` stored, if any. A file that cannot be used is an error
-/// naming it; the caller keeps the configuration's values and says so.
-pub fn read_override(data_dir: &Path) -> Result<Option<Cadence>, String> {
+/// naming it (`InvalidData` when it reads but makes no sense); the caller keeps the
+/// configuration's values and says so.
+pub fn read_override(data_dir: &Path) -> Result<Option<Cadence>, PersistError> {
     let path = override_path(data_dir);
     let text = match std::fs::read_to_string(&path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        other => other.map_err(|e| format!("{}: cannot read it: {e}", path.display()))?,
+        other => other.map_err(PersistError::at(
+            Operation::AutosaveOverride,
+            "reading",
+            &path,
+        ))?,
     };
-    let parse = || -> Result<Cadence, String> {
-        let doc: toml::Table = text.parse().map_err(|e| format!("not valid TOML: {e}"))?;
-        let duration = |key: &str| -> Result<Duration, String> {
-            let value = doc
-                .get(key)
-                .and_then(|v| v.as_str())
-                .ok_or_else(|| format!("`{key}` is missing or not a string"))?;
-            humantime::parse_duration(value).map_err(|e| format!("`{key}` = {value:?}: {e}"))
-        };
-        Cadence::new(duration("frequency")?, duration("warning")?)
+    parse_override(&text).map(Some).map_err(|reason| {
+        PersistError::invalid_data(Operation::AutosaveOverride, "parsing", &path, reason)
+    })
+}
+
+/// The cadence in the override file's text, or what is wrong with it.
+fn parse_override(text: &str) -> Result<Cadence, String> {
+    let doc: toml::Table = text.parse().map_err(|e| format!("not valid TOML: {e}"))?;
+    let duration = |key: &str| -> Result<Duration, String> {
+        let value = doc
+            .get(key)
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| format!("`{key}` is missing or not a string"))?;
+        humantime::parse_duration(value).map_err(|e| format!("`{key}` = {value:?}: {e}"))
     };
-    parse()
-        .map(Some)
-        .map_err(|e| format!("{}: {e}", path.display()))
+    Cadence::new(duration("frequency")?, duration("warning")?)
 }
 
 #[cfg(test)]
@@ -249,12 +255,14 @@ mod tests {
     #[test]
     fn the_override_file_round_trips_and_bad_ones_are_named() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(read_override(dir.path()), Ok(None));
+        assert_eq!(read_override(dir.path()).unwrap(), None);
         let c = Cadence::new(Duration::from_secs(1800), Duration::from_secs(60)).unwrap();
         store_override(dir.path(), c).unwrap();
-        assert_eq!(read_override(dir.path()), Ok(Some(c)));
+        assert_eq!(read_override(dir.path()).unwrap(), Some(c));
         std::fs::write(override_path(dir.path()), "frequency = \"soon\"\n").unwrap();
         let e = read_override(dir.path()).unwrap_err();
+        assert!(e.is_invalid_data(), "{e}");
+        let e = e.to_string();
         assert!(e.contains("autosave.toml") && e.contains("soon"), "{e}");
     }
 

@@ -14,8 +14,8 @@
 //! A file is therefore self-checking: truncation, a flipped bit or a file of another type
 //! put in its place are all caught before a single record is decoded.
 //!
-//! Owns the container and the durability of one file (written, then fsynced). Must never
-//! decide where files live or what a complete save is (`save`, `load`, `manifest` do).
+//! Owns the container of one file (written and fsynced through `fsio`). Must never decide
+//! where files live or what a complete save is (`save`, `load`, `manifest` do).
 
 use std::fmt;
 use std::fs::File;
@@ -23,6 +23,7 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use super::codec;
+use super::fsio;
 
 pub const MAGIC: &[u8; 8] = b"SHLDSAVE";
 /// The container layout above. Bumped only if the header itself changes.
@@ -96,24 +97,24 @@ pub fn write(
     count: u64,
     chunks: impl IntoIterator<Item = io::Result<Vec<u8>>>,
 ) -> io::Result<Written> {
-    let mut file = File::create_new(path)?;
-    let mut crc = crc32fast::Hasher::new();
-    let mut bytes = 0u64;
-    let mut put = |file: &mut File, data: &[u8]| -> io::Result<()> {
-        crc.update(data);
-        bytes += data.len() as u64;
-        file.write_all(data)
-    };
-    put(&mut file, &header(kind, count))?;
-    for chunk in chunks {
-        put(&mut file, &chunk?)?;
-    }
-    let crc32 = crc.finalize();
-    file.write_all(&crc32.to_le_bytes())?;
-    file.sync_all()?;
-    Ok(Written {
-        bytes: bytes + TRAILER as u64,
-        crc32,
+    fsio::create(path, |file| {
+        let mut crc = crc32fast::Hasher::new();
+        let mut bytes = 0u64;
+        let mut put = |file: &mut File, data: &[u8]| -> io::Result<()> {
+            crc.update(data);
+            bytes += data.len() as u64;
+            file.write_all(data)
+        };
+        put(file, &header(kind, count))?;
+        for chunk in chunks {
+            put(file, &chunk?)?;
+        }
+        let crc32 = crc.finalize();
+        file.write_all(&crc32.to_le_bytes())?;
+        Ok(Written {
+            bytes: bytes + TRAILER as u64,
+            crc32,
+        })
     })
 }
 

@@ -13,8 +13,8 @@
 //! where it moves to `Backups/`. Elsewhere it is two renames with a gap that startup
 //! recovery ([`Layout::recover`]) closes.
 //!
-//! Owns the paths and directory moves (each fsynced). Must never read or write save
-//! contents beyond the manifest.
+//! Owns the paths and directory moves (each fsynced, through `fsio`). Must never read or
+//! write save contents beyond the manifest.
 
 use std::ffi::CString;
 use std::io;
@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use jiff::Timestamp;
 
+use super::fsio::{self, sync_dir};
 use super::manifest::Manifest;
 
 /// Prefix of every temp directory; anything with it is cleaned (or finished) at startup.
@@ -275,8 +276,7 @@ fn is_empty_dir(dir: &Path) -> bool {
 /// Writes the completion marker into a backup directory, durably.
 fn mark_complete(backup: &Path) -> io::Result<()> {
     let marker = backup.join(BACKUP_MARKER);
-    std::fs::write(&marker, format!("{}\n", Timestamp::now()))?;
-    std::fs::File::open(&marker)?.sync_all()?;
+    fsio::write(&marker, format!("{}\n", Timestamp::now()).as_bytes())?;
     sync_dir(backup)
 }
 
@@ -307,9 +307,4 @@ fn exchange(a: &Path, b: &Path) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
-}
-
-/// Makes the entries of `dir` (creations, renames) durable.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
 }

@@ -11,17 +11,25 @@
 //! - [`snapshot`], [`save`], [`load`]: taking, writing and reading a save;
 //! - [`layout`]: where saves, backups and temp directories live, the swap, crash recovery;
 //! - [`saver`]: saves on the loop, never overlapping; [`autosave`], [`schedule`], [`clock`]:
-//!   when they happen.
+//!   when they happen;
+//! - [`archive`]: replaced saves rolled up into archives, and restoring from them;
+//! - the building blocks: [`single_flight`] (one run at a time, one queued), [`fsio`]
+//!   (durable writes), [`error`] ([`PersistError`]: what failed, where, and the OS's reason),
+//!   [`background`] (low-priority threads), [`lock`] (one shard per data directory).
 //!
 //! Persistence knows the world's entities but nothing about sockets: what players should
-//! hear is handed out as [`Notice`]s for the shard to deliver.
+//! hear is handed out as [`Notice`]s for the shard to deliver. Nor does it read the
+//! configuration: the shard hands it plain settings ([`SaverConfig`], [`archive::Plan`],
+//! [`archive::restore::Limits`]).
 
 pub mod archive;
 pub mod autosave;
 pub mod background;
 pub mod clock;
 pub mod codec;
+pub mod error;
 pub mod file;
+pub mod fsio;
 pub mod layout;
 pub mod load;
 pub mod lock;
@@ -29,13 +37,16 @@ pub mod manifest;
 pub mod save;
 pub mod saver;
 pub mod schedule;
+pub mod single_flight;
 pub mod snapshot;
 
 pub use autosave::{Autosave, Cadence};
 pub use clock::Clock;
+pub use error::{Operation, PersistError};
 pub use layout::{Layout, Replaced};
 pub use load::{LoadError, Loaded, load};
 pub use manifest::Manifest;
-pub use save::{SaveError, Saved};
-pub use saver::{Notice, Report, Request, Saver, SaverConfig};
+pub use save::Saved;
+pub use saver::{Notice, Report, Saver, SaverConfig};
+pub use single_flight::{Request, SingleFlight};
 pub use snapshot::Snapshot;

@@ -13,15 +13,16 @@
 //! Owns the write. Must never run on the loop thread, and never touch the world (it only has
 //! the snapshot).
 
-use std::fmt;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::codec;
+use super::error::{Operation, PersistError};
 use super::file::{self, Kind, Written};
-use super::layout::{self, Layout, Replaced};
+use super::fsio;
+use super::layout::{Layout, Replaced};
 use super::manifest::{self, Manifest};
 use super::snapshot::Snapshot;
 
@@ -38,45 +39,23 @@ pub struct Saved {
     pub took: Duration,
 }
 
-/// Why a save failed: the step, the path, and the OS error. The previous save is intact.
-#[derive(Debug)]
-pub struct SaveError {
-    pub step: &'static str,
-    pub path: PathBuf,
-    pub source: io::Error,
-}
-
-impl fmt::Display for SaveError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "world save failed while {} {}: {}; the previous save is intact",
-            self.step,
-            self.path.display(),
-            self.source
-        )
-    }
-}
-
-impl std::error::Error for SaveError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
 /// [`write`] on a dedicated low-priority thread (see [`super::background`]); blocks until it
 /// is done. Call it from `spawn_blocking`.
 pub fn write_in_background(
     layout: &Layout,
     snapshot: Snapshot,
     threads: usize,
-) -> Result<Saved, SaveError> {
+) -> Result<Saved, PersistError> {
     super::background::run("shardloop-save", move || write(layout, snapshot, threads))
         .map_err(|source| fail("starting the save thread for", &layout.saves, source))?
 }
 
 /// Writes `snapshot` as the new current save. Blocking: call it from `spawn_blocking`.
-pub fn write(layout: &Layout, mut snapshot: Snapshot, threads: usize) -> Result<Saved, SaveError> {
+pub fn write(
+    layout: &Layout,
+    mut snapshot: Snapshot,
+    threads: usize,
+) -> Result<Saved, PersistError> {
     let began = Instant::now();
     snapshot.sort();
     let staged = layout
@@ -107,7 +86,7 @@ pub fn write(layout: &Layout, mut snapshot: Snapshot, threads: usize) -> Result<
 }
 
 /// Writes every file of the save into `dir`, the manifest last.
-fn stage(dir: &Path, snap: &Snapshot, threads: usize) -> Result<Manifest, SaveError> {
+fn stage(dir: &Path, snap: &Snapshot, threads: usize) -> Result<Manifest, PersistError> {
     let files = vec![
         (
             Kind::Items,
@@ -147,9 +126,9 @@ fn stage(dir: &Path, snap: &Snapshot, threads: usize) -> Result<Manifest, SaveEr
         files,
     };
     let path = dir.join(manifest::FILE_NAME);
-    write_synced(&path, manifest.to_toml().as_bytes())
+    fsio::write_new(&path, manifest.to_toml().as_bytes())
         .map_err(|source| fail("writing", &path, source))?;
-    layout::sync_dir(dir).map_err(|source| fail("syncing", dir, source))?;
+    fsio::sync_dir(dir).map_err(|source| fail("syncing", dir, source))?;
     Ok(manifest)
 }
 
@@ -159,7 +138,7 @@ fn write_kind<T: Sync>(
     records: &[T],
     threads: usize,
     encode: fn(&T, &mut Vec<u8>),
-) -> Result<Written, SaveError> {
+) -> Result<Written, PersistError> {
     let path = dir.join(kind.file_name());
     let chunks: Vec<&[T]> = records.chunks(CHUNK).collect();
     let threads = threads.min(chunks.len()).max(1);
@@ -196,19 +175,9 @@ fn write_kind<T: Sync>(
     })
 }
 
-fn write_synced(path: &Path, data: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    let mut f = std::fs::File::create_new(path)?;
-    f.write_all(data)?;
-    f.sync_all()
-}
-
-fn fail(step: &'static str, path: &Path, source: io::Error) -> SaveError {
-    SaveError {
-        step,
-        path: path.to_owned(),
-        source,
-    }
+/// Why a save failed (every failure leaves the previous save intact, as its text says).
+fn fail(step: &'static str, path: &Path, source: io::Error) -> PersistError {
+    PersistError::new(Operation::Save, step, path, source)
 }
 
 /// The default number of serialization workers: one per core but the loop's, at least one.

@@ -1,26 +1,30 @@
 //! The saver: runs world saves on the loop, one at a time.
 //!
 //! A save is a snapshot on the loop thread (the only stall the game sees) and then
-//! [`save::write`] on tokio's blocking pool. While one is writing, any number of further
-//! requests fold into a single queued save, started (with a fresh snapshot) when the current
-//! one ends: saves never overlap and never pile up.
+//! [`save::write`] on tokio's blocking pool. Saves run in a [`SingleFlight`]: while one is
+//! writing, any number of further requests fold into a single queued save, started (with a
+//! fresh snapshot) when the current one ends: saves never overlap and never pile up.
 //!
 //! What happens is told through [`Notice`]s (the shard turns them into player broadcasts and
 //! log lines); callers that need the outcome await [`Saver::save`].
 //!
-//! Owns the save state machine. Must never block the loop: nothing here waits on the disk.
+//! Owns what a save run is and what it tells. Must never block the loop: nothing here waits
+//! on the disk.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::fmt;
+use std::io;
+use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use tokio::sync::watch;
 
 use super::clock::Clock;
+use super::error::{Operation, PersistError};
 use super::layout::{Layout, Replaced};
 use super::save::{self, Saved};
+use super::single_flight::{Request, SingleFlight};
 use super::snapshot::{Buffers, Snapshot};
 use crate::world::{Mobile, World};
 
@@ -47,8 +51,8 @@ pub enum Notice {
     /// A save has started.
     Saving,
     Saved(Report),
-    /// A save failed (the previous save is intact); the text says why.
-    Failed(String),
+    /// A save failed (the previous save is intact); the error says where and why.
+    Failed(PersistError),
 }
 
 impl fmt::Display for Notice {
@@ -78,15 +82,6 @@ fn spoken(d: Duration) -> String {
     format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
 }
 
-/// How [`Saver::request`] took a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Request {
-    /// A save started now.
-    Started,
-    /// One is writing; another will follow it (requests made meanwhile share it).
-    Queued,
-}
-
 /// Everything the saver needs, given once.
 pub struct SaverConfig {
     pub layout: Layout,
@@ -98,93 +93,72 @@ pub struct SaverConfig {
     pub notices: Box<dyn Fn(&Notice)>,
 }
 
+/// A save's outcome, as every waiter and listener gets it.
+type Outcome = Result<Report, PersistError>;
+
 /// The world's saver; clones share it. Lives on the loop thread.
 #[derive(Clone)]
 pub struct Saver {
-    inner: Rc<Inner>,
+    flight: SingleFlight<(), Outcome>,
 }
 
 struct Inner {
     world: Rc<RefCell<World>>,
     config: SaverConfig,
-    writing: Cell<bool>,
-    queued: Cell<bool>,
-    /// Saves started so far; save n is the n-th.
-    started: Cell<u64>,
-    /// Saves finished so far, and the outcome of the last one.
-    finished: watch::Sender<(u64, Option<Result<Report, String>>)>,
 }
 
 impl Saver {
     pub fn new(world: Rc<RefCell<World>>, config: SaverConfig) -> Saver {
+        let inner = Rc::new(Inner { world, config });
         Saver {
-            inner: Rc::new(Inner {
-                world,
-                config,
-                writing: Cell::new(false),
-                queued: Cell::new(false),
-                started: Cell::new(0),
-                finished: watch::Sender::new((0, None)),
-            }),
+            flight: SingleFlight::new(move |()| Inner::start(&inner)),
         }
     }
 
     /// Starts a save, or queues one behind the save that is writing. On the loop thread.
     pub fn request(&self) -> Request {
-        if self.inner.writing.get() {
-            self.inner.queued.set(true);
-            Request::Queued
-        } else {
-            Inner::start(&self.inner);
-            Request::Started
-        }
+        self.flight.request(())
     }
 
     /// Saves the world as it is now (or as it is when the save writing now ends) and waits
     /// until that save is on disk.
-    pub async fn save(&self) -> Result<Report, String> {
-        let target = self.inner.started.get() + 1;
-        self.request();
-        let mut finished = self.inner.finished.subscribe();
-        let seen = finished.wait_for(|(n, _)| *n >= target).await;
-        let (_, outcome) = &*seen.expect("the saver owns the sender");
-        outcome.clone().expect("a finished save has an outcome")
+    pub async fn save(&self) -> Outcome {
+        self.flight.request_and_wait(()).await
     }
 
     /// Waits until no save is writing or queued.
     pub async fn idle(&self) {
-        let mut finished = self.inner.finished.subscribe();
-        while self.inner.writing.get() {
-            let _ = finished.changed().await;
-        }
+        self.flight.idle().await
     }
 
     /// A save is writing now.
     pub fn is_writing(&self) -> bool {
-        self.inner.writing.get()
+        self.flight.is_running()
     }
 
     /// Saves that have finished (successfully or not) since start.
     pub fn finished(&self) -> u64 {
-        self.inner.finished.borrow().0
+        self.flight.finished()
     }
 }
 
 impl Inner {
-    fn start(this: &Rc<Inner>) {
-        this.writing.set(true);
-        this.started.set(this.started.get() + 1);
+    /// Announces a save and returns it, to run on the loop; its outcome is announced too.
+    fn start(this: &Rc<Inner>) -> impl Future<Output = Outcome> + use<> {
         (this.config.notices)(&Notice::Saving);
         let this = this.clone();
-        // Detached: the outcome reaches waiters through `finished`.
-        drop(crate::spawn(async move {
+        async move {
             let outcome = this.run().await;
-            this.finish(outcome);
-        }));
+            match &outcome {
+                Ok(r) => (this.config.notices)(&Notice::Saved(r.clone())),
+                Err(e) => (this.config.notices)(&Notice::Failed(e.clone())),
+            }
+            outcome
+        }
     }
 
     /// One save: buffers prepared off the loop, the snapshot on it, the rest off it again.
-    async fn run(&self) -> Result<Report, String> {
+    async fn run(&self) -> Outcome {
         let counts = {
             let world = self.world.borrow();
             (
@@ -193,10 +167,11 @@ impl Inner {
                 world.spawner_count(),
             )
         };
+        let saves = &self.config.layout.saves;
         let buffers =
             tokio::task::spawn_blocking(move || Buffers::prefaulted(counts.0, counts.1, counts.2))
                 .await
-                .map_err(|e| format!("world save failed: the buffer thread died: {e}"))?;
+                .map_err(|e| thread_died("preparing the snapshot buffers for", saves, e))?;
         let began = Instant::now();
         let snapshot = Snapshot::take_into(
             buffers,
@@ -213,25 +188,16 @@ impl Inner {
         });
         match job.await {
             Ok(Ok(saved)) => Ok(report(saved, stall, began.elapsed())),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(e) => Err(format!("world save failed: the writer thread died: {e}")),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(thread_died("writing", saves, e)),
         }
     }
+}
 
-    fn finish(self: Rc<Inner>, outcome: Result<Report, String>) {
-        match &outcome {
-            Ok(r) => (self.config.notices)(&Notice::Saved(r.clone())),
-            Err(e) => (self.config.notices)(&Notice::Failed(e.clone())),
-        }
-        self.writing.set(false);
-        self.finished.send_modify(|(n, last)| {
-            *n += 1;
-            *last = Some(outcome);
-        });
-        if self.queued.replace(false) {
-            Inner::start(&self);
-        }
-    }
+/// A blocking-pool thread of the save panicked (or was cancelled at shutdown).
+fn thread_died(step: &'static str, saves: &Path, e: tokio::task::JoinError) -> PersistError {
+    let source = io::Error::other(format!("the thread doing it died: {e}"));
+    PersistError::new(Operation::Save, step, saves, source)
 }
 
 fn report(saved: Saved, stall: Duration, took: Duration) -> Report {

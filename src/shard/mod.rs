@@ -84,7 +84,7 @@ pub struct Stopped {
     pub uptime: Duration,
     /// The save taken at shutdown: its report, or why it failed (the previous save is then
     /// the one on disk).
-    pub final_save: Result<persist::Report, String>,
+    pub final_save: Result<persist::Report, persist::PersistError>,
 }
 
 /// Why the shard could not start.
@@ -191,7 +191,7 @@ pub async fn run_with(
         tracing::warn!("after an interrupted save: {line}");
     }
     let archives_dir = config.data_path(&config.archive.dir);
-    let limits = archive::restore::Limits::from_config(&config.archive);
+    let limits = config.archive.restore_limits();
     if let Some(restored) = archive::restore::restore_dropped(&layout, &archives_dir, limits)
         .map_err(ShardError::Restore)?
     {
@@ -276,7 +276,7 @@ struct Serving {
     reason: StopReason,
     startup: Duration,
     uptime: Duration,
-    final_save: Result<persist::Report, String>,
+    final_save: Result<persist::Report, persist::PersistError>,
 }
 
 /// The world and the network, as the shard wires them.
@@ -320,7 +320,9 @@ async fn serve(
     let clock = config.time.clock();
     let archiver = config.archive.enabled.then(|| {
         let dir = config.data_path(&config.archive.dir);
-        let plan = Plan::from_config(&config.archive, dir, config.time.zone.time_zone().clone());
+        let plan: Plan = config
+            .archive
+            .plan(dir, config.time.zone.time_zone().clone());
         let archiver = Archiver::new(layout.clone(), plan, clock);
         // Whatever earlier runs (or a crash) left to do, before the first save.
         archiver.request();

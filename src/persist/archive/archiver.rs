@@ -3,41 +3,40 @@
 //! The shard asks for a rollup at startup and after every completed save. A request while a
 //! run is going folds into one more run after it (a run looks at everything on disk, so one
 //! is enough however many saves completed meanwhile). The work itself happens on a
-//! low-priority background thread; the loop only starts it and hears how it went.
+//! low-priority background thread; the loop only starts it and hears how it went. The
+//! one-at-a-time bookkeeping is a [`SingleFlight`].
 //!
-//! Owns the run state and its log lines. Must never block the loop.
+//! Owns what a run is, and its log lines. Must never block the loop.
 
-use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io;
 use std::rc::Rc;
 
 use jiff::Timestamp;
-use tokio::sync::watch;
 
 use super::rollup::{self, Period, Plan};
-use crate::persist::{Clock, Layout, Request, background};
+use crate::persist::error::{Operation, PersistError};
+use crate::persist::single_flight::{Request, SingleFlight};
+use crate::persist::{Clock, Layout, background};
 
 /// How the last run went.
 #[derive(Debug, Clone)]
 pub struct LastRun {
     pub at: Timestamp,
-    pub outcome: Result<rollup::Report, String>,
+    pub outcome: Result<rollup::Report, PersistError>,
 }
 
 /// The shard's archiver; clones share it. Lives on the loop thread.
 #[derive(Clone)]
 pub struct Archiver {
     inner: Rc<Inner>,
+    flight: SingleFlight<Job, LastRun>,
 }
 
 struct Inner {
     layout: Layout,
     plan: Plan,
     clock: Clock,
-    running: Cell<bool>,
-    again: Cell<bool>,
-    last: RefCell<Option<LastRun>>,
-    /// Runs finished since start.
-    finished: watch::Sender<u64>,
 }
 
 /// What a run does.
@@ -47,18 +46,26 @@ enum Job {
     Prune,
 }
 
+impl Job {
+    fn operation(self) -> Operation {
+        match self {
+            Job::Rollup => Operation::Rollup,
+            Job::Prune => Operation::Prune,
+        }
+    }
+}
+
 impl Archiver {
     pub fn new(layout: Layout, plan: Plan, clock: Clock) -> Archiver {
+        let inner = Rc::new(Inner {
+            layout,
+            plan,
+            clock,
+        });
+        let runs = inner.clone();
         Archiver {
-            inner: Rc::new(Inner {
-                layout,
-                plan,
-                clock,
-                running: Cell::new(false),
-                again: Cell::new(false),
-                last: RefCell::new(None),
-                finished: watch::Sender::new(0),
-            }),
+            inner,
+            flight: SingleFlight::new(move |job| runs.run(job)),
         }
     }
 
@@ -73,34 +80,31 @@ impl Archiver {
     }
 
     fn start(&self, job: Job) -> Request {
-        if self.inner.running.get() {
-            // A rollup prunes as well, so one queued rollup covers either request.
-            self.inner.again.set(true);
-            return Request::Queued;
-        }
-        Inner::spawn(&self.inner, job);
-        Request::Started
+        // A rollup prunes as well, so one queued rollup covers either request.
+        let job = if self.flight.is_running() {
+            Job::Rollup
+        } else {
+            job
+        };
+        self.flight.request(job)
     }
 
     /// Waits until no run is going or queued.
     pub async fn idle(&self) {
-        let mut finished = self.inner.finished.subscribe();
-        while self.inner.running.get() {
-            let _ = finished.changed().await;
-        }
+        self.flight.idle().await
     }
 
     /// Runs finished since start.
     pub fn runs(&self) -> u64 {
-        *self.inner.finished.borrow()
+        self.flight.finished()
     }
 
     pub fn last(&self) -> Option<LastRun> {
-        self.inner.last.borrow().clone()
+        self.flight.last()
     }
 
     pub fn is_running(&self) -> bool {
-        self.inner.running.get()
+        self.flight.is_running()
     }
 
     pub fn plan(&self) -> &Plan {
@@ -109,45 +113,38 @@ impl Archiver {
 }
 
 impl Inner {
-    fn spawn(this: &Rc<Inner>, job: Job) {
-        this.running.set(true);
-        let (layout, plan) = (this.layout.clone(), this.plan.clone());
-        let now = this.clock.now();
+    /// Starts `job` on a background thread now; the future returned hears how it went (and
+    /// logs it).
+    fn run(&self, job: Job) -> impl Future<Output = LastRun> + use<> {
+        let (layout, plan) = (self.layout.clone(), self.plan.clone());
+        let now = self.clock.now();
         let work = tokio::task::spawn_blocking(move || {
             background::run("shardloop-archive", move || match job {
-                Job::Rollup => rollup::run(&layout, &plan, now).map_err(|e| e.to_string()),
-                Job::Prune => rollup::prune(&plan, now)
-                    .map(|pruned| rollup::Report {
-                        pruned,
-                        ..rollup::Report::default()
-                    })
-                    .map_err(|e| format!("pruning archives failed: {e}")),
+                Job::Rollup => rollup::run(&layout, &plan, now).map_err(|e| e.error),
+                Job::Prune => rollup::prune(&plan, now).map(|pruned| rollup::Report {
+                    pruned,
+                    ..rollup::Report::default()
+                }),
             })
         });
-        let this = this.clone();
-        // Detached: the outcome is logged and kept in `last`.
-        drop(crate::spawn(async move {
+        let dir = self.plan.dir.clone();
+        async move {
+            let thread = |step, source| PersistError::new(job.operation(), step, &dir, source);
             let outcome = match work.await {
                 Ok(Ok(outcome)) => outcome,
-                Ok(Err(e)) => Err(format!("cannot start the archive thread: {e}")),
-                Err(e) => Err(format!("the archive thread died: {e}")),
+                Ok(Err(e)) => Err(thread("starting the archive thread for", e)),
+                Err(e) => Err(thread(
+                    "running the archive thread for",
+                    io::Error::other(format!("the thread died: {e}")),
+                )),
             };
-            this.finish(now, outcome);
-        }));
-    }
-
-    fn finish(self: Rc<Inner>, at: Timestamp, outcome: Result<rollup::Report, String>) {
-        log(&outcome);
-        *self.last.borrow_mut() = Some(LastRun { at, outcome });
-        self.running.set(false);
-        self.finished.send_modify(|n| *n += 1);
-        if self.again.replace(false) {
-            Inner::spawn(&self, Job::Rollup);
+            log(&outcome);
+            LastRun { at: now, outcome }
         }
     }
 }
 
-fn log(outcome: &Result<rollup::Report, String>) {
+fn log(outcome: &Result<rollup::Report, PersistError>) {
     match outcome {
         Ok(report) => {
             for w in &report.written {

@@ -6,14 +6,15 @@
 //! load. Writing returns each entry's size and CRC-32, and [`list`] computes the same from
 //! the archive, which is how a rollup verifies an archive before it gets its final name.
 //!
-//! Owns the encodings. Must never decide what goes into an archive or where it lives, and
-//! never extract (restoring untrusted archives is `restore`'s job, with its checks).
+//! Owns the encodings. Must never decide what goes into an archive, where it lives or which
+//! format the configuration asks for, and never extract (unpacking untrusted archives is
+//! `extract`'s job, with its checks).
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
-use crate::config::Compression;
+use crate::persist::fsio;
 
 /// One file in an archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,15 +35,6 @@ pub enum Format {
 
 impl Format {
     pub const ALL: [Format; 4] = [Format::TarZst, Format::TarGz, Format::Zip, Format::Tar];
-
-    pub fn of(compression: Compression) -> Format {
-        match compression {
-            Compression::Zstd => Format::TarZst,
-            Compression::Gzip => Format::TarGz,
-            Compression::Zip => Format::Zip,
-            Compression::None => Format::Tar,
-        }
-    }
 
     /// The extension, with its leading dot.
     pub fn extension(self) -> &'static str {
@@ -84,8 +76,19 @@ pub fn write(
     level: i32,
     files: &[(String, &Path)],
 ) -> io::Result<Vec<Entry>> {
-    let out = BufWriter::new(File::create_new(path)?);
-    let (entries, file) = match format {
+    fsio::create(path, |file| write_to(file, format, level, files))
+}
+
+/// [`write`] into `out` (buffered here), without the fsync: the caller owns the file's
+/// durability (a rollup writes through `fsio::Replacement`).
+pub fn write_to<W: Write + io::Seek>(
+    out: W,
+    format: Format,
+    level: i32,
+    files: &[(String, &Path)],
+) -> io::Result<Vec<Entry>> {
+    let out = BufWriter::new(out);
+    let (entries, buffered) = match format {
         Format::Tar => {
             let (entries, out) = write_tar(out, files)?;
             (entries, out)
@@ -102,8 +105,10 @@ pub fn write(
         }
         Format::Zip => write_zip(out, level, files)?,
     };
-    let file = file.into_inner().map_err(io::IntoInnerError::into_error)?;
-    file.sync_all()?;
+    // Flushes the buffer (the file itself is synced by the caller).
+    buffered
+        .into_inner()
+        .map_err(io::IntoInnerError::into_error)?;
     Ok(entries)
 }
 

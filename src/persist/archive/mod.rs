@@ -1,8 +1,17 @@
 //! Archives: replaced saves rolled up into hourly, daily and monthly archives, their
 //! retention, and restoring a save from one. See `docs/backups-and-archives.md`.
+//!
+//! - [`format`]: the four archive encodings, written and read back;
+//! - [`rollup`]: one rollup run and retention, on a blocking thread; [`archiver`]: runs them
+//!   off the loop, one at a time;
+//! - [`extract`]: unpacking an untrusted archive, entry by entry, within limits;
+//!   [`restore`]: checking what was unpacked and moving it into place (or back);
+//!   [`list`]: what `restore --list` shows.
 
 pub mod archiver;
+pub mod extract;
 pub mod format;
+pub mod list;
 pub mod restore;
 pub mod rollup;
 

@@ -1,42 +1,40 @@
-//! Restoring a save from an archive, and listing what could be restored.
+//! Restoring a save from an archive: unpack, check, and move into place — or put every file
+//! back where it was.
 //!
 //! An archive (any of the four formats, made by a rollup or by hand with `tar` or `zip`) is
-//! unpacked into a fresh temp directory, checked as a loadable save (manifest, checksums,
-//! every record: [`load`](crate::persist::load)), and only then put in place as `Saves/`.
-//! The save it replaces moves to `Backups/Restored-<UTC time>/` and the archive to
+//! unpacked into a fresh temp directory ([`extract`](super::extract): the untrusted-input
+//! boundary, with its checks and [`Limits`]), checked as a loadable save (manifest,
+//! checksums, every record: [`load`](crate::persist::load)), and only then put in place as
+//! `Saves/`. The save it replaces moves to `Backups/Restored-<UTC time>/` and the archive to
 //! `Archives/Restored/`: nothing is deleted. A restore refused before the moves leaves every
-//! file where it was and removes its temp directory.
+//! file where it was and removes its temp directory; one that fails part-way through the
+//! moves undoes them.
 //!
-//! Archives are untrusted input. Extraction never uses the `tar` or `zip` crates' unpack
-//! functions: each entry is checked first, and anything that could write outside the temp
-//! directory or make something other than a plain file is refused with the entry named —
-//! absolute paths, `..`, symbolic and hard links, devices and fifos, sparse files, PAX or
-//! GNU long-name headers that replace an entry's name, and more bytes or entries than
-//! [`Limits`] allow (declared sizes are checked before writing, actual bytes while copying).
+//! `restore --list` is [`list`](super::list); its names are re-exported here, next to the
+//! restore they describe, for the CLI.
 //!
-//! Owns extraction and the moves of a restore. Must never write outside its temp directory
-//! before the archive has been validated, never create a link, and never delete the
-//! operator's save or archive.
+//! Owns the check of the unpacked save and the moves of a restore, and their undo. Must
+//! never write outside its temp directory before the archive has been validated, and never
+//! delete the operator's save or archive.
 
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{self, BufReader, Read};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 
-use super::format::{self, Format};
-use crate::config::ArchiveConfig;
-use crate::persist::layout::{self, Layout, TEMP_PREFIX, sync_dir};
+use super::extract::{self, Refusal};
+pub use super::extract::{DEFAULT_MAX_ENTRIES, Limits};
+use super::format::Format;
+pub use super::list::{Listed, ListedKind, Table, list};
+use crate::persist::fsio::{self, sync_dir};
+use crate::persist::layout::{self, Layout, TEMP_PREFIX};
 use crate::persist::load;
 use crate::persist::manifest::{self, Manifest};
 
-/// Entries a restored archive may hold (a save is a handful of files; this leaves room for
-/// folders and the odd extra file, not for an entry-count bomb).
-pub const DEFAULT_MAX_ENTRIES: usize = 256;
 /// The folder under the archives directory that restored archives move to.
 pub const RESTORED_ARCHIVES: &str = "Restored";
 /// Prefix of the backup a restore makes of the save it replaces (under `Backups/`).
@@ -44,28 +42,6 @@ pub const RESTORED_BACKUP_PREFIX: &str = "Restored-";
 /// Inside the restore's temp directory: a save unpacked here is not at the temp directory's
 /// top, so crash recovery sees an unfinished extraction as unfinished and deletes it.
 const UNPACKED: &str = "unpacked";
-/// Largest PAX header read (they hold a few keys; anything bigger is not a real archive).
-const MAX_PAX_BYTES: u64 = 64 * 1024;
-/// Largest manifest read when listing an archive.
-const MAX_MANIFEST_BYTES: u64 = 1 << 20;
-
-/// How much an archive may unpack to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Bytes of extracted files, declared or actual.
-    pub max_bytes: u64,
-    /// Entries of any kind.
-    pub max_entries: usize,
-}
-
-impl Limits {
-    pub fn from_config(config: &ArchiveConfig) -> Limits {
-        Limits {
-            max_bytes: config.max_restore_bytes,
-            max_entries: DEFAULT_MAX_ENTRIES,
-        }
-    }
-}
 
 /// A restore that happened: what moved where.
 #[derive(Debug, Clone)]
@@ -104,7 +80,7 @@ impl fmt::Display for Restored {
 }
 
 /// A restore that did not happen: the archive, the entry at fault (if one is), the reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RestoreError {
     pub archive: PathBuf,
     /// The archive entry refused, as named in the archive.
@@ -113,6 +89,10 @@ pub struct RestoreError {
     /// `None`: nothing was changed. Otherwise where things were left, when a failure part-way
     /// through the moves could not put everything back.
     pub left: Option<String>,
+    /// The OS error behind the failure, when there is one (a full disk is `ENOSPC` here);
+    /// `None` when the archive itself was refused for what it holds. Shared, as in
+    /// `PersistError`, so the error stays `Clone`.
+    pub source: Option<Arc<io::Error>>,
 }
 
 impl fmt::Display for RestoreError {
@@ -129,38 +109,41 @@ impl fmt::Display for RestoreError {
     }
 }
 
-impl std::error::Error for RestoreError {}
-
-/// Why unpacking or checking failed, before the archive's path is attached.
-#[derive(Debug)]
-struct Refusal {
-    entry: Option<String>,
-    reason: String,
+impl std::error::Error for RestoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as _)
+    }
 }
 
-impl Refusal {
-    fn entry(name: &str, reason: impl Into<String>) -> Refusal {
-        Refusal {
-            entry: Some(name.to_owned()),
-            reason: reason.into(),
-        }
-    }
-
-    fn whole(reason: impl Into<String>) -> Refusal {
-        Refusal {
-            entry: None,
-            reason: reason.into(),
-        }
-    }
-
-    fn of(self, archive: &Path) -> RestoreError {
+impl RestoreError {
+    /// The archive was refused before anything moved: nothing was changed.
+    fn refused(archive: &Path, refusal: Refusal) -> RestoreError {
         RestoreError {
             archive: archive.to_owned(),
-            entry: self.entry,
-            reason: self.reason,
+            entry: refusal.entry,
+            reason: refusal.reason,
             left: None,
+            source: refusal.source.map(Arc::new),
         }
     }
+}
+
+/// A step of the moves that failed: what it was, naming its paths, and the OS's reason.
+#[derive(Debug)]
+struct MoveFailed {
+    what: String,
+    source: io::Error,
+}
+
+impl fmt::Display for MoveFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.source)
+    }
+}
+
+/// Wraps the OS error of the step `what`, for `map_err`.
+fn failed(what: String) -> impl FnOnce(io::Error) -> MoveFailed {
+    move |source| MoveFailed { what, source }
 }
 
 /// Restores the save in `archive`: unpack, check, then put it in place as `Saves/`, the
@@ -172,17 +155,18 @@ pub fn restore(
     archive: &Path,
     limits: Limits,
 ) -> Result<Restored, RestoreError> {
-    let format = archive_format(archive).map_err(|r| r.of(archive))?;
+    let refused = |refusal| RestoreError::refused(archive, refusal);
+    let format = archive_format(archive).map_err(refused)?;
     let tmp = layout
         .create_temp_dir("restore")
-        .map_err(|e| Refusal::whole(format!("cannot create a temp directory: {e}")).of(archive))?;
+        .map_err(|e| refused(Refusal::os(None, "cannot create a temp directory", e)))?;
     let (root, manifest) = match unpack_and_check(archive, format, &tmp, limits) {
         Ok(checked) => checked,
         Err(refusal) => {
             // Only our own temp directory is removed; if even that fails, startup recovery
             // deletes it (it has no manifest at its top).
             let _ = fs::remove_dir_all(&tmp);
-            return Err(refusal.of(archive));
+            return Err(refused(refusal));
         }
     };
     let mut moves = Moves::new(layout, archive);
@@ -194,14 +178,15 @@ pub fn restore(
             save: layout.saves.clone(),
             manifest,
         }),
-        Err(reason) => {
+        Err(failure) => {
             let left = moves.undo().err();
             let _ = fs::remove_dir_all(&tmp);
             Err(RestoreError {
                 archive: archive.to_owned(),
                 entry: None,
-                reason,
+                reason: failure.to_string(),
                 left,
+                source: Some(Arc::new(failure.source)),
             })
         }
     }
@@ -219,6 +204,7 @@ pub fn restore_dropped(
         entry: None,
         reason: format!("cannot look for archives in it: {e}"),
         left: None,
+        source: Some(Arc::new(e)),
     })?;
     match found.as_slice() {
         [] => Ok(None),
@@ -232,6 +218,7 @@ pub fn restore_dropped(
                 names(several)
             ),
             left: None,
+            source: None,
         }),
     }
 }
@@ -269,7 +256,7 @@ fn archive_format(archive: &Path) -> Result<Format, Refusal> {
     match fs::metadata(archive) {
         Ok(meta) if meta.is_file() => Ok(format),
         Ok(_) => Err(Refusal::whole("it is not a file")),
-        Err(e) => Err(Refusal::whole(format!("cannot read it: {e}"))),
+        Err(e) => Err(Refusal::os(None, "cannot read it", e)),
     }
 }
 
@@ -282,17 +269,10 @@ fn unpack_and_check(
     limits: Limits,
 ) -> Result<(PathBuf, Manifest), Refusal> {
     let dest = tmp.join(UNPACKED);
-    fs::create_dir(&dest).map_err(|e| cannot_unpack(&dest, &e))?;
-    let file = File::open(archive).map_err(|e| Refusal::whole(format!("cannot read it: {e}")))?;
-    let mut unpacker = Unpacker::new(&dest, limits);
-    match format {
-        Format::Zip => unpack_zip(file, &mut unpacker)?,
-        _ => {
-            let stream = format::decoder(BufReader::new(file), format).map_err(unreadable)?;
-            unpack_tar(stream, &mut unpacker)?;
-        }
-    }
-    sync_tree(&dest).map_err(|e| cannot_unpack(&dest, &e))?;
+    fs::create_dir(&dest).map_err(|e| cannot_unpack(&dest, e))?;
+    let file = File::open(archive).map_err(|e| Refusal::os(None, "cannot read it", e))?;
+    extract::unpack(file, format, &dest, limits)?;
+    fsio::sync_tree(&dest).map_err(|e| cannot_unpack(&dest, e))?;
     let root = save_root(&dest)?;
     let loaded = load::load(&root).map_err(|e| {
         let file = e.file.strip_prefix(&dest).unwrap_or(&e.file);
@@ -305,12 +285,8 @@ fn unpack_and_check(
     Ok((root, loaded.manifest))
 }
 
-fn unreadable(e: impl fmt::Display) -> Refusal {
-    Refusal::whole(format!("it is not a readable archive: {e}"))
-}
-
-fn cannot_unpack(path: &Path, e: &io::Error) -> Refusal {
-    Refusal::whole(format!("cannot unpack into {}: {e}", path.display()))
+fn cannot_unpack(path: &Path, e: io::Error) -> Refusal {
+    Refusal::os(None, &format!("cannot unpack into {}", path.display()), e)
 }
 
 /// The save's directory: the archive's root if `manifest.toml` is there, else its single
@@ -325,7 +301,7 @@ fn save_root(dest: &Path) -> Result<PathBuf, Refusal> {
                 .map(|e| e.map(|e| e.path()))
                 .collect::<io::Result<Vec<_>>>()
         })
-        .map_err(|e| cannot_unpack(dest, &e))?;
+        .map_err(|e| cannot_unpack(dest, e))?;
     top.sort();
     match top.as_slice() {
         [folder] if folder.is_dir() => Ok(folder.clone()),
@@ -337,294 +313,6 @@ fn save_root(dest: &Path) -> Result<PathBuf, Refusal> {
             names(&top)
         ))),
     }
-}
-
-/// Writes checked entries under one directory, within the limits.
-struct Unpacker<'a> {
-    dest: &'a Path,
-    limits: Limits,
-    entries: usize,
-    bytes: u64,
-}
-
-impl<'a> Unpacker<'a> {
-    fn new(dest: &'a Path, limits: Limits) -> Unpacker<'a> {
-        Unpacker {
-            dest,
-            limits,
-            entries: 0,
-            bytes: 0,
-        }
-    }
-
-    /// Counts one more entry of any kind (links and headers too: they cost work to read).
-    fn count(&mut self, name: &str) -> Result<(), Refusal> {
-        self.entries += 1;
-        if self.entries > self.limits.max_entries {
-            return Err(Refusal::entry(
-                name,
-                format!(
-                    "is past the limit of {} entries an archive may hold",
-                    self.limits.max_entries
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    fn dir(&mut self, name: &str) -> Result<(), Refusal> {
-        let path = self.dest.join(safe_path(name)?);
-        fs::create_dir_all(&path).map_err(|e| Refusal::entry(name, format!("cannot create: {e}")))
-    }
-
-    /// Writes a regular file: the declared size is checked before anything is written, and
-    /// the bytes actually read are counted (a zip entry's declared size can lie).
-    fn file(&mut self, name: &str, declared: u64, data: &mut dyn Read) -> Result<(), Refusal> {
-        let path = self.dest.join(safe_path(name)?);
-        let left = self.limits.max_bytes - self.bytes;
-        if declared > left {
-            return Err(self.too_big(name, &format!("declares {declared} bytes")));
-        }
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent)
-                .map_err(|e| Refusal::entry(name, format!("cannot create its folder: {e}")))?;
-        }
-        let mut out = File::create_new(&path).map_err(|e| match e.kind() {
-            io::ErrorKind::AlreadyExists => Refusal::entry(name, "appears twice in the archive"),
-            _ => Refusal::entry(name, format!("cannot create: {e}")),
-        })?;
-        let copied = io::copy(&mut data.take(left + 1), &mut out)
-            .map_err(|e| Refusal::entry(name, format!("cannot be read: {e}")))?;
-        if copied > left {
-            return Err(self.too_big(name, "holds more bytes than it declares"));
-        }
-        self.bytes += copied;
-        out.sync_all()
-            .map_err(|e| Refusal::entry(name, format!("cannot be written: {e}")))
-    }
-
-    fn too_big(&self, name: &str, what: &str) -> Refusal {
-        Refusal::entry(
-            name,
-            format!(
-                "{what}: the archive would unpack to more than archive.max_restore_bytes = {} \
-                 bytes",
-                self.limits.max_bytes
-            ),
-        )
-    }
-}
-
-/// The entry's path relative to the unpack directory, if it stays inside it: only plain
-/// names (and `.`), never `..`, a root or a prefix, and no backslash (a separator to the
-/// tools of another system, so `a\..\..\x` could escape there).
-fn safe_path(name: &str) -> Result<PathBuf, Refusal> {
-    if name.contains('\\') {
-        return Err(Refusal::entry(name, "has a backslash in its path"));
-    }
-    let mut rel = PathBuf::new();
-    for component in Path::new(name).components() {
-        match component {
-            Component::Normal(part) => rel.push(part),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                return Err(Refusal::entry(
-                    name,
-                    "has a `..` component (path traversal)",
-                ));
-            }
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(Refusal::entry(name, "has an absolute path"));
-            }
-        }
-    }
-    Ok(rel)
-}
-
-/// Unpacks a tar stream, entry by entry, in raw mode: the `tar` crate would otherwise apply
-/// GNU long-name and PAX headers to the next entry's name itself, reading them into memory
-/// whatever their size. Here they are seen, bounded and refused if they rename anything.
-fn unpack_tar(stream: Box<dyn Read + '_>, unpacker: &mut Unpacker<'_>) -> Result<(), Refusal> {
-    let mut tar = tar::Archive::new(stream);
-    let entries = tar.entries().map_err(unreadable)?.raw(true);
-    for entry in entries {
-        let mut entry = entry.map_err(unreadable)?;
-        let name = String::from_utf8_lossy(&entry.header().path_bytes()).into_owned();
-        unpacker.count(&name)?;
-        // The bytes that follow the header in the archive (`size()` would read a sparse
-        // file's expanded size from fields other entry types do not have).
-        let declared = entry
-            .header()
-            .entry_size()
-            .map_err(|e| Refusal::entry(&name, format!("has a damaged header: {e}")))?;
-        match entry.header().entry_type() {
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                unpacker.file(&name, declared, &mut entry)?;
-            }
-            tar::EntryType::Directory if declared == 0 => unpacker.dir(&name)?,
-            tar::EntryType::Directory => {
-                return Err(Refusal::entry(
-                    &name,
-                    "is a directory that claims to hold data",
-                ));
-            }
-            tar::EntryType::XHeader | tar::EntryType::XGlobalHeader => {
-                check_pax(&name, declared, &mut entry)?;
-            }
-            kind => return Err(refuse_kind(&name, kind, &mut entry)),
-        }
-    }
-    Ok(())
-}
-
-/// A PAX header may carry timestamps and the like; one that sets a path or link (renaming
-/// the entry that follows, so that what was checked is not what would be written) or a
-/// size (so that the entry would be read differently from how its header reads) is refused.
-fn check_pax(name: &str, declared: u64, data: &mut dyn Read) -> Result<(), Refusal> {
-    if declared > MAX_PAX_BYTES {
-        return Err(Refusal::entry(
-            name,
-            format!("is a PAX header of {declared} bytes (more than {MAX_PAX_BYTES})"),
-        ));
-    }
-    let mut bytes = Vec::new();
-    data.take(declared)
-        .read_to_end(&mut bytes)
-        .map_err(unreadable)?;
-    for extension in tar::PaxExtensions::new(&bytes) {
-        let extension =
-            extension.map_err(|e| Refusal::entry(name, format!("is a damaged PAX header: {e}")))?;
-        let value = String::from_utf8_lossy(extension.value_bytes());
-        match extension.key_bytes() {
-            b"path" | b"linkpath" => {
-                return Err(Refusal::entry(
-                    &value,
-                    format!(
-                        "is named by a PAX header ({name}) that replaces the name in the \
-                         entry's own header"
-                    ),
-                ));
-            }
-            b"size" => {
-                return Err(Refusal::entry(
-                    name,
-                    format!("is a PAX header that overrides the next entry's size ({value})"),
-                ));
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// The refusal of an entry that is neither a regular file nor a directory.
-fn refuse_kind(name: &str, kind: tar::EntryType, entry: &mut tar::Entry<'_, impl Read>) -> Refusal {
-    let target = || {
-        let bytes = entry.header().link_name_bytes().unwrap_or_default();
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
-    let what = match kind {
-        tar::EntryType::Symlink => format!("is a symbolic link (to `{}`)", target()),
-        tar::EntryType::Link => format!("is a hard link (to `{}`)", target()),
-        tar::EntryType::Char => "is a character device".to_owned(),
-        tar::EntryType::Block => "is a block device".to_owned(),
-        tar::EntryType::Fifo => "is a fifo".to_owned(),
-        tar::EntryType::GNUSparse => "is a GNU sparse file".to_owned(),
-        tar::EntryType::GNULongName | tar::EntryType::GNULongLink => {
-            let mut long = Vec::new();
-            let _ = entry.take(4096).read_to_end(&mut long);
-            let long = String::from_utf8_lossy(&long);
-            let long = long.trim_end_matches('\0');
-            return Refusal::entry(
-                long,
-                format!(
-                    "is named by a GNU long-name header ({name}) that replaces the name in the \
-                     entry's own header"
-                ),
-            );
-        }
-        other => format!("has the tar entry type {:?}", other.as_byte() as char),
-    };
-    Refusal::entry(
-        name,
-        format!("{what}: only regular files and directories are restored"),
-    )
-}
-
-/// Unpacks a zip archive, checking each entry's name and kind first.
-fn unpack_zip(file: File, unpacker: &mut Unpacker<'_>) -> Result<(), Refusal> {
-    let mut zip = zip::ZipArchive::new(BufReader::new(file)).map_err(unreadable)?;
-    if zip.len() > unpacker.limits.max_entries {
-        return Err(Refusal::whole(format!(
-            "it holds {} entries; an archive may hold at most {}",
-            zip.len(),
-            unpacker.limits.max_entries
-        )));
-    }
-    for index in 0..zip.len() {
-        let listed = zip.name_for_index(index).unwrap_or("?").to_owned();
-        let mut entry = zip
-            .by_index(index)
-            .map_err(|e| Refusal::entry(&listed, format!("cannot be read: {e}")))?;
-        let name = entry.name().to_owned();
-        unpacker.count(&name)?;
-        safe_path(&name)?;
-        // Belt and braces: the zip crate's own view of whether the name stays inside.
-        if entry.enclosed_name().is_none() {
-            return Err(Refusal::entry(
-                &name,
-                "escapes the folder it is unpacked into",
-            ));
-        }
-        match zip_kind(entry.unix_mode()) {
-            ZipKind::Dir => unpacker.dir(&name)?,
-            ZipKind::File if entry.is_dir() => unpacker.dir(&name)?,
-            ZipKind::File => {
-                let declared = entry.size();
-                unpacker.file(&name, declared, &mut entry)?;
-            }
-            ZipKind::Other(what) => {
-                return Err(Refusal::entry(
-                    &name,
-                    format!("is a {what}: only regular files and directories are restored"),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-enum ZipKind {
-    File,
-    Dir,
-    Other(&'static str),
-}
-
-/// What a zip entry's Unix mode says it is (no mode: a file, or a folder by its name).
-fn zip_kind(mode: Option<u32>) -> ZipKind {
-    const S_IFMT: u32 = 0o170_000;
-    match mode.map(|m| m & S_IFMT) {
-        None | Some(0) | Some(0o100_000) => ZipKind::File,
-        Some(0o040_000) => ZipKind::Dir,
-        Some(0o120_000) => ZipKind::Other("symbolic link"),
-        Some(0o020_000) => ZipKind::Other("character device"),
-        Some(0o060_000) => ZipKind::Other("block device"),
-        Some(0o010_000) => ZipKind::Other("fifo"),
-        Some(0o140_000) => ZipKind::Other("socket"),
-        Some(_) => ZipKind::Other("file of unknown type"),
-    }
-}
-
-/// fsyncs every directory under `dir` (files were synced as written), so that the save is
-/// durable before it is renamed into place.
-fn sync_tree(dir: &Path) -> io::Result<()> {
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            sync_tree(&entry.path())?;
-        }
-    }
-    sync_dir(dir)
 }
 
 /// The moves of a restore, recorded as they happen so that a failure part-way can put
@@ -676,7 +364,7 @@ impl<'a> Moves<'a> {
 
     /// Steps 1–4 above. The error says which step failed; [`undo`](Self::undo) reverses
     /// what was done.
-    fn run(&mut self, archives_dir: &Path, root: &Path, tmp: &Path) -> Result<(), String> {
+    fn run(&mut self, archives_dir: &Path, root: &Path, tmp: &Path) -> Result<(), MoveFailed> {
         self.move_archive(&archives_dir.join(RESTORED_ARCHIVES))?;
         self.stage(root)?;
         // The extraction's leftovers (empty folders); recovery removes them if this fails.
@@ -684,21 +372,23 @@ impl<'a> Moves<'a> {
         self.move_previous()?;
         let staged = self.staged.as_ref().expect("staged in step 2");
         let saves = &self.layout.saves;
-        fs::rename(staged, saves).map_err(|e| {
-            format!(
-                "cannot rename {} to {}: {e}",
-                staged.display(),
-                saves.display()
-            )
-        })?;
+        fs::rename(staged, saves).map_err(failed(format!(
+            "cannot rename {} to {}",
+            staged.display(),
+            saves.display()
+        )))?;
         self.in_place = true;
-        sync_dir(self.layout.root())
-            .map_err(|e| format!("cannot sync {}: {e}", self.layout.root().display()))
+        self.sync_root()
     }
 
-    fn move_archive(&mut self, restored: &Path) -> Result<(), String> {
+    fn sync_root(&self) -> Result<(), MoveFailed> {
+        let root = self.layout.root();
+        sync_dir(root).map_err(failed(format!("cannot sync {}", root.display())))
+    }
+
+    fn move_archive(&mut self, restored: &Path) -> Result<(), MoveFailed> {
         fs::create_dir_all(restored)
-            .map_err(|e| format!("cannot create {}: {e}", restored.display()))?;
+            .map_err(failed(format!("cannot create {}", restored.display())))?;
         let name = self.archive.file_name().unwrap_or_default();
         if same_dir(self.archive.parent(), restored) {
             // Restoring an archive restored before: it is where it belongs.
@@ -711,52 +401,49 @@ impl<'a> Moves<'a> {
         Ok(())
     }
 
-    fn stage(&mut self, root: &Path) -> Result<(), String> {
+    fn stage(&mut self, root: &Path) -> Result<(), MoveFailed> {
         let staged = self
             .layout
             .create_temp_dir("restored")
             .and_then(|dir| fs::remove_dir(&dir).map(|()| dir))
-            .map_err(|e| format!("cannot create a temp directory: {e}"))?;
-        fs::rename(root, &staged).map_err(|e| {
-            format!(
-                "cannot rename {} to {}: {e}",
-                root.display(),
-                staged.display()
-            )
-        })?;
+            .map_err(failed("cannot create a temp directory".to_owned()))?;
+        fs::rename(root, &staged).map_err(failed(format!(
+            "cannot rename {} to {}",
+            root.display(),
+            staged.display()
+        )))?;
         self.staged = Some(staged);
-        sync_dir(self.layout.root())
-            .map_err(|e| format!("cannot sync {}: {e}", self.layout.root().display()))
+        self.sync_root()
     }
 
     /// `Saves/` to `Backups/Restored-<time>/`, whatever it holds (it is the operator's, so it
     /// is kept even if it is not a loadable save); removed only when it is an empty directory.
-    fn move_previous(&mut self) -> Result<(), String> {
+    fn move_previous(&mut self) -> Result<(), MoveFailed> {
         let saves = &self.layout.saves;
         let empty = match fs::read_dir(saves) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(format!("cannot read {}: {e}", saves.display())),
+            Err(e) => return Err(failed(format!("cannot read {}", saves.display()))(e)),
             Ok(mut entries) => entries.next().is_none(),
         };
         if empty {
-            fs::remove_dir(saves)
-                .map_err(|e| format!("cannot remove the empty {}: {e}", saves.display()))?;
+            fs::remove_dir(saves).map_err(failed(format!(
+                "cannot remove the empty {}",
+                saves.display()
+            )))?;
             self.saves_removed = true;
             return Ok(());
         }
         let backups = restored_backups_dir(self.layout);
         fs::create_dir_all(&backups)
-            .map_err(|e| format!("cannot create {}: {e}", backups.display()))?;
+            .map_err(failed(format!("cannot create {}", backups.display())))?;
         let target = free_backup_name(&backups, Timestamp::now());
-        fs::rename(saves, &target).map_err(|e| {
-            format!(
-                "cannot move the current save {} to {}: {e}",
-                saves.display(),
-                target.display()
-            )
-        })?;
+        fs::rename(saves, &target).map_err(failed(format!(
+            "cannot move the current save {} to {}",
+            saves.display(),
+            target.display()
+        )))?;
         self.previous = Some(target);
-        sync_dir(&backups).map_err(|e| format!("cannot sync {}: {e}", backups.display()))
+        sync_dir(&backups).map_err(failed(format!("cannot sync {}", backups.display())))
     }
 
     /// Puts back what [`run`](Self::run) moved, newest first. The error says where things
@@ -816,7 +503,7 @@ impl<'a> Moves<'a> {
 }
 
 /// `Backups/`, where `Restored-<time>/` backups go (next to `Backups/Automatic/`).
-fn restored_backups_dir(layout: &Layout) -> PathBuf {
+pub(super) fn restored_backups_dir(layout: &Layout) -> PathBuf {
     layout
         .backups
         .parent()
@@ -861,312 +548,37 @@ fn free_name(dir: &Path, stem: &str, extension: &str) -> PathBuf {
 
 /// Moves a file: a rename, or across filesystems (an archive named on the command line may
 /// be anywhere) a copy that is synced and in place before the original is removed.
-fn move_file(from: &Path, to: &Path) -> Result<(), String> {
-    let failed = |e: io::Error| format!("cannot move {} to {}: {e}", from.display(), to.display());
-    match fs::rename(from, to) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            copy_then_remove(from, to).map_err(failed)?
-        }
-        Err(e) => return Err(failed(e)),
-    }
-    for dir in [from.parent(), to.parent()].into_iter().flatten() {
-        let dir = if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        };
-        sync_dir(dir).map_err(failed)?;
-    }
-    Ok(())
+fn move_file(from: &Path, to: &Path) -> Result<(), MoveFailed> {
+    let moved = match fs::rename(from, to) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => copy_then_remove(from, to),
+        other => other,
+    };
+    moved
+        .and_then(|()| fsio::sync_parent(from))
+        .and_then(|()| fsio::sync_parent(to))
+        .map_err(failed(format!(
+            "cannot move {} to {}",
+            from.display(),
+            to.display()
+        )))
 }
 
 fn copy_then_remove(from: &Path, to: &Path) -> io::Result<()> {
     // A hidden temp name: never listed, and never mistaken for the archive if this stops
     // half-way (the original is still in place then).
     let name = to.file_name().unwrap_or_default().to_string_lossy();
-    let partial = to.with_file_name(format!(
-        "{TEMP_PREFIX}restore-{}-{name}",
-        std::process::id()
-    ));
-    let copied = (|| {
-        let mut out = File::create_new(&partial)?;
-        io::copy(&mut File::open(from)?, &mut out)?;
-        out.sync_all()?;
-        fs::rename(&partial, to)
-    })();
-    if let Err(e) = copied {
-        let _ = fs::remove_file(&partial);
-        return Err(e);
-    }
+    let copy = fsio::Replacement::new(
+        to,
+        &format!("{TEMP_PREFIX}restore-{}-{name}", std::process::id()),
+    );
+    copy.write(|out| io::copy(&mut File::open(from)?, out))?;
+    copy.commit()?;
     fs::remove_file(from)
-}
-
-/// A backup or archive that `restore --list` shows.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listed {
-    pub kind: ListedKind,
-    /// `Automatic` or `Restored` for backups; `Hourly`, `Daily`, `Monthly` or `Restored`
-    /// for archives.
-    pub group: String,
-    pub path: PathBuf,
-    /// `path` relative to the data directory, for display.
-    pub name: String,
-    /// Bytes on disk (every file of a backup).
-    pub bytes: u64,
-    /// Its manifest, or why it cannot be read.
-    pub manifest: Result<Manifest, String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ListedKind {
-    Backup,
-    Archive,
-}
-
-/// Every backup (`Backups/Automatic/*`, `Backups/Restored-*`) and archive
-/// (`<archives_dir>/{Hourly,Daily,Monthly,Restored}/*`), with the counts in its manifest.
-/// Reads only: archives are not unpacked, only their `manifest.toml` entry is read.
-pub fn list(data_dir: &Path, layout: &Layout, archives_dir: &Path) -> io::Result<Vec<Listed>> {
-    let mut listed = Vec::new();
-    for dir in sorted_entries(&layout.backups, |p| p.is_dir())? {
-        listed.push(backup(data_dir, "Automatic", dir));
-    }
-    let restored = sorted_entries(&restored_backups_dir(layout), |p| {
-        p.is_dir() && file_name(p).starts_with(RESTORED_BACKUP_PREFIX)
-    })?;
-    for dir in restored {
-        listed.push(backup(data_dir, "Restored", dir));
-    }
-    for group in ["Hourly", "Daily", "Monthly", RESTORED_ARCHIVES] {
-        let files = sorted_entries(&archives_dir.join(group), |p| {
-            p.is_file() && Format::from_name(&file_name(p)).is_some()
-        })?;
-        for path in files {
-            listed.push(archive(data_dir, group, path));
-        }
-    }
-    Ok(listed)
-}
-
-fn backup(data_dir: &Path, group: &str, path: PathBuf) -> Listed {
-    Listed {
-        kind: ListedKind::Backup,
-        group: group.to_owned(),
-        name: relative_name(data_dir, &path),
-        bytes: tree_bytes(&path),
-        manifest: Manifest::read(&path),
-        path,
-    }
-}
-
-fn archive(data_dir: &Path, group: &str, path: PathBuf) -> Listed {
-    let format = Format::from_name(&file_name(&path)).expect("listed by extension");
-    Listed {
-        kind: ListedKind::Archive,
-        group: group.to_owned(),
-        name: relative_name(data_dir, &path),
-        bytes: fs::metadata(&path).map_or(0, |m| m.len()),
-        manifest: archive_manifest(&path, format)
-            .and_then(|text| Manifest::parse(&text).map_err(|e| format!("manifest.toml: {e}"))),
-        path,
-    }
-}
-
-fn file_name(path: &Path) -> String {
-    path.file_name()
-        .unwrap_or_default()
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn relative_name(data_dir: &Path, path: &Path) -> String {
-    path.strip_prefix(data_dir)
-        .unwrap_or(path)
-        .display()
-        .to_string()
-}
-
-/// The entries of `dir` that `keep` accepts, sorted; none if `dir` does not exist. Hidden
-/// entries are work in progress (`.tmp-*` archives being written, `.deleting-*` backups) and
-/// are never listed.
-fn sorted_entries(dir: &Path, keep: impl Fn(&Path) -> bool) -> io::Result<Vec<PathBuf>> {
-    let entries = layout::entries(dir)?;
-    let mut paths = Vec::new();
-    for entry in entries {
-        let path = entry.path();
-        if !file_name(&path).starts_with('.') && keep(&path) {
-            paths.push(path);
-        }
-    }
-    paths.sort();
-    Ok(paths)
-}
-
-/// Bytes of every file under `dir` (links are not followed).
-fn tree_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|entry| match entry.file_type() {
-            Ok(t) if t.is_dir() => tree_bytes(&entry.path()),
-            Ok(_) => entry.metadata().map_or(0, |m| m.len()),
-            Err(_) => 0,
-        })
-        .sum()
-}
-
-/// The text of the archive's `manifest.toml`, at its root or inside one top folder.
-fn archive_manifest(path: &Path, format: Format) -> Result<String, String> {
-    let file = BufReader::new(File::open(path).map_err(|e| format!("cannot read it: {e}"))?);
-    let found = match format {
-        Format::Zip => zip_manifest(file),
-        _ => tar_manifest(file, format),
-    };
-    found
-        .map_err(|e| format!("not a readable archive: {e}"))?
-        .ok_or_else(|| format!("no {} at its root or in a top folder", manifest::FILE_NAME))
-}
-
-/// `manifest.toml` or `<folder>/manifest.toml`.
-fn is_manifest_name(name: &[u8]) -> bool {
-    let path = Path::new(OsStr::from_bytes(name));
-    let parts: Vec<_> = path
-        .components()
-        .filter(|c| !matches!(c, Component::CurDir))
-        .collect();
-    match parts.as_slice() {
-        [Component::Normal(file)] | [Component::Normal(_), Component::Normal(file)] => {
-            *file == manifest::FILE_NAME
-        }
-        _ => false,
-    }
-}
-
-fn tar_manifest(file: BufReader<File>, format: Format) -> io::Result<Option<String>> {
-    let mut tar = tar::Archive::new(format::decoder(file, format)?);
-    for entry in tar.entries()? {
-        let entry = entry?;
-        let regular = entry.header().entry_type().is_file();
-        if regular && is_manifest_name(&entry.path_bytes()) {
-            return read_manifest(entry).map(Some);
-        }
-    }
-    Ok(None)
-}
-
-fn zip_manifest(file: BufReader<File>) -> io::Result<Option<String>> {
-    let mut zip = zip::ZipArchive::new(file).map_err(io::Error::other)?;
-    let index = (0..zip.len()).find(|&i| {
-        zip.name_for_index(i)
-            .is_some_and(|n| is_manifest_name(n.as_bytes()))
-    });
-    match index {
-        None => Ok(None),
-        Some(i) => read_manifest(zip.by_index(i).map_err(io::Error::other)?).map(Some),
-    }
-}
-
-fn read_manifest(entry: impl Read) -> io::Result<String> {
-    let mut text = String::new();
-    entry.take(MAX_MANIFEST_BYTES).read_to_string(&mut text)?;
-    Ok(text)
-}
-
-/// The `restore --list` table.
-pub struct Table<'a>(pub &'a [Listed]);
-
-impl fmt::Display for Table<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            return writeln!(f, "no backups or archives");
-        }
-        let width = self
-            .0
-            .iter()
-            .map(|l| l.name.len())
-            .max()
-            .unwrap_or(0)
-            .max(4);
-        writeln!(
-            f,
-            "{:<7}  {:<9}  {:<width$}  {:>10}  {:>8}  {:>8}  {:>8}  CREATED (UTC)",
-            "KIND", "GROUP", "PATH", "SIZE", "ITEMS", "MOBILES", "SPAWNERS"
-        )?;
-        let mut groups: BTreeMap<ListedKind, usize> = BTreeMap::new();
-        for listed in self.0 {
-            *groups.entry(listed.kind).or_default() += 1;
-            let kind = match listed.kind {
-                ListedKind::Backup => "backup",
-                ListedKind::Archive => "archive",
-            };
-            write!(
-                f,
-                "{kind:<7}  {:<9}  {:<width$}  {:>10}  ",
-                listed.group,
-                listed.name,
-                human_bytes(listed.bytes)
-            )?;
-            match &listed.manifest {
-                Ok(m) => writeln!(
-                    f,
-                    "{:>8}  {:>8}  {:>8}  {}",
-                    m.items,
-                    m.mobiles,
-                    m.spawners,
-                    m.created.strftime("%Y-%m-%d %H:%M:%S")
-                )?,
-                Err(why) => writeln!(f, "unreadable: {why}")?,
-            }
-        }
-        write!(
-            f,
-            "{} backups, {} archives",
-            groups.get(&ListedKind::Backup).unwrap_or(&0),
-            groups.get(&ListedKind::Archive).unwrap_or(&0)
-        )
-    }
-}
-
-fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_plain_relative_paths_are_safe() {
-        for good in ["manifest.toml", "./Saves/items.bin", "Saves/", "a/./b"] {
-            assert!(safe_path(good).is_ok(), "{good}");
-        }
-        for bad in ["/etc/passwd", "../x", "a/../../x", "a\\..\\x", "a/.."] {
-            let refusal = safe_path(bad).unwrap_err();
-            assert_eq!(refusal.entry.as_deref(), Some(bad));
-        }
-    }
-
-    #[test]
-    fn manifest_names_at_the_root_or_one_folder_down() {
-        assert!(is_manifest_name(b"manifest.toml"));
-        assert!(is_manifest_name(b"./Saves/manifest.toml"));
-        assert!(!is_manifest_name(b"a/b/manifest.toml"));
-        assert!(!is_manifest_name(b"../manifest.toml"));
-        assert!(!is_manifest_name(b"items.bin"));
-    }
 
     #[test]
     fn free_names_get_a_number_before_the_extension() {
@@ -1179,11 +591,5 @@ mod tests {
         let now: Timestamp = "2026-12-03T10:00:00Z".parse().unwrap();
         let backup = free_backup_name(dir.path(), now);
         assert_eq!(backup, dir.path().join("Restored-2026-12-03-10-00-00"));
-    }
-
-    #[test]
-    fn sizes_read_like_ls_h() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
     }
 }

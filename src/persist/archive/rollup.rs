@@ -20,8 +20,9 @@
 //!
 //! Period boundaries are in the configured time zone; backup names are UTC times.
 //!
-//! Owns the run. Must never run on the loop thread (it is blocking disk work) nor two at
-//! once (the `Archiver` runs one at a time; the data-directory lock keeps other processes out).
+//! Owns the run. Must never read the configuration (it gets a [`Plan`]), never run on the loop
+//! thread (it is blocking disk work), nor two at once (the `Archiver` runs one at a time; the
+//! data-directory lock keeps other processes out).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -33,9 +34,10 @@ use jiff::Timestamp;
 use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
 
-use super::format::{self, Format};
-use crate::config::ArchiveConfig;
+use super::format::{self, Entry, Format};
+use crate::persist::error::{Operation, PersistError};
 use crate::persist::file::Kind;
+use crate::persist::fsio;
 use crate::persist::layout::{self, BACKUP_MARKER, Layout, TEMP_PREFIX};
 use crate::persist::manifest;
 
@@ -100,7 +102,7 @@ impl fmt::Display for Period {
     }
 }
 
-/// What a rollup needs to know.
+/// What a rollup needs to know: plain settings (the configuration's `[archive]` builds one).
 #[derive(Debug, Clone)]
 pub struct Plan {
     /// `Archives/` (with `Hourly/`, `Daily/`, `Monthly/` under it).
@@ -116,22 +118,6 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn from_config(config: &ArchiveConfig, dir: PathBuf, zone: TimeZone) -> Plan {
-        Plan {
-            dir,
-            format: Format::of(config.compression),
-            level: config.level,
-            zone,
-            retention: [
-                config.hourly_retention,
-                config.daily_retention,
-                config.monthly_retention,
-            ],
-            keep_backups: config.keep_backups,
-            max_age: config.prune.then_some(config.max_age),
-        }
-    }
-
     fn retention(&self, period: Period) -> usize {
         self.retention[period as usize] as usize
     }
@@ -167,63 +153,78 @@ pub struct Written {
     pub took: Duration,
 }
 
-/// A run that stopped: what it was doing and why. Nothing was lost.
-#[derive(Debug)]
+/// A run that stopped: what it was doing and why (nothing was lost), and what it had done.
+#[derive(Debug, Clone)]
 pub struct RollupError {
-    pub step: String,
-    pub source: io::Error,
-    /// What the run had done before it stopped.
-    pub partial: Report,
+    pub error: PersistError,
+    /// What the run had done before it stopped (boxed: errors stay small to pass around).
+    pub partial: Box<Report>,
 }
 
 impl fmt::Display for RollupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "archive rollup failed while {}: {}; no backup was deleted, the next run tries again",
-            self.step, self.source
-        )
+        self.error.fmt(f)
     }
 }
 
-impl std::error::Error for RollupError {}
+impl std::error::Error for RollupError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
 
 /// One full run at `now`. Blocking.
 pub fn run(layout: &Layout, plan: &Plan, now: Timestamp) -> Result<Report, RollupError> {
     let began = Instant::now();
     let mut report = Report::default();
-    let step = |step: String| move |source| (step, source);
-    let result = (|| {
-        clean_temp_files(plan).map_err(step("cleaning temp files".into()))?;
-        clean_deletions(layout).map_err(step("finishing interrupted deletions".into()))?;
-        let backups = backups(layout).map_err(step("listing backups".into()))?;
-        for period in Period::ALL {
-            for (key, backup) in due(plan, period, &backups, now) {
-                let target = archive_path(plan, period, &key);
-                let written = write_archive(plan, period, &backup, &target)
-                    .map_err(step(format!("writing {}", target.display())))?;
-                report.written.push(written);
-            }
-        }
-        report.pruned = apply_retention(plan, now).map_err(step("applying retention".into()))?;
-        report.deleted_backups = delete_redundant_backups(plan, &backups, now)
-            .map_err(step("deleting archived backups".into()))?;
-        Ok(())
-    })();
+    let result = run_steps(layout, plan, now, &mut report);
     report.took = began.elapsed();
     match result {
         Ok(()) => Ok(report),
-        Err((step, source)) => Err(RollupError {
-            step,
-            source,
-            partial: report,
+        Err(error) => Err(RollupError {
+            error,
+            partial: Box::new(report),
         }),
     }
 }
 
+/// Steps 1 to 4 of the module docs, recording in `report` what each did.
+fn run_steps(
+    layout: &Layout,
+    plan: &Plan,
+    now: Timestamp,
+    report: &mut Report,
+) -> Result<(), PersistError> {
+    let backups_dir = layout.backups.as_path();
+    clean_temp_files(plan).map_err(fail("cleaning temp files in", &plan.dir))?;
+    clean_deletions(layout).map_err(fail("finishing interrupted deletions in", backups_dir))?;
+    let backups = backups(layout).map_err(fail("listing backups in", backups_dir))?;
+    for period in Period::ALL {
+        for (key, backup) in due(plan, period, &backups, now) {
+            let target = archive_path(plan, period, &key);
+            let written =
+                write_archive(plan, period, &backup, &target).map_err(fail("writing", &target))?;
+            report.written.push(written);
+        }
+    }
+    report.pruned = apply_retention(plan, now).map_err(fail("applying retention in", &plan.dir))?;
+    report.deleted_backups = delete_redundant_backups(plan, &backups, now)
+        .map_err(fail("deleting archived backups in", backups_dir))?;
+    Ok(())
+}
+
+/// Wraps an `io::Error` of `step` on `path` as the rollup's failure.
+fn fail(step: &'static str, path: &Path) -> impl FnOnce(io::Error) -> PersistError {
+    PersistError::at(Operation::Rollup, step, path)
+}
+
 /// Retention and age pruning only (the console's `prunearchives`).
-pub fn prune(plan: &Plan, now: Timestamp) -> io::Result<Vec<PathBuf>> {
-    apply_retention(plan, now)
+pub fn prune(plan: &Plan, now: Timestamp) -> Result<Vec<PathBuf>, PersistError> {
+    apply_retention(plan, now).map_err(PersistError::at(
+        Operation::Prune,
+        "applying retention in",
+        &plan.dir,
+    ))
 }
 
 /// Complete automatic backups, oldest first.
@@ -305,34 +306,21 @@ fn write_archive(
     target: &Path,
 ) -> io::Result<Written> {
     let began = Instant::now();
-    let dir = plan.kind_dir(period);
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(plan.kind_dir(period))?;
     let files = save_files(&backup.path)?;
     let name = target.file_name().unwrap_or_default().to_string_lossy();
-    let temp = dir.join(format!("{TEMP_PREFIX}{}-{name}", std::process::id()));
     let sources: Vec<(String, &Path)> = files
         .iter()
         .map(|(n, p)| (n.clone(), p.as_path()))
         .collect();
-    let outcome = (|| {
-        let written = format::write(&temp, plan.format, plan.level, &sources)?;
-        let read_back = format::list(&temp, plan.format)?;
-        if read_back != written {
-            return Err(io::Error::other(format!(
-                "verification failed: the archive reads back as {read_back:?}, not {written:?}"
-            )));
-        }
-        std::fs::rename(&temp, target)?;
-        layout::sync_dir(&dir)?;
-        Ok(written)
-    })();
-    let written = match outcome {
-        Ok(written) => written,
-        Err(e) => {
-            let _ = std::fs::remove_file(&temp);
-            return Err(e);
-        }
-    };
+    let replacement = fsio::Replacement::new(
+        target,
+        &format!("{TEMP_PREFIX}{}-{name}", std::process::id()),
+    );
+    let written =
+        replacement.write(|file| format::write_to(file, plan.format, plan.level, &sources))?;
+    verify(&format::list(replacement.temp(), plan.format)?, &written)?;
+    replacement.commit()?;
     Ok(Written {
         period,
         path: target.to_owned(),
@@ -340,6 +328,17 @@ fn write_archive(
         archive_bytes: std::fs::metadata(target)?.len(),
         took: began.elapsed(),
     })
+}
+
+/// An archive is renamed into place only if it reads back entry for entry as it was written.
+fn verify(read_back: &[Entry], written: &[Entry]) -> io::Result<()> {
+    if read_back == written {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("verification failed: the archive reads back as {read_back:?}, not {written:?}"),
+    ))
 }
 
 /// The files of a save, in a fixed order: the manifest, then the data files.
@@ -423,7 +422,7 @@ fn apply_retention(plan: &Plan, now: Timestamp) -> io::Result<Vec<PathBuf>> {
             }
         }
         if deleted.len() > before {
-            layout::sync_dir(&plan.kind_dir(period))?;
+            fsio::sync_dir(&plan.kind_dir(period))?;
         }
     }
     Ok(deleted)

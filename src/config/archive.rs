@@ -1,0 +1,104 @@
+//! What `[archive]` hands persistence: the rollup [`Plan`], the restore [`Limits`], and the
+//! archive [`Format`] that `archive.compression` names.
+//!
+//! Persistence defines these plain settings and never reads the configuration; this is the
+//! one place that turns the operator's keys into them.
+//!
+//! Owns the mapping from `[archive]` keys to persistence settings. Must never validate
+//! (`ArchiveConfig::check` does) nor touch the disk.
+
+use std::path::PathBuf;
+
+use jiff::tz::TimeZone;
+
+use super::{ArchiveConfig, Compression};
+use crate::persist::archive::restore::{DEFAULT_MAX_ENTRIES, Limits};
+use crate::persist::archive::{Format, Plan};
+
+impl ArchiveConfig {
+    /// The rollup plan for archives in `dir` (`archive.dir` resolved), with periods in `zone`.
+    pub fn plan(&self, dir: PathBuf, zone: TimeZone) -> Plan {
+        Plan {
+            dir,
+            format: self.compression.into(),
+            level: self.level,
+            zone,
+            retention: [
+                self.hourly_retention,
+                self.daily_retention,
+                self.monthly_retention,
+            ],
+            keep_backups: self.keep_backups,
+            max_age: self.prune.then_some(self.max_age),
+        }
+    }
+
+    /// How much a restored archive may unpack to (`archive.max_restore_bytes`).
+    pub fn restore_limits(&self) -> Limits {
+        Limits {
+            max_bytes: self.max_restore_bytes,
+            max_entries: DEFAULT_MAX_ENTRIES,
+        }
+    }
+}
+
+impl From<Compression> for Format {
+    fn from(compression: Compression) -> Format {
+        match compression {
+            Compression::Zstd => Format::TarZst,
+            Compression::Gzip => Format::TarGz,
+            Compression::Zip => Format::Zip,
+            Compression::None => Format::Tar,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_plan_and_limits_carry_every_key() {
+        let config = ArchiveConfig {
+            compression: Compression::Gzip,
+            level: 7,
+            hourly_retention: 1,
+            daily_retention: 2,
+            monthly_retention: 3,
+            keep_backups: 4,
+            prune: true,
+            max_age: Duration::from_secs(60),
+            max_restore_bytes: 5 << 20,
+            ..ArchiveConfig::default()
+        };
+        let plan = config.plan(PathBuf::from("/a"), TimeZone::UTC);
+        assert_eq!(plan.dir, PathBuf::from("/a"));
+        assert_eq!((plan.format, plan.level), (Format::TarGz, 7));
+        assert_eq!((plan.retention, plan.keep_backups), ([1, 2, 3], 4));
+        assert_eq!(plan.max_age, Some(Duration::from_secs(60)));
+        let unpruned = ArchiveConfig {
+            prune: false,
+            ..config.clone()
+        };
+        assert_eq!(unpruned.plan(PathBuf::new(), TimeZone::UTC).max_age, None);
+        let limits = config.restore_limits();
+        assert_eq!(limits.max_bytes, 5 << 20);
+        assert_eq!(limits.max_entries, DEFAULT_MAX_ENTRIES);
+    }
+
+    #[test]
+    fn each_compression_names_its_format() {
+        let formats: Vec<Format> = [
+            Compression::Zstd,
+            Compression::Gzip,
+            Compression::Zip,
+            Compression::None,
+        ]
+        .into_iter()
+        .map(Format::from)
+        .collect();
+        assert_eq!(formats, Format::ALL);
+    }
+}

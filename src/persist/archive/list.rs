@@ -1,0 +1,286 @@
+//! `shardloop restore --list`: the backups and archives a restore could use, with the entity
+//! counts their manifests give, as a table.
+//!
+//! Listing only reads, so it works while the shard runs. Archives are not unpacked: only
+//! their `manifest.toml` entry is read (bounded), wherever a restore would find it.
+//!
+//! Owns finding and describing restorable saves, and the table. Must never write, move or
+//! delete anything, nor extract an archive.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, BufReader, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use super::format::{self, Format};
+use super::restore::{RESTORED_ARCHIVES, RESTORED_BACKUP_PREFIX, restored_backups_dir};
+use crate::persist::layout::{self, Layout};
+use crate::persist::manifest::{self, Manifest};
+
+/// Largest manifest read when listing an archive.
+const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
+/// A backup or archive that `restore --list` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub kind: ListedKind,
+    /// `Automatic` or `Restored` for backups; `Hourly`, `Daily`, `Monthly` or `Restored`
+    /// for archives.
+    pub group: String,
+    pub path: PathBuf,
+    /// `path` relative to the data directory, for display.
+    pub name: String,
+    /// Bytes on disk (every file of a backup).
+    pub bytes: u64,
+    /// Its manifest, or why it cannot be read.
+    pub manifest: Result<Manifest, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ListedKind {
+    Backup,
+    Archive,
+}
+
+/// Every backup (`Backups/Automatic/*`, `Backups/Restored-*`) and archive
+/// (`<archives_dir>/{Hourly,Daily,Monthly,Restored}/*`), with the counts in its manifest.
+/// Reads only: archives are not unpacked, only their `manifest.toml` entry is read.
+pub fn list(data_dir: &Path, layout: &Layout, archives_dir: &Path) -> io::Result<Vec<Listed>> {
+    let mut listed = Vec::new();
+    for dir in sorted_entries(&layout.backups, |p| p.is_dir())? {
+        listed.push(backup(data_dir, "Automatic", dir));
+    }
+    let restored = sorted_entries(&restored_backups_dir(layout), |p| {
+        p.is_dir() && file_name(p).starts_with(RESTORED_BACKUP_PREFIX)
+    })?;
+    for dir in restored {
+        listed.push(backup(data_dir, "Restored", dir));
+    }
+    for group in ["Hourly", "Daily", "Monthly", RESTORED_ARCHIVES] {
+        let files = sorted_entries(&archives_dir.join(group), |p| {
+            p.is_file() && Format::from_name(&file_name(p)).is_some()
+        })?;
+        for path in files {
+            listed.push(archive(data_dir, group, path));
+        }
+    }
+    Ok(listed)
+}
+
+fn backup(data_dir: &Path, group: &str, path: PathBuf) -> Listed {
+    Listed {
+        kind: ListedKind::Backup,
+        group: group.to_owned(),
+        name: relative_name(data_dir, &path),
+        bytes: tree_bytes(&path),
+        manifest: Manifest::read(&path),
+        path,
+    }
+}
+
+fn archive(data_dir: &Path, group: &str, path: PathBuf) -> Listed {
+    let format = Format::from_name(&file_name(&path)).expect("listed by extension");
+    Listed {
+        kind: ListedKind::Archive,
+        group: group.to_owned(),
+        name: relative_name(data_dir, &path),
+        bytes: fs::metadata(&path).map_or(0, |m| m.len()),
+        manifest: archive_manifest(&path, format)
+            .and_then(|text| Manifest::parse(&text).map_err(|e| format!("manifest.toml: {e}"))),
+        path,
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn relative_name(data_dir: &Path, path: &Path) -> String {
+    path.strip_prefix(data_dir)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+/// The entries of `dir` that `keep` accepts, sorted; none if `dir` does not exist. Hidden
+/// entries are work in progress (`.tmp-*` archives being written, `.deleting-*` backups) and
+/// are never listed.
+fn sorted_entries(dir: &Path, keep: impl Fn(&Path) -> bool) -> io::Result<Vec<PathBuf>> {
+    let entries = layout::entries(dir)?;
+    let mut paths = Vec::new();
+    for entry in entries {
+        let path = entry.path();
+        if !file_name(&path).starts_with('.') && keep(&path) {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    Ok(paths)
+}
+
+/// Bytes of every file under `dir` (links are not followed).
+fn tree_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(t) if t.is_dir() => tree_bytes(&entry.path()),
+            Ok(_) => entry.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The text of the archive's `manifest.toml`, at its root or inside one top folder.
+fn archive_manifest(path: &Path, format: Format) -> Result<String, String> {
+    let file = BufReader::new(File::open(path).map_err(|e| format!("cannot read it: {e}"))?);
+    let found = match format {
+        Format::Zip => zip_manifest(file),
+        _ => tar_manifest(file, format),
+    };
+    found
+        .map_err(|e| format!("not a readable archive: {e}"))?
+        .ok_or_else(|| format!("no {} at its root or in a top folder", manifest::FILE_NAME))
+}
+
+/// `manifest.toml` or `<folder>/manifest.toml`.
+fn is_manifest_name(name: &[u8]) -> bool {
+    let path = Path::new(OsStr::from_bytes(name));
+    let parts: Vec<_> = path
+        .components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .collect();
+    match parts.as_slice() {
+        [Component::Normal(file)] | [Component::Normal(_), Component::Normal(file)] => {
+            *file == manifest::FILE_NAME
+        }
+        _ => false,
+    }
+}
+
+fn tar_manifest(file: BufReader<File>, format: Format) -> io::Result<Option<String>> {
+    let mut tar = tar::Archive::new(format::decoder(file, format)?);
+    for entry in tar.entries()? {
+        let entry = entry?;
+        let regular = entry.header().entry_type().is_file();
+        if regular && is_manifest_name(&entry.path_bytes()) {
+            return read_manifest(entry).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+fn zip_manifest(file: BufReader<File>) -> io::Result<Option<String>> {
+    let mut zip = zip::ZipArchive::new(file).map_err(io::Error::other)?;
+    let index = (0..zip.len()).find(|&i| {
+        zip.name_for_index(i)
+            .is_some_and(|n| is_manifest_name(n.as_bytes()))
+    });
+    match index {
+        None => Ok(None),
+        Some(i) => read_manifest(zip.by_index(i).map_err(io::Error::other)?).map(Some),
+    }
+}
+
+fn read_manifest(entry: impl Read) -> io::Result<String> {
+    let mut text = String::new();
+    entry.take(MAX_MANIFEST_BYTES).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// The `restore --list` table.
+pub struct Table<'a>(pub &'a [Listed]);
+
+impl fmt::Display for Table<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return writeln!(f, "no backups or archives");
+        }
+        let width = self
+            .0
+            .iter()
+            .map(|l| l.name.len())
+            .max()
+            .unwrap_or(0)
+            .max(4);
+        writeln!(
+            f,
+            "{:<7}  {:<9}  {:<width$}  {:>10}  {:>8}  {:>8}  {:>8}  CREATED (UTC)",
+            "KIND", "GROUP", "PATH", "SIZE", "ITEMS", "MOBILES", "SPAWNERS"
+        )?;
+        let mut groups: BTreeMap<ListedKind, usize> = BTreeMap::new();
+        for listed in self.0 {
+            *groups.entry(listed.kind).or_default() += 1;
+            let kind = match listed.kind {
+                ListedKind::Backup => "backup",
+                ListedKind::Archive => "archive",
+            };
+            write!(
+                f,
+                "{kind:<7}  {:<9}  {:<width$}  {:>10}  ",
+                listed.group,
+                listed.name,
+                human_bytes(listed.bytes)
+            )?;
+            match &listed.manifest {
+                Ok(m) => writeln!(
+                    f,
+                    "{:>8}  {:>8}  {:>8}  {}",
+                    m.items,
+                    m.mobiles,
+                    m.spawners,
+                    m.created.strftime("%Y-%m-%d %H:%M:%S")
+                )?,
+                Err(why) => writeln!(f, "unreadable: {why}")?,
+            }
+        }
+        write!(
+            f,
+            "{} backups, {} archives",
+            groups.get(&ListedKind::Backup).unwrap_or(&0),
+            groups.get(&ListedKind::Archive).unwrap_or(&0)
+        )
+    }
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_names_at_the_root_or_one_folder_down() {
+        assert!(is_manifest_name(b"manifest.toml"));
+        assert!(is_manifest_name(b"./Saves/manifest.toml"));
+        assert!(!is_manifest_name(b"a/b/manifest.toml"));
+        assert!(!is_manifest_name(b"../manifest.toml"));
+        assert!(!is_manifest_name(b"items.bin"));
+    }
+
+    #[test]
+    fn sizes_read_like_ls_h() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+    }
+}
