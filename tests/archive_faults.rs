@@ -18,7 +18,6 @@ use shardloop::world;
 
 mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_shardloop");
 const ROUNDS: u64 = 10;
 /// Hours of backups: more than the 24 hourly archives kept, across two or three days.
 const HOURS: i64 = 30;
@@ -30,16 +29,9 @@ const HOURS: i64 = 30;
 const NOW: &str = "2026-11-30T12:30:00Z";
 
 fn shard(dir: &Path) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.current_dir(dir)
-        .args(["--clock-start", NOW])
-        .env_remove("RUST_LOG")
-        .env("SHARD_SERVER__PROBE_HOST", "false")
-        .env("SHARD_SERVER__LOOP_STATS_INTERVAL", "0s")
+    let mut cmd = common::binary::shardloop(dir, (40_000, 6_000));
+    cmd.args(["--clock-start", NOW])
         .env("SHARD_NETWORK__LISTEN", "[]")
-        .env("SHARD_AUTOSAVE__ENABLED", "false")
-        .env("SHARD_WORLD__GENERATE__ITEMS", "40000")
-        .env("SHARD_WORLD__GENERATE__MOBILES", "6000")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     cmd

@@ -10,25 +10,13 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_shardloop");
 const PATIENCE: Duration = Duration::from_secs(60);
 
 mod common;
 
-/// The binary with a small world, no startup probe, autosave off, and no config file from the working
-/// directory (it runs in `dir`).
+/// The binary with a small world (see `common::binary::shardloop`), in `dir`.
 fn shardloop(dir: &Path) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.current_dir(dir)
-        .env_remove("RUST_LOG")
-        .env("SHARD_SERVER__PROBE_HOST", "false")
-        .env("SHARD_NETWORK__LISTEN", "[\"127.0.0.1:0\"]")
-        .env("SHARD_WORLD__GENERATE__ITEMS", "2000")
-        .env("SHARD_WORLD__GENERATE__MOBILES", "300")
-        // Autosave follows the wall clock (hourly, on the hour): off, so that a test run at
-        // 14:59 meets no autosave and no final-save check is satisfied by one.
-        .env("SHARD_AUTOSAVE__ENABLED", "false");
-    cmd
+    common::binary::shardloop(dir, (2_000, 300))
 }
 
 fn text(bytes: &[u8]) -> String {

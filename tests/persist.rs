@@ -11,6 +11,9 @@ use shardloop::EventLoop;
 use shardloop::persist::{self, Clock, Layout, Notice, Request, Saver, SaverConfig, Snapshot};
 use shardloop::world::{self, Mobile, World};
 
+mod common;
+use common::binary::temp_dirs;
+
 const CREATED: &str = "2026-12-03T10:00:00Z";
 
 fn small_world() -> World {
@@ -104,17 +107,7 @@ fn a_new_save_moves_the_old_one_to_backups_with_a_marker() {
     backed_up.retain(|(p, _)| p != Path::new(persist::layout::BACKUP_MARKER));
     assert_eq!(backed_up, old);
     assert_eq!(persist::load(&layout.saves).unwrap().world, world);
-    assert_eq!(temp_dirs(dir.path()), Vec::<String>::new());
-}
-
-fn temp_dirs(root: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(root)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(persist::layout::TEMP_PREFIX))
-        .collect();
-    names.sort();
-    names
+    assert_eq!(temp_dirs(dir.path()), Vec::<PathBuf>::new());
 }
 
 /// Damages a copy of a good save with `damage`, loads it, and checks the error names `file`
@@ -222,7 +215,7 @@ fn startup_recovery_removes_unfinished_saves_and_keeps_finished_ones() {
 
     let done = layout.recover().unwrap();
     assert_eq!(done.len(), 2, "{done:?}");
-    assert_eq!(temp_dirs(dir.path()), Vec::<String>::new());
+    assert_eq!(temp_dirs(dir.path()), Vec::<PathBuf>::new());
     let backup = layout.backups.join("2026-12-03-09-00-00");
     assert!(backup.join("manifest.toml").is_file(), "{done:?}");
     assert_eq!(
@@ -244,7 +237,7 @@ fn startup_recovery_puts_a_finished_save_in_place_when_saves_is_missing() {
 
     layout.recover().unwrap();
     assert_eq!(persist::load(&layout.saves).unwrap().world, world);
-    assert_eq!(temp_dirs(dir.path()), Vec::<String>::new());
+    assert_eq!(temp_dirs(dir.path()), Vec::<PathBuf>::new());
 }
 
 fn saver_on(world: Rc<RefCell<World>>, root: &Path, notices: Rc<RefCell<Vec<String>>>) -> Saver {
@@ -330,5 +323,5 @@ fn startup_recovery_treats_an_empty_saves_as_missing() {
 
     layout.recover().unwrap();
     assert_eq!(persist::load(&layout.saves).unwrap().world, world);
-    assert_eq!(temp_dirs(dir.path()), Vec::<String>::new());
+    assert_eq!(temp_dirs(dir.path()), Vec::<PathBuf>::new());
 }

@@ -15,8 +15,8 @@ use shardloop::persist::{self, Layout, Snapshot};
 use shardloop::world::{self, World};
 
 mod common;
+use common::binary::temp_dirs;
 
-const BIN: &str = env!("CARGO_BIN_EXE_shardloop");
 const CREATED: &str = "2026-12-03T10:00:00Z";
 const EARLIER: &str = "2026-12-01T08:00:00Z";
 const LIMITS: Limits = Limits {
@@ -79,14 +79,6 @@ fn tree(dir: &Path) -> Vec<(PathBuf, Option<Vec<u8>>)> {
     out
 }
 
-fn temp_dirs(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(persist::layout::TEMP_PREFIX))
-        .collect()
-}
-
 fn restored_backups(data: &Path) -> Vec<PathBuf> {
     let mut found: Vec<_> = std::fs::read_dir(data.join("Backups"))
         .unwrap()
@@ -142,7 +134,7 @@ fn restore_and_check(archive: &Path) {
         moved.is_file() && !archive.exists(),
         "the archive moved, not copied"
     );
-    assert_eq!(temp_dirs(data.path()), Vec::<String>::new());
+    assert_eq!(temp_dirs(data.path()), Vec::<PathBuf>::new());
 }
 
 #[test]
@@ -333,7 +325,7 @@ fn refused(name: &str, bytes: &[u8], limits: Limits, entry: &str) -> RestoreErro
     assert!(text.contains(entry) && text.contains(name), "{text}");
     assert!(text.contains("nothing was changed"), "{text}");
     assert_eq!(tree(data.path()), before, "nothing changed: {e}");
-    assert_eq!(temp_dirs(data.path()), Vec::<String>::new());
+    assert_eq!(temp_dirs(data.path()), Vec::<PathBuf>::new());
     e
 }
 
@@ -531,7 +523,7 @@ fn restore_err(bytes: &[u8], name: &str, limits: Limits) -> RestoreError {
     )
     .unwrap_err();
     assert_eq!(tree(data.path()), before, "{e}");
-    assert_eq!(temp_dirs(data.path()), Vec::<String>::new());
+    assert_eq!(temp_dirs(data.path()), Vec::<PathBuf>::new());
     e
 }
 
@@ -649,11 +641,8 @@ fn list_shows_backups_and_archives_with_their_counts() {
 }
 
 fn shardloop(data: &Path) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.current_dir(data)
-        .env_remove("RUST_LOG")
-        .arg("--data-dir")
-        .arg(data);
+    let mut cmd = common::binary::shardloop(data, (3_000, 500));
+    cmd.arg("--data-dir").arg(data);
     cmd
 }
 
@@ -747,5 +736,5 @@ fn a_failure_during_the_moves_puts_everything_back() {
         .filter(|(p, _)| !p.starts_with("Archives"))
         .collect();
     assert_eq!(after, before, "the archive is back in Saves/: {e}");
-    assert_eq!(temp_dirs(data.path()), Vec::<String>::new());
+    assert_eq!(temp_dirs(data.path()), Vec::<PathBuf>::new());
 }

@@ -18,14 +18,14 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use shardloop::persist::file::Kind;
-use shardloop::persist::layout::{BACKUP_MARKER, TEMP_PREFIX};
+use shardloop::persist::layout::BACKUP_MARKER;
 use shardloop::persist::{self, Layout, Manifest, Replaced, Snapshot};
 use shardloop::world;
 
 mod common;
+use common::binary::temp_dirs;
 use common::tmpfs::Tmpfs;
 
-const BIN: &str = env!("CARGO_BIN_EXE_shardloop");
 const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A world whose save takes tens of milliseconds (about 1.8 MB on disk).
@@ -39,19 +39,11 @@ const SMALL: (u32, u32) = (20_000, 3_000);
 /// The binary on `data_dir` with a generated world of `size`, no startup probe, no `loop:`
 /// lines, autosave off, any free port, and no config file (it runs in `cwd`, which must not
 /// hold a `config/` directory).
-fn shardloop(cwd: &Path, data_dir: &Path, (items, mobiles): (u32, u32)) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.current_dir(cwd)
-        .env_remove("RUST_LOG")
-        .env("SHARD_SERVER__PROBE_HOST", "false")
-        .env("SHARD_SERVER__LOOP_STATS_INTERVAL", "0s")
-        .env("SHARD_WORLD__GENERATE__ITEMS", items.to_string())
-        .env("SHARD_WORLD__GENERATE__MOBILES", mobiles.to_string())
-        .env("SHARD_AUTOSAVE__ENABLED", "false")
-        .env("SHARD_AUTOSAVE__WARNING", "0s")
+fn shardloop(cwd: &Path, data_dir: &Path, size: (u32, u32)) -> Command {
+    let mut cmd = common::binary::shardloop(cwd, size);
+    cmd.env("SHARD_AUTOSAVE__WARNING", "0s")
         .arg("--data-dir")
-        .arg(data_dir)
-        .args(["--listen", "127.0.0.1:0"]);
+        .arg(data_dir);
     cmd
 }
 
@@ -297,20 +289,6 @@ fn assert_saves_alternate(events: &str, log: &[String]) {
 
 // ---------------------------------------------------------------------------------------
 // What is on disk.
-
-/// The `.tmp-*` directories in `root`.
-fn temp_dirs(root: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return Vec::new();
-    };
-    let mut dirs: Vec<PathBuf> = entries
-        .map(|e| e.unwrap())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(TEMP_PREFIX))
-        .map(|e| e.path())
-        .collect();
-    dirs.sort();
-    dirs
-}
 
 /// `dir` holds a complete save: its manifest reads and every data file it lists has the
 /// size the manifest says (cheap: nothing is decoded).

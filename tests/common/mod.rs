@@ -8,6 +8,7 @@
 // Each test binary compiles this module and uses a different part of it.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod capture;
 pub mod client;
 pub mod deadline;
