@@ -40,8 +40,8 @@ use tokio::sync::Notify;
 use crate::config::{Config, GenerateConfig};
 use crate::game::{self, Players};
 use crate::net::{self, BackendKind, Limits, Net};
-use crate::persist;
 use crate::persist::archive::{self, Archiver, Plan};
+use crate::persist::{self, Clock};
 use crate::runtime::{self, LoopStats};
 use crate::timer;
 use crate::world::{self, World};
@@ -298,43 +298,18 @@ async fn serve(
     stop: impl Future<Output = ()>,
     started: Instant,
 ) -> Result<Serving, ShardError> {
-    let Wired {
-        world,
-        net,
-        players,
-        backend,
-        listeners,
-        layout,
-    } = wired;
-    let listening = net
-        .start(&*backend.backend(), listeners)
-        .map_err(ShardError::Listen)?;
-    if listening.is_empty() {
-        tracing::warn!("no network.listen address: players cannot connect");
-    }
-    for addr in &listening {
-        tracing::info!(%addr, backend = %backend.name(), "listening for players");
-    }
-    let logic = Rc::new(game::start_game_logic(world.clone()));
+    let listening = start_listening(&wired.net, wired.backend, wired.listeners)?;
+    let logic = Rc::new(game::start_game_logic(wired.world.clone()));
     // One wall clock for autosave, saves and archives.
     let clock = config.time.clock();
-    let archiver = config.archive.enabled.then(|| {
-        let dir = config.data_path(&config.archive.dir);
-        let plan: Plan = config
-            .archive
-            .plan(dir, config.time.zone.time_zone().clone());
-        let archiver = Archiver::new(layout.clone(), plan, clock);
-        // Whatever earlier runs (or a crash) left to do, before the first save.
-        archiver.request();
-        archiver
-    });
+    let archiver = start_archiver(config, &wired.layout, clock);
     let (saver, autosave) = saving::start_saving(
         config,
         clock,
-        layout,
-        &world,
-        &net,
-        &players,
+        wired.layout,
+        &wired.world,
+        &wired.net,
+        &wired.players,
         archiver.clone(),
     );
     let status = Rc::new(StatusState::new(config));
@@ -346,9 +321,9 @@ async fn serve(
     let mut printer = None;
     if let Some((input, output)) = console.io {
         let shell = Shell {
-            world,
-            net: net.clone(),
-            players,
+            world: wired.world,
+            net: wired.net.clone(),
+            players: wired.players,
             logic: logic.clone(),
             status: status.clone(),
             shutdown: console_shutdown.clone(),
@@ -357,7 +332,7 @@ async fn serve(
             archiver: archiver.clone(),
             data_dir: config.server.data_dir.clone(),
             listening: listening.clone(),
-            backend: backend.name(),
+            backend: wired.backend.name(),
         };
         printer = Some(
             console::start(input, output, move |line| {
@@ -392,7 +367,7 @@ async fn serve(
         }
         archiver.idle().await;
     }
-    net.stop();
+    wired.net.stop();
     if let Some(token) = status_timer {
         token.cancel();
         status.emit();
@@ -406,6 +381,38 @@ async fn serve(
         startup,
         uptime: ready.elapsed(),
         final_save,
+    })
+}
+
+/// Starts accepting on the listeners bound at startup; the addresses they are bound to.
+fn start_listening(
+    net: &Net,
+    backend: BackendKind,
+    listeners: Vec<std::net::TcpListener>,
+) -> Result<Vec<std::net::SocketAddr>, ShardError> {
+    let listening = net
+        .start(&*backend.backend(), listeners)
+        .map_err(ShardError::Listen)?;
+    if listening.is_empty() {
+        tracing::warn!("no network.listen address: players cannot connect");
+    }
+    for addr in &listening {
+        tracing::info!(%addr, backend = %backend.name(), "listening for players");
+    }
+    Ok(listening)
+}
+
+/// The archiver, when archives are on, with a first rollup requested: whatever earlier runs
+/// (or a crash) left to do, before the first save.
+fn start_archiver(config: &Config, layout: &persist::Layout, clock: Clock) -> Option<Archiver> {
+    config.archive.enabled.then(|| {
+        let dir = config.data_path(&config.archive.dir);
+        let plan: Plan = config
+            .archive
+            .plan(dir, config.time.zone.time_zone().clone());
+        let archiver = Archiver::new(layout.clone(), plan, clock);
+        archiver.request();
+        archiver
     })
 }
 
