@@ -839,7 +839,8 @@ fn save_requests_during_a_save_fold_into_one_more_save() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let mut shard = Shard::start(shardloop(dir.path(), &data, MEDIUM));
-    // One write, so all three arrive while the first save is writing (it takes tens of ms).
+    // One write: the console answers lines that arrive together in one turn of the loop, so
+    // the second and third find the first save writing however slow this machine is.
     shard
         .stdin
         .as_mut()

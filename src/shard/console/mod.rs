@@ -54,48 +54,65 @@ impl Console {
     }
 }
 
-/// Reads the next line into `buf` (newline stripped). A line longer than [`MAX_LINE`] is read
-/// to its end and reported as [`ConsoleError::TooLong`] without being kept. `Ok(None)` at
-/// end of input.
-pub fn read_line(
-    input: &mut impl BufRead,
-    buf: &mut Vec<u8>,
-) -> io::Result<Option<Result<(), ConsoleError>>> {
-    buf.clear();
-    let mut too_long = false;
-    let mut saw_any = false;
-    loop {
-        let available = input.fill_buf()?;
-        if available.is_empty() {
-            return Ok(saw_any.then_some(if too_long {
-                Err(ConsoleError::TooLong)
-            } else {
-                Ok(())
-            }));
-        }
-        saw_any = true;
-        let (chunk, consumed, done) = match available.iter().position(|&b| b == b'\n') {
-            Some(i) => (&available[..i], i + 1, true),
-            None => (available, available.len(), false),
-        };
-        if !too_long {
-            buf.extend_from_slice(chunk);
-            if buf.len() > MAX_LINE {
-                too_long = true;
-                buf.clear();
+/// Cuts a byte stream into console lines, whatever chunks it arrives in. A line longer than
+/// [`MAX_LINE`] is skipped to its end and reported as [`ConsoleError::TooLong`] without being
+/// kept; a last line without a newline counts at the end of input.
+#[derive(Default)]
+struct Cutter {
+    /// The line so far (empty once it is known to be too long).
+    partial: Vec<u8>,
+    too_long: bool,
+    /// Bytes of an unfinished line have arrived.
+    started: bool,
+}
+
+impl Cutter {
+    /// Takes `bytes`; every line they complete goes to `out`, in order.
+    fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<Line>) {
+        while !bytes.is_empty() {
+            self.started = true;
+            match bytes.iter().position(|&b| b == b'\n') {
+                Some(end) => {
+                    self.keep(&bytes[..end]);
+                    out.push(self.finish_line());
+                    bytes = &bytes[end + 1..];
+                }
+                None => {
+                    self.keep(bytes);
+                    bytes = &[];
+                }
             }
         }
-        input.consume(consumed);
-        if done {
-            if buf.last() == Some(&b'\r') {
-                buf.pop();
-            }
-            return Ok(Some(if too_long {
-                Err(ConsoleError::TooLong)
-            } else {
-                Ok(())
-            }));
+    }
+
+    /// End of input: an unterminated last line is a line.
+    fn end(&mut self, out: &mut Vec<Line>) {
+        if self.started {
+            out.push(self.finish_line());
         }
+    }
+
+    fn keep(&mut self, chunk: &[u8]) {
+        if self.too_long {
+            return;
+        }
+        self.partial.extend_from_slice(chunk);
+        if self.partial.len() > MAX_LINE {
+            self.too_long = true;
+            self.partial = Vec::new();
+        }
+    }
+
+    fn finish_line(&mut self) -> Line {
+        self.started = false;
+        if std::mem::take(&mut self.too_long) {
+            return Err(ConsoleError::TooLong);
+        }
+        let mut line = std::mem::take(&mut self.partial);
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        String::from_utf8(line).map_err(|_| ConsoleError::NotUtf8)
     }
 }
 
@@ -154,43 +171,57 @@ enum Print {
 /// A line as typed, or why it was refused before anyone looked at it.
 type Line = Result<String, ConsoleError>;
 
-fn read_commands(mut input: impl BufRead, lines: &mpsc::UnboundedSender<Line>) {
-    let mut buf = Vec::new();
+/// Reads `input` until it ends, sending the lines of each read as one batch: lines that
+/// arrive together (typed or pasted at once, or written in one go by a script) are answered
+/// together, in one turn of the loop, with nothing else of the game in between.
+fn read_commands(mut input: impl BufRead, lines: &mpsc::UnboundedSender<Vec<Line>>) {
+    let mut cutter = Cutter::default();
     loop {
-        let parsed = match read_line(&mut input, &mut buf) {
-            Ok(Some(Ok(()))) => {
-                String::from_utf8(std::mem::take(&mut buf)).map_err(|_| ConsoleError::NotUtf8)
+        let mut batch = Vec::new();
+        let read = match input.fill_buf() {
+            Ok([]) => None,
+            Ok(bytes) => {
+                cutter.feed(bytes, &mut batch);
+                Some(bytes.len())
             }
-            Ok(Some(Err(e))) => Err(e),
-            Ok(None) => return, // end of input: a headless shard has no console
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 tracing::warn!("console input failed: {e}; the console is closed");
                 return;
             }
         };
-        if lines.send(parsed).is_err() {
+        match read {
+            Some(n) => input.consume(n),
+            None => cutter.end(&mut batch), // end of input: a headless shard has no console
+        }
+        if !batch.is_empty() && lines.send(batch).is_err() {
             return; // the loop is gone
+        }
+        if read.is_none() {
+            return;
         }
     }
 }
 
 async fn run_commands<H>(
-    mut lines: mpsc::UnboundedReceiver<Line>,
+    mut lines: mpsc::UnboundedReceiver<Vec<Line>>,
     print: std_mpsc::Sender<Print>,
     mut answer: H,
 ) where
     H: FnMut(&str) -> Option<String>,
 {
-    while let Some(line) = lines.recv().await {
-        let answer = match line {
-            Ok(line) => match answer(&line) {
-                Some(answer) => answer,
-                None => continue,
-            },
-            Err(e) => e.to_string(),
-        };
-        if print.send(Print::Answer(answer)).is_err() {
-            return;
+    while let Some(batch) = lines.recv().await {
+        for line in batch {
+            let answer = match line {
+                Ok(line) => match answer(&line) {
+                    Some(answer) => answer,
+                    None => continue,
+                },
+                Err(e) => e.to_string(),
+            };
+            if print.send(Print::Answer(answer)).is_err() {
+                return;
+            }
         }
     }
 }
@@ -218,14 +249,27 @@ fn print_answers(mut output: impl Write, queue: &std_mpsc::Receiver<Print>) {
 mod tests {
     use super::*;
 
-    fn lines(input: &[u8]) -> Vec<Result<Vec<u8>, ConsoleError>> {
-        let mut reader = io::BufReader::with_capacity(7, input);
-        let mut buf = Vec::new();
+    /// The lines of `input` fed in chunks of `chunk` bytes, as text.
+    fn cut(input: &[u8], chunk: usize) -> Vec<Result<String, ConsoleError>> {
+        let mut cutter = Cutter::default();
         let mut out = Vec::new();
-        while let Some(r) = read_line(&mut reader, &mut buf).expect("in-memory read") {
-            out.push(r.map(|()| buf.clone()));
+        for piece in input.chunks(chunk) {
+            cutter.feed(piece, &mut out);
         }
+        cutter.end(&mut out);
         out
+    }
+
+    fn lines(input: &[u8]) -> Vec<Result<Vec<u8>, ConsoleError>> {
+        let whole = cut(input, input.len().max(1));
+        // Any chunking cuts the same lines.
+        for chunk in [1, 7, 4096] {
+            assert_eq!(cut(input, chunk), whole, "chunks of {chunk}");
+        }
+        whole
+            .into_iter()
+            .map(|l| l.map(String::into_bytes))
+            .collect()
     }
 
     #[test]
@@ -252,5 +296,17 @@ mod tests {
         );
         let exactly = vec![b'y'; MAX_LINE];
         assert_eq!(lines(&exactly), vec![Ok(exactly.clone())]);
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_refused_by_line() {
+        assert_eq!(
+            lines(b"ok\n\xff\xfe\nok\n"),
+            vec![
+                Ok(b"ok".to_vec()),
+                Err(ConsoleError::NotUtf8),
+                Ok(b"ok".to_vec())
+            ]
+        );
     }
 }
