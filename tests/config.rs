@@ -323,6 +323,60 @@ fn network_and_spin_limits_are_checked() {
 }
 
 #[test]
+fn admission_and_flood_limits_are_checked() {
+    let cases: [(&[(&str, &str)], &str, &str); 6] = [
+        (
+            &[("SHARD_NETWORK__MAX_PER_IP", "0")],
+            "network.max_per_ip",
+            "at least 1",
+        ),
+        (
+            &[("SHARD_NETWORK__LOGIN_TIMEOUT", "0s")],
+            "network.login_timeout",
+            "greater than 0",
+        ),
+        (
+            &[
+                ("SHARD_NETWORK__IDLE_TIMEOUT", "30s"),
+                ("SHARD_NETWORK__LOGIN_TIMEOUT", "1m"),
+            ],
+            "network.login_timeout",
+            "not be longer than network.idle_timeout",
+        ),
+        (
+            &[("SHARD_NETWORK__OUTBOUND_BUDGET", "1000")],
+            "network.outbound_budget",
+            "at least network.send_buffer_size",
+        ),
+        (
+            &[("SHARD_NETWORK__MOVE_BURST", "0")],
+            "network.move_burst",
+            "at least 1",
+        ),
+        (
+            &[("SHARD_NETWORK__PING_RATE", "lots")],
+            "network.ping_rate",
+            "\"lots\"",
+        ),
+    ];
+    for (env, key, why) in cases {
+        let err = load_err(ConfigFile::None, env, Overrides::default());
+        assert_eq!(err.key(), Some(key), "{err}");
+        assert!(err.to_string().contains(why), "{err}");
+    }
+    // A rate of 0 turns a limit off; its burst may then be anything.
+    let off = [
+        ("SHARD_NETWORK__MOVE_RATE", "0"),
+        ("SHARD_NETWORK__MOVE_BURST", "0"),
+    ];
+    let loaded = load(ConfigFile::None, &off, Overrides::default());
+    assert_eq!(
+        shardloop::game::Rates::from(&loaded.config.network).moves,
+        None
+    );
+}
+
+#[test]
 fn unknown_key_in_env_names_the_variable() {
     let env = [("SHARD_SERVER__IDEL_WAIT", "0ms")];
     let err = load_err(ConfigFile::None, &env, Overrides::default());

@@ -25,16 +25,20 @@ use shardloop::{EventLoop, timer};
 mod common;
 use common::capture::Capture as Logs;
 use common::client::TIMEOUT;
-use common::client::{closed_by_server, connect, login, ping, recv, recv_id, send};
+use common::client::{closed_by_server, connect, connect_from, login, ping, recv, recv_id, send};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Every test client comes from 127.0.0.1 and pings as fast as it likes, unless a test sets
+/// a limit to trip it.
 fn limits() -> Limits {
     Limits {
         max_connections: 64,
-        max_packet: 8192,
-        send_buffer_size: 256 * 1024,
+        max_per_ip: usize::MAX,
         idle_timeout: Duration::from_secs(60),
+        login_timeout: Duration::from_secs(60),
+        ping_rate: None,
+        ..Limits::default()
     }
 }
 
@@ -92,7 +96,7 @@ where
         kind.block_on(async move {
             let world = Rc::new(RefCell::new(World::new(7)));
             let net = Net::new(limits);
-            let players = game::install(&net, world.clone());
+            let players = game::install(&net, world.clone(), &game::Rates::default());
             let builder = EventLoop::builder().idle_wait(idle_wait);
             let mut event_loop = game::wire(builder, &net, world.clone(), players.clone()).build();
             let runs = Rc::new(RefCell::new(0u64));
@@ -512,11 +516,161 @@ macro_rules! suite {
 
             #[test]
             fn speech_flood() {
+                // A burst is allowed, as much again is dropped, one more is abuse.
+                let burst = game::Rates::default().speech.unwrap().burst;
                 let mut flood = Vec::new();
-                for _ in 0..=game::SPEECH_BURST {
+                for _ in 0..=2 * burst {
                     frame::put(&mut flood, client::SAY, &[b"buy my wares"]);
                 }
-                rejects(limits(), true, flood, "speech flood");
+                rejects(limits(), true, flood, "flood: packet 0x03 (say)");
+            }
+
+            #[test]
+            fn moves_beyond_the_rate_are_dropped_and_the_mover_stays() {
+                let burst = game::Rates::default().moves.unwrap().burst;
+                let extra = 5;
+                let Some(out) = serve(KIND, limits(), Duration::from_millis(2), move |env| {
+                    on_thread(move || {
+                        let mut s = connect(env.addr);
+                        login(&mut s, "runner");
+                        let mut moves = Vec::new();
+                        for seq in 0..burst + extra {
+                            frame::put(&mut moves, client::MOVE, &[&[2, seq as u8]]);
+                        }
+                        s.write_all(&moves).unwrap();
+                        // The ping's echo comes after every answer to the moves.
+                        send(&mut s, client::PING, b"after");
+                        let mut answered = 0;
+                        loop {
+                            match recv(&mut s) {
+                                (client::PING, _) => break,
+                                (server::MOVE_OK, _) => answered += 1,
+                                _ => {}
+                            }
+                        }
+                        answered
+                    })
+                }) else {
+                    return;
+                };
+                assert_eq!(
+                    out.value, burst,
+                    "a burst of moves answered, the rest dropped"
+                );
+                assert_eq!(out.stats.flood_dropped, u64::from(extra));
+                assert_eq!((out.stats.faults, out.stats.flood_disconnects), (0, 0));
+            }
+
+            #[test]
+            fn a_host_over_max_per_ip_is_refused_and_other_hosts_are_not() {
+                let limits = Limits {
+                    max_per_ip: 3,
+                    ..limits()
+                };
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| {
+                    on_thread(move || {
+                        let mut held: Vec<TcpStream> = (0..3)
+                            .map(|_| connect_from(env.addr, [127, 0, 0, 2]))
+                            .collect();
+                        for s in &mut held {
+                            ping(s, b"in");
+                        }
+                        let mut fourth = connect_from(env.addr, [127, 0, 0, 2]);
+                        assert!(closed_by_server(&mut fourth), "the fourth from one host");
+                        let mut other = connect_from(env.addr, [127, 0, 0, 3]);
+                        ping(&mut other, b"another host");
+                        for s in &mut held {
+                            ping(s, b"still in");
+                        }
+                    })
+                }) else {
+                    return;
+                };
+                assert_eq!(out.stats.refused_per_ip, 1);
+                assert_eq!(
+                    out.stats.accepted, 4,
+                    "the refused one is not counted as accepted"
+                );
+                assert_eq!(out.stats.faults, 0);
+            }
+
+            #[test]
+            fn pinging_without_logging_in_does_not_keep_a_connection_past_the_login_deadline() {
+                let limits = Limits {
+                    login_timeout: Duration::from_secs(1),
+                    ..limits()
+                };
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| {
+                    on_thread(move || {
+                        let mut player = connect(env.addr);
+                        login(&mut player, "player");
+                        let mut lurker = connect(env.addr);
+                        let peer = lurker.local_addr().unwrap();
+                        let began = Instant::now();
+                        // Ping every 200 ms until the server hangs up (or 20 s pass).
+                        let closed = loop {
+                            if began.elapsed() > Duration::from_secs(20) {
+                                break false;
+                            }
+                            if lurker
+                                .write_all(&frame::packet(client::PING, &[b"hi"]))
+                                .is_err()
+                            {
+                                break true;
+                            }
+                            let mut buf = [0; 16];
+                            match lurker.read(&mut buf) {
+                                Ok(0) | Err(_) => break true,
+                                Ok(_) => std::thread::sleep(Duration::from_millis(200)),
+                            }
+                        };
+                        let lived = began.elapsed();
+                        ping(&mut player, b"logged in players stay");
+                        (closed, lived, peer)
+                    })
+                }) else {
+                    return;
+                };
+                let (closed, lived, peer) = out.value;
+                assert!(closed, "never closed: pings must not count before login");
+                assert!(
+                    lived >= Duration::from_secs(1),
+                    "closed before the deadline: {lived:?}"
+                );
+                out.one_disconnect_line(peer, "login timeout");
+                assert_eq!(out.stats.login_timeouts, 1);
+            }
+
+            #[test]
+            fn a_slow_reader_is_evicted_when_the_outbound_budget_runs_out() {
+                let limits = Limits {
+                    send_buffer_size: 1 << 20,
+                    outbound_budget: 64 * 1024,
+                    ..limits()
+                };
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| {
+                    on_thread(move || {
+                        let mut reader = connect(env.addr);
+                        let mut slow = small_receive_buffer(env.addr);
+                        let peer = slow.local_addr().unwrap();
+                        slow.set_write_timeout(Some(TIMEOUT)).unwrap();
+                        let ping = frame::packet(client::PING, &[&[0; 64]]);
+                        for _ in 0..100_000 {
+                            match slow.write_all(&ping) {
+                                Ok(()) => {}
+                                Err(e) if hung_up(&e) => break,
+                                Err(e) => panic!("neither read nor hung up: {e}"),
+                            }
+                        }
+                        ping_ok(&mut reader);
+                        peer
+                    })
+                }) else {
+                    return;
+                };
+                out.one_disconnect_line(out.value, "outbound budget");
+                assert_eq!(out.stats.outbound_evictions, 1);
+                assert_eq!(out.stats.faults, 1, "only the slow reader");
             }
 
             #[test]
@@ -593,6 +747,8 @@ macro_rules! suite {
                 let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| {
                     on_thread(move || {
                         let mut bystander = connect(env.addr);
+                        // Logged in: only then do its pings count as activity.
+                        login(&mut bystander, "bystander");
                         let mut s = connect(env.addr);
                         let peer = s.local_addr().unwrap();
                         let began = Instant::now();

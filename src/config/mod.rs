@@ -44,7 +44,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::net::{BackendKind, Limits};
+use crate::game;
+use crate::net::{BackendKind, Limits, Rate};
 use crate::runtime::{
     DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD,
     DEFAULT_SPIN_BEFORE_PARK, DEFAULT_TICK, EventLoop, EventLoopBuilder,
@@ -150,23 +151,53 @@ pub struct NetworkConfig {
     pub max_packet: u32,
     /// Connections accepted at once; more are accepted and closed at once.
     pub max_connections: u32,
+    /// Connections one host (an IPv4 address, an IPv6 /64) may hold open at once.
+    pub max_per_ip: u32,
+    /// Unsent output across all connections, bytes; past it the connection holding the most
+    /// is disconnected.
+    pub outbound_budget: u64,
     /// A connection that completes no packet for this long is closed; zero = never.
     #[serde(with = "duration")]
     pub idle_timeout: Duration,
+    /// A connection must log in within this long of connecting.
+    #[serde(with = "duration")]
+    pub login_timeout: Duration,
+    /// Pings a connection may send a second (0 = no limit), and in a burst.
+    pub ping_rate: u32,
+    pub ping_burst: u32,
+    /// Moves a player may make a second (0 = no limit), and in a burst.
+    pub move_rate: u32,
+    pub move_burst: u32,
+    /// Lines a player may say a second (0 = no limit), and in a burst.
+    pub speech_rate: u32,
+    pub speech_burst: u32,
 }
 
 /// The default listener: the Ultima Online port, on every IPv4 interface.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 2593);
 
 impl Default for NetworkConfig {
+    /// The server's own defaults ([`Limits::default`], [`game::Rates::default`]).
     fn default() -> Self {
+        let limits = Limits::default();
+        let rates = game::Rates::default();
+        let ping = limits.ping_rate.expect("pings are limited by default");
         NetworkConfig {
             listen: vec![DEFAULT_LISTEN],
             backend: Backend::Auto,
-            send_buffer_size: 256 * 1024,
-            max_packet: 8192,
-            max_connections: 1024,
-            idle_timeout: Duration::from_secs(120),
+            send_buffer_size: limits.send_buffer_size as u32,
+            max_packet: limits.max_packet as u32,
+            max_connections: limits.max_connections as u32,
+            max_per_ip: limits.max_per_ip as u32,
+            outbound_budget: limits.outbound_budget as u64,
+            idle_timeout: limits.idle_timeout,
+            login_timeout: limits.login_timeout,
+            ping_rate: ping.per_sec,
+            ping_burst: ping.burst,
+            move_rate: rates.moves.map_or(0, |r| r.per_sec),
+            move_burst: rates.moves.map_or(0, |r| r.burst),
+            speech_rate: rates.speech.map_or(0, |r| r.per_sec),
+            speech_burst: rates.speech.map_or(0, |r| r.burst),
         }
     }
 }
@@ -190,11 +221,30 @@ impl From<&NetworkConfig> for Limits {
     fn from(config: &NetworkConfig) -> Limits {
         Limits {
             max_connections: config.max_connections as usize,
+            max_per_ip: config.max_per_ip as usize,
             max_packet: config.max_packet as usize,
             send_buffer_size: config.send_buffer_size as usize,
+            outbound_budget: config.outbound_budget as usize,
             idle_timeout: config.idle_timeout,
+            login_timeout: config.login_timeout,
+            ping_rate: rate(config.ping_rate, config.ping_burst),
         }
     }
+}
+
+/// The game's flood limits from `[network]`.
+impl From<&NetworkConfig> for game::Rates {
+    fn from(config: &NetworkConfig) -> game::Rates {
+        game::Rates {
+            moves: rate(config.move_rate, config.move_burst),
+            speech: rate(config.speech_rate, config.speech_burst),
+        }
+    }
+}
+
+/// A rate from its two keys; a rate of 0 is no limit.
+fn rate(per_sec: u32, burst: u32) -> Option<Rate> {
+    (per_sec > 0).then_some(Rate { per_sec, burst })
 }
 
 /// `network.backend`.
@@ -483,6 +533,40 @@ impl NetworkConfig {
         }
         if self.max_connections == 0 {
             return invalid("network.max_connections", "must be at least 1");
+        }
+        if self.max_per_ip == 0 {
+            return invalid(
+                "network.max_per_ip",
+                "must be at least 1 (it caps one host's connections; no host could connect)",
+            );
+        }
+        if self.outbound_budget < u64::from(self.send_buffer_size) {
+            return invalid(
+                "network.outbound_budget",
+                "must be at least network.send_buffer_size (one connection's own limit)",
+            );
+        }
+        if self.login_timeout.is_zero() {
+            return invalid(
+                "network.login_timeout",
+                "must be greater than 0: without a deadline a socket that never logs in holds \
+                 a slot forever",
+            );
+        }
+        if !self.idle_timeout.is_zero() && self.login_timeout > self.idle_timeout {
+            return invalid(
+                "network.login_timeout",
+                "must not be longer than network.idle_timeout",
+            );
+        }
+        for (key, per_sec, burst) in [
+            ("network.ping_burst", self.ping_rate, self.ping_burst),
+            ("network.move_burst", self.move_rate, self.move_burst),
+            ("network.speech_burst", self.speech_rate, self.speech_burst),
+        ] {
+            if per_sec > 0 && burst == 0 {
+                return invalid(key, "must be at least 1 while its rate is set");
+            }
         }
         Ok(())
     }

@@ -11,8 +11,9 @@ use std::rc::Rc;
 use crate::net::{Access, BadPacket, ConnId, Net, Sessions};
 use crate::world::World;
 
+use super::packets::client;
 use super::packets::{PACKETS, leave};
-use super::players::Players;
+use super::players::{Players, Rates};
 
 /// What a packet handler works on: the world, the players, the connections, and the
 /// connection the packet came from.
@@ -57,14 +58,20 @@ pub fn register(
     });
 }
 
-/// Registers the protocol's handlers on `net` and returns the player table they keep.
-pub fn install(net: &Net, world: Rc<RefCell<World>>) -> Rc<RefCell<Players>> {
+/// Registers the protocol's handlers on `net` with the flood limits of `rates`, and returns
+/// the player table they keep.
+pub fn install(net: &Net, world: Rc<RefCell<World>>, rates: &Rates) -> Rc<RefCell<Players>> {
     let shared = Shared {
         world,
         players: Rc::default(),
     };
     for &(id, name, access, handler) in PACKETS {
         register(net, &shared, id, name, access, handler);
+    }
+    for (id, rate) in [(client::MOVE, rates.moves), (client::SAY, rates.speech)] {
+        if let Some(rate) = rate {
+            net.limit_rate(id, rate);
+        }
     }
     let Shared { world, players } = shared;
     let p = players.clone();

@@ -30,7 +30,7 @@ pub use keyed::{Cancel, Keyed};
 pub use logic::{GameLogic, IdleLoad, LogicStats, idle_load, start_game_logic};
 pub use packets::PACKETS;
 pub use players::{
-    MAX_NAME, MAX_SPEECH, Players, SPEECH_BURST, SPEECH_REFILL, START, START_SPREAD, SYSTEM,
-    VIEW_RANGE, broadcast, start_location,
+    MAX_NAME, MAX_SPEECH, Players, Rates, START, START_SPREAD, SYSTEM, VIEW_RANGE, broadcast,
+    start_location,
 };
 pub use spawners::spawner_phase;

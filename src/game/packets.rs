@@ -15,9 +15,7 @@ use crate::net::{Access, BadPacket, ConnId, Disconnect};
 use crate::world::{Mobile, SectorId, World};
 
 use super::dispatch::{Packet, PacketHandler};
-use super::players::{
-    Allowance, MAX_NAME, MAX_SPEECH, Player, Players, SPEECH_BURST, SPEECH_REFILL, start_location,
-};
+use super::players::{MAX_NAME, MAX_SPEECH, Player, Players, start_location};
 
 #[cfg(doc)]
 use super::players::VIEW_RANGE;
@@ -84,14 +82,7 @@ fn login(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
         .map_err(|e| BadPacket::new(format!("cannot place the player: {e}")))?;
     p.world.activate_around(at);
     p.players.by_conn.insert(conn, serial);
-    p.players.by_serial.insert(
-        serial,
-        Player {
-            conn,
-            at,
-            speech: Allowance::new(),
-        },
-    );
+    p.players.by_serial.insert(serial, Player { conn, at });
     p.sessions.set_logged_in(conn);
     p.sessions
         .send_packet(conn, server::LOGIN_OK, &[&serial_xy(serial.0, at.x, at.y)]);
@@ -130,12 +121,6 @@ fn say(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
     let conn = p.conn;
     let line = text(payload, MAX_SPEECH, "speech")?;
     let (serial, player) = p.players.get_mut(conn)?;
-    if !player.speech.take() {
-        return Err(BadPacket::new(format!(
-            "speech flood: more than {SPEECH_BURST} lines in a burst, or more than one per \
-             {SPEECH_REFILL:?} after it"
-        )));
-    }
     let at = player.at;
     let serial_bytes = serial.0.to_be_bytes();
     for (_, listener) in p.players.in_range(at) {

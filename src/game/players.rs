@@ -1,16 +1,12 @@
 //! Who is playing: the logged-in players, their connections and where they stand, and the
 //! two ways to reach them — everyone in range of a spot, or everyone.
 //!
-//! Owns the player table and the per-player speech allowance. Must never touch the world's
+//! Owns the player table and the players' flood limits ([`Rates`]). Must never touch the world's
 //! entities (handlers do) and never do I/O (it only queues packets on the sessions).
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-use tokio::time::Instant;
-
-use crate::net::{BadPacket, ConnId, Net};
+use crate::net::{BadPacket, ConnId, Net, Rate};
 use crate::world::{Location, MapId, Serial};
+use std::collections::BTreeMap;
 
 use super::packets::server;
 
@@ -29,10 +25,30 @@ pub const START: Location = Location {
     map: MapId::FELUCCA,
 };
 pub const START_SPREAD: u16 = 400;
-/// Lines a player may say in a burst, and how fast the allowance refills: a client that
-/// talks faster is disconnected (it would flood every player in range).
-pub const SPEECH_BURST: u32 = 10;
-pub const SPEECH_REFILL: Duration = Duration::from_millis(200);
+/// How fast players may move and talk: a move or a line beyond the rate is dropped, far
+/// beyond it disconnects (see [`crate::net::rate`]). `None`: no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rates {
+    pub moves: Option<Rate>,
+    pub speech: Option<Rate>,
+}
+
+impl Default for Rates {
+    /// Moves: 10 a second (a running character's pace), 20 at once after a pause. Speech:
+    /// 5 lines a second, 10 at once.
+    fn default() -> Rates {
+        Rates {
+            moves: Some(Rate {
+                per_sec: 10,
+                burst: 20,
+            }),
+            speech: Some(Rate {
+                per_sec: 5,
+                burst: 10,
+            }),
+        }
+    }
+}
 
 /// Who is logged in on which connection, and where they stand. Ordered maps: broadcasts go
 /// out in the same order on every run.
@@ -45,37 +61,6 @@ pub struct Players {
 pub(super) struct Player {
     pub(super) conn: ConnId,
     pub(super) at: Location,
-    pub(super) speech: Allowance,
-}
-
-/// A token bucket of [`SPEECH_BURST`] lines, one back every [`SPEECH_REFILL`].
-pub(super) struct Allowance {
-    tokens: u32,
-    refilled: Instant,
-}
-
-impl Allowance {
-    pub(super) fn new() -> Allowance {
-        Allowance {
-            tokens: SPEECH_BURST,
-            refilled: Instant::now(),
-        }
-    }
-
-    pub(super) fn take(&mut self) -> bool {
-        let now = Instant::now();
-        let earned = ((now - self.refilled).as_millis() / SPEECH_REFILL.as_millis())
-            .min(u128::from(SPEECH_BURST)) as u32;
-        if earned > 0 {
-            self.tokens = (self.tokens + earned).min(SPEECH_BURST);
-            self.refilled = now;
-        }
-        if self.tokens == 0 {
-            return false;
-        }
-        self.tokens -= 1;
-        true
-    }
 }
 
 impl Players {

@@ -11,6 +11,7 @@
 use std::fmt;
 
 use super::frame;
+use super::rate::Rate;
 use super::session::{ConnId, Sessions};
 
 /// Why a payload was refused; the sender is disconnected with this text.
@@ -45,6 +46,8 @@ pub type Handler = Box<dyn FnMut(&mut Sessions, ConnId, &[u8]) -> Result<(), Bad
 pub(super) struct Entry {
     pub name: &'static str,
     pub access: Access,
+    /// How fast a connection may send it; `None`: no limit.
+    pub rate: Option<Rate>,
     pub handler: Handler,
 }
 
@@ -63,13 +66,24 @@ impl PacketTable {
         table
     }
 
-    /// Sets (or replaces) the handler of packet `id`.
+    /// Sets (or replaces) the handler of packet `id`; a rate set for it stays.
     pub fn register(&mut self, id: u8, name: &'static str, access: Access, handler: Handler) {
+        let rate = self.get_mut(id).and_then(|e| e.rate);
         self.entries[usize::from(id)] = Some(Entry {
             name,
             access,
+            rate,
             handler,
         });
+    }
+
+    /// Limits packet `id` to `rate` per connection. Panics if `id` has no handler: a limit on
+    /// a packet nobody handles is a mistake in the caller.
+    pub fn limit(&mut self, id: u8, rate: Rate) {
+        let entry = self
+            .get_mut(id)
+            .unwrap_or_else(|| panic!("a rate for packet 0x{id:02x}, which has no handler"));
+        entry.rate = Some(rate);
     }
 
     pub fn get_mut(&mut self, id: u8) -> Option<&mut Entry> {

@@ -12,12 +12,14 @@
 //! Networking must never read the configuration: it takes plain settings ([`Limits`],
 //! [`BackendKind`]), which the config builds from `[network]`.
 
+mod admission;
 pub mod backend;
 mod epoll;
 pub mod frame;
 mod handlers;
 mod kind;
 mod listener;
+pub mod rate;
 mod server;
 mod session;
 mod throttle;
@@ -29,5 +31,6 @@ pub use epoll::Epoll;
 pub use handlers::{Access, BadPacket, Handler};
 pub use kind::{BackendKind, io_uring_available};
 pub use listener::{BACKLOG, bind};
+pub use rate::Rate;
 pub use server::{Limits, Net, NetStats, bind_all};
 pub use session::{ConnId, Disconnect, Sessions};

@@ -24,10 +24,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::admission::{Host, PerHost};
 use super::backend::{Acceptor, Backend, ReadOutcome, Signal, Token};
 use super::frame;
 use super::handlers::{Access, BadPacket, PacketTable};
 use super::listener;
+use super::rate::{Rate, Verdict};
 use super::session::{ConnId, Disconnect, NetState, Sessions};
 use super::throttle::Throttle;
 use crate::LoopContext;
@@ -57,14 +59,45 @@ const IDLE_SWEEP: Duration = Duration::from_secs(1);
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 /// The limits a server enforces. The shard builds them from `[network]` (the config's
-/// `From<&NetworkConfig>`); tests and benches write them out.
+/// `From<&NetworkConfig>`); tests and benches write them out, or start from
+/// [`Limits::default`] (the shard's defaults).
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub max_connections: usize,
+    /// Connections one host (an IPv4 address, an IPv6 /64) may hold open at once.
+    pub max_per_ip: usize,
     pub max_packet: usize,
     pub send_buffer_size: usize,
-    /// Zero: never.
+    /// Unsent output across all connections, bytes: past it, the connection holding the most
+    /// is disconnected, so slow readers cannot grow the process without bound.
+    pub outbound_budget: usize,
+    /// A connection that completes no packet for this long (after login) is closed. Zero:
+    /// never.
     pub idle_timeout: Duration,
+    /// A connection must log in within this long of connecting, whatever it sends meanwhile.
+    /// Zero: no deadline.
+    pub login_timeout: Duration,
+    /// How fast a connection may ping; `None`: as fast as it likes (benchmarks).
+    pub ping_rate: Option<Rate>,
+}
+
+impl Default for Limits {
+    /// The shard's defaults (`config/shard.toml`).
+    fn default() -> Limits {
+        Limits {
+            max_connections: 1024,
+            max_per_ip: 16,
+            max_packet: 8192,
+            send_buffer_size: 256 * 1024,
+            outbound_budget: 64 << 20,
+            idle_timeout: Duration::from_secs(120),
+            login_timeout: Duration::from_secs(30),
+            ping_rate: Some(Rate {
+                per_sec: 4,
+                burst: 16,
+            }),
+        }
+    }
 }
 
 /// Counters since start, for the console and tests.
@@ -75,6 +108,23 @@ pub struct NetStats {
     pub accepted: u64,
     /// Accepted and closed at once: over `max_connections`.
     pub refused: u64,
+    /// Accepted and closed at once: the host holds `max_per_ip` already.
+    pub refused_per_ip: u64,
+    /// Accepted and closed at once because the process was out of descriptors (the spare
+    /// descriptor let it take the connection off the backlog).
+    pub shed: u64,
+    /// Closed for not logging in within `login_timeout`.
+    pub login_timeouts: u64,
+    /// Closed for completing no packet within `idle_timeout`.
+    pub idle_timeouts: u64,
+    /// Packets dropped for coming faster than their kind's rate.
+    pub flood_dropped: u64,
+    /// Disconnected for flooding far beyond a rate.
+    pub flood_disconnects: u64,
+    /// Disconnected for holding the most unsent output when the outbound budget ran out.
+    pub outbound_evictions: u64,
+    /// Disconnected for passing `send_buffer_size` of unsent output.
+    pub send_overflows: u64,
     pub disconnects: u64,
     /// Disconnects for breaking the protocol or a limit.
     pub faults: u64,
@@ -108,7 +158,14 @@ struct Server {
     scratch: Vec<u8>,
     stats: NetStats,
     refusals: Throttle,
+    per_host_refusals: Throttle,
     accept_errors: Throttle,
+    /// Open connections per host.
+    per_host: PerHost,
+    /// A descriptor held in reserve: out of descriptors, the server closes it to accept (and
+    /// at once close) one waiting connection, so clients are refused instead of left hanging
+    /// in the backlog.
+    spare: Option<std::fs::File>,
     /// Runs only while connections are open: an empty server adds no wake-ups to an idle
     /// shard.
     sweeper: Option<TimerToken>,
@@ -119,12 +176,16 @@ struct Server {
 impl Net {
     /// A server with these limits, answering ping; no listener yet ([`Net::start`]).
     pub fn new(limits: Limits) -> Net {
+        let mut table = PacketTable::new();
+        if let Some(rate) = limits.ping_rate {
+            table.limit(frame::PING, rate);
+        }
         Net(Rc::new_cyclic(|me| {
             RefCell::new(Server {
                 me: me.clone(),
-                sessions: Sessions::new(limits.send_buffer_size),
+                sessions: Sessions::new(limits.send_buffer_size, limits.outbound_budget),
                 limits,
-                table: PacketTable::new(),
+                table,
                 on_disconnect: None,
                 signal: None,
                 acceptors: Vec::new(),
@@ -134,7 +195,10 @@ impl Net {
                 scratch: Vec::new(),
                 stats: NetStats::default(),
                 refusals: Throttle::default(),
+                per_host_refusals: Throttle::default(),
                 accept_errors: Throttle::default(),
+                per_host: PerHost::default(),
+                spare: open_spare(),
                 sweeper: None,
             })
         }))
@@ -246,15 +310,43 @@ impl Net {
         let server = self.0.borrow();
         NetStats {
             connections: server.sessions.len(),
+            flood_dropped: server.stats.flood_dropped,
+            outbound_evictions: server.sessions.evictions,
+            send_overflows: server.sessions.overflows,
             ..server.stats
         }
+    }
+
+    /// The limits it enforces.
+    #[must_use]
+    pub fn limits(&self) -> Limits {
+        self.0.borrow().limits.clone()
+    }
+
+    /// Hosts with at least one connection open.
+    #[must_use]
+    pub fn hosts(&self) -> usize {
+        self.0.borrow().per_host.hosts()
+    }
+
+    /// Unsent output across all connections, bytes.
+    #[must_use]
+    pub fn outbound_bytes(&self) -> usize {
+        self.0.borrow().sessions.outbound
+    }
+
+    /// Limits packet `id` to `rate` per connection (see [`super::rate`] for the policy).
+    pub fn limit_rate(&self, id: u8, rate: Rate) {
+        self.0.borrow_mut().table.limit(id, rate);
     }
 }
 
 impl Server {
-    /// Starts the idle sweep if it is off and there is something to sweep.
+    /// Starts the sweep for idle and not-logged-in connections if it is off and there is
+    /// something to sweep.
     fn start_sweeper(&mut self) {
-        if self.sweeper.is_some() || self.limits.idle_timeout.is_zero() {
+        let no_deadline = self.limits.idle_timeout.is_zero() && self.limits.login_timeout.is_zero();
+        if self.sweeper.is_some() || no_deadline {
             return;
         }
         let me = self.me.clone();
@@ -265,34 +357,59 @@ impl Server {
         }));
     }
 
-    /// Closes connections idle past the timeout; stops itself once none are open.
+    /// Closes connections idle past the timeout and connections not logged in past the login
+    /// deadline; stops itself once none are open.
     fn sweep_idle(&mut self) {
-        let server = self;
-        let timeout = server.limits.idle_timeout;
         let now = Instant::now();
-        let idle: Vec<ConnId> = server
+        let (idle, login) = (self.limits.idle_timeout, self.limits.login_timeout);
+        let overdue: Vec<(ConnId, Deadline)> = self
             .sessions
             .conns
             .iter()
-            .filter(|(_, s)| s.closing.is_none() && now - s.last_packet > timeout)
-            .map(|(key, _)| ConnId(key))
+            .filter(|(_, s)| s.closing.is_none())
+            .filter_map(|(key, s)| {
+                let missed = if !s.logged_in && !login.is_zero() && now - s.connected > login {
+                    Deadline::Login
+                } else if !idle.is_zero() && now - s.last_packet > idle {
+                    Deadline::Idle
+                } else {
+                    return None;
+                };
+                Some((ConnId(key), missed))
+            })
             .collect();
-        for conn in idle {
-            server.sessions.close(
-                conn,
-                Disconnect::fault(format!(
-                    "idle timeout: no complete packet for {} (network.idle_timeout)",
-                    humantime::format_duration(timeout)
-                )),
-            );
+        for (conn, missed) in overdue {
+            let why = match missed {
+                Deadline::Login => {
+                    self.stats.login_timeouts += 1;
+                    format!(
+                        "login timeout: not logged in within {} (network.login_timeout)",
+                        humantime::format_duration(login)
+                    )
+                }
+                Deadline::Idle => {
+                    self.stats.idle_timeouts += 1;
+                    format!(
+                        "idle timeout: no complete packet for {} (network.idle_timeout)",
+                        humantime::format_duration(idle)
+                    )
+                }
+            };
+            self.sessions.close(conn, Disconnect::fault(why));
         }
-        server.reap();
-        if server.sessions.is_empty()
-            && let Some(token) = server.sweeper.take()
+        self.reap();
+        if self.sessions.is_empty()
+            && let Some(token) = self.sweeper.take()
         {
             token.cancel();
         }
     }
+}
+
+/// Which deadline a connection missed.
+enum Deadline {
+    Login,
+    Idle,
 }
 
 /// Binds a listener on every address, in order; the error names the address that failed.
@@ -359,26 +476,15 @@ impl Server {
             match acceptor.poll_accept() {
                 Poll::Pending => return false,
                 Poll::Ready(Ok((accepted, peer))) => {
-                    if self.sessions.len() >= self.limits.max_connections {
+                    if !self.admit(peer) {
                         drop(accepted); // closes it
-                        self.stats.refused += 1;
-                        let max = self.limits.max_connections;
-                        self.refusals.log(|suppressed| {
-                            tracing::warn!(
-                                %peer,
-                                suppressed,
-                                "refused a connection: {max} open already (network.max_connections)"
-                            );
-                        });
                         continue;
                     }
                     let signal = self.signal.as_ref().expect("started");
                     let conn = ConnId(self.sessions.conns.next_key());
                     let transport = accepted.attach(signal.waker(Token::Conn(conn)));
-                    let key =
-                        self.sessions
-                            .conns
-                            .insert(NetState::new(transport, peer, Instant::now()));
+                    let state = NetState::new(transport, peer, Host::of(peer.ip()), Instant::now());
+                    let key = self.sessions.conns.insert(state);
                     debug_assert_eq!(key, conn.0);
                     self.stats.accepted += 1;
                     self.start_sweeper();
@@ -387,6 +493,7 @@ impl Server {
                     self.queue_read(conn);
                 }
                 Poll::Ready(Err(e)) if is_per_connection(&e) => continue, // that one is gone
+                Poll::Ready(Err(e)) if is_out_of_descriptors(&e) && self.shed_one(i) => continue,
                 Poll::Ready(Err(e)) => {
                     self.accept_errors.log(|suppressed| {
                         tracing::warn!(error = %e, suppressed, "accept failed; retrying shortly");
@@ -401,6 +508,64 @@ impl Server {
         }
         self.to_accept.push(i);
         true
+    }
+
+    /// Whether a connection from `peer` may stay: under `max_connections` and under
+    /// `max_per_ip` for its host. A refusal is counted and logged (at most once a second).
+    fn admit(&mut self, peer: SocketAddr) -> bool {
+        if self.sessions.len() >= self.limits.max_connections {
+            self.stats.refused += 1;
+            let max = self.limits.max_connections;
+            self.refusals.log(|suppressed| {
+                tracing::warn!(
+                    %peer,
+                    suppressed,
+                    "refused a connection: {max} open already (network.max_connections)"
+                );
+            });
+            return false;
+        }
+        let max = self.limits.max_per_ip;
+        if !self.per_host.admit(Host::of(peer.ip()), max) {
+            self.stats.refused_per_ip += 1;
+            self.per_host_refusals.log(|suppressed| {
+                tracing::warn!(
+                    %peer,
+                    suppressed,
+                    "refused a connection: its host has {max} open already (network.max_per_ip)"
+                );
+            });
+            return false;
+        }
+        true
+    }
+
+    /// Out of descriptors: frees the spare one to accept a waiting connection on listener `i`
+    /// and close it at once, then takes the spare back. False if there is no spare (or the
+    /// connection went away), so the caller backs off instead.
+    fn shed_one(&mut self, i: usize) -> bool {
+        if self.spare.take().is_none() {
+            return false;
+        }
+        let shed = match self.acceptors.get_mut(i).map(|a| a.poll_accept()) {
+            Some(Poll::Ready(Ok((accepted, _)))) => {
+                drop(accepted);
+                true
+            }
+            _ => false,
+        };
+        self.spare = open_spare();
+        if shed {
+            self.stats.shed += 1;
+            self.accept_errors.log(|suppressed| {
+                tracing::error!(
+                    suppressed,
+                    "out of file descriptors: closing new connections at once (raise the \
+                     open-file limit or lower network.max_connections)"
+                );
+            });
+        }
+        shed
     }
 
     fn queue_read(&mut self, conn: ConnId) {
@@ -510,10 +675,11 @@ impl Server {
             *budget -= 1;
             at += frame.bytes.len();
             self.stats.packets_in += 1;
-            if let Some(state) = self.sessions.conns.get_mut(conn.0) {
+            let logged_in = self.sessions.is_logged_in(conn);
+            if logged_in && let Some(state) = self.sessions.conns.get_mut(conn.0) {
+                // Before login nothing counts as activity: the login deadline runs regardless.
                 state.last_packet = Instant::now();
             }
-            let logged_in = self.sessions.is_logged_in(conn);
             let Some(entry) = self.table.get_mut(frame.id) else {
                 let why = format!("unknown packet id 0x{:02x}", frame.id);
                 self.sessions.close(conn, Disconnect::fault(why));
@@ -523,6 +689,29 @@ impl Server {
                 let why = format!("packet 0x{:02x} ({}) before login", frame.id, entry.name);
                 self.sessions.close(conn, Disconnect::fault(why));
                 break;
+            }
+            if let Some(rate) = entry.rate {
+                let verdict = self
+                    .sessions
+                    .conns
+                    .get_mut(conn.0)
+                    .map_or(Verdict::Allow, |state| state.take_token(frame.id, rate));
+                match verdict {
+                    Verdict::Allow => {}
+                    Verdict::Drop => {
+                        self.stats.flood_dropped += 1;
+                        continue;
+                    }
+                    Verdict::Abuse => {
+                        self.stats.flood_disconnects += 1;
+                        let why = format!(
+                            "flood: packet 0x{:02x} ({}) far faster than {rate}",
+                            frame.id, entry.name
+                        );
+                        self.sessions.close(conn, Disconnect::fault(why));
+                        break;
+                    }
+                }
             }
             let sessions = &mut self.sessions;
             let handled = catch_unwind(AssertUnwindSafe(|| {
@@ -567,6 +756,7 @@ impl Server {
                     }
                     Ok(n) => {
                         state.sent += n;
+                        self.sessions.outbound -= n;
                         self.stats.bytes_out += n as u64;
                     }
                     Err(e) => {
@@ -605,6 +795,8 @@ impl Server {
                 let Some(state) = self.sessions.conns.remove(conn.0) else {
                     continue;
                 };
+                self.per_host.release(state.host);
+                self.sessions.outbound -= state.pending_output();
                 let why = state
                     .closing
                     .unwrap_or_else(|| Disconnect::normal("closed"));
@@ -619,6 +811,16 @@ impl Server {
             }
         }
     }
+}
+
+/// Out of file descriptors, for the process (EMFILE) or the whole system (ENFILE).
+fn is_out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// The spare descriptor (see `Server::spare`); `None` if even that cannot be had.
+fn open_spare() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
 }
 
 /// An accept error that concerns only the connection being accepted (it was reset or

@@ -15,8 +15,10 @@ use std::net::SocketAddr;
 
 use tokio::time::Instant;
 
+use super::admission::Host;
 use super::backend::Transport;
 use super::frame;
+use super::rate::{Bucket, Rate, Verdict};
 use crate::slab::{Key, Slab};
 
 /// A buffer that drained keeps its allocation up to this size (a busy connection would
@@ -64,6 +66,13 @@ impl Disconnect {
 pub(super) struct NetState {
     pub transport: Box<dyn Transport>,
     pub peer: SocketAddr,
+    /// Who the connection counts against for `max_per_ip`.
+    pub host: Host,
+    /// When it was accepted: the login deadline counts from here.
+    pub connected: Instant,
+    /// Allowances of the rate-limited packet kinds it has sent, by packet id (a handful at
+    /// most, so a short list).
+    pub buckets: Vec<(u8, Bucket)>,
     /// The unparsed tail of the last read (part of a packet); empty and unallocated otherwise.
     pub recv: Vec<u8>,
     /// Output the socket has not taken yet; `send[sent..]` is still to write.
@@ -83,10 +92,18 @@ pub(super) struct NetState {
 }
 
 impl NetState {
-    pub fn new(transport: Box<dyn Transport>, peer: SocketAddr, now: Instant) -> NetState {
+    pub fn new(
+        transport: Box<dyn Transport>,
+        peer: SocketAddr,
+        host: Host,
+        now: Instant,
+    ) -> NetState {
         NetState {
             transport,
             peer,
+            host,
+            connected: now,
+            buckets: Vec::new(),
             recv: Vec::new(),
             send: Vec::new(),
             sent: 0,
@@ -97,6 +114,19 @@ impl NetState {
             queued_flush: false,
             queued_read: false,
         }
+    }
+
+    /// Takes a token for packet `id` from its bucket (full when first used).
+    pub fn take_token(&mut self, id: u8, rate: Rate) -> Verdict {
+        let now = Instant::now();
+        let at = match self.buckets.iter().position(|(b, _)| *b == id) {
+            Some(at) => at,
+            None => {
+                self.buckets.push((id, Bucket::full(rate, now)));
+                self.buckets.len() - 1
+            }
+        };
+        self.buckets[at].1.take(rate, now)
     }
 
     /// Bytes queued and not yet written.
@@ -132,6 +162,12 @@ pub(super) fn release_if_large(buf: &mut Vec<u8>) {
 pub struct Sessions {
     pub(super) conns: Slab<NetState>,
     send_limit: usize,
+    /// Unsent output across every connection, bytes, and the most it may be.
+    pub(super) outbound: usize,
+    outbound_budget: usize,
+    /// Connections disconnected for the outbound budget, and for their own send limit.
+    pub(super) evictions: u64,
+    pub(super) overflows: u64,
     /// Connections with output queued since the last Flush phase.
     pub(super) to_flush: Vec<ConnId>,
     /// Connections condemned since they were last reaped.
@@ -139,10 +175,14 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub(super) fn new(send_limit: usize) -> Sessions {
+    pub(super) fn new(send_limit: usize, outbound_budget: usize) -> Sessions {
         Sessions {
             conns: Slab::new(),
             send_limit,
+            outbound: 0,
+            outbound_budget,
+            evictions: 0,
+            overflows: 0,
             to_flush: Vec::new(),
             to_close: Vec::new(),
         }
@@ -186,10 +226,12 @@ impl Sessions {
 
     /// Queues one packet for `conn`; it goes out in this iteration's Flush phase. False if
     /// the connection is gone or condemned. A client whose queued output would pass
-    /// `send_buffer_size` is disconnected instead: it is not reading.
+    /// `send_buffer_size` is disconnected instead: it is not reading. When all connections'
+    /// unsent output would pass the outbound budget, the one holding the most is
+    /// disconnected first (usually the slowest reader, rarely `conn` itself).
     pub fn send_packet(&mut self, conn: ConnId, id: u8, parts: &[&[u8]]) -> bool {
         let len = frame::HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>();
-        let Some(state) = self.conns.get_mut(conn.0) else {
+        let Some(state) = self.conns.get(conn.0) else {
             return false;
         };
         if state.closing.is_some() {
@@ -198,6 +240,7 @@ impl Sessions {
         let queued = state.pending_output();
         if queued + len > self.send_limit {
             let limit = self.send_limit;
+            self.overflows += 1;
             self.close(
                 conn,
                 Disconnect::fault(format!(
@@ -207,9 +250,44 @@ impl Sessions {
             );
             return false;
         }
+        while self.outbound + len > self.outbound_budget {
+            let Some(hog) = self.largest_backlog() else {
+                break;
+            };
+            self.evict(hog);
+            if hog == conn {
+                return false;
+            }
+        }
+        let Some(state) = self.conns.get_mut(conn.0) else {
+            return false;
+        };
         frame::put(&mut state.send, id, parts);
+        self.outbound += len;
         self.queue_flush(conn);
         true
+    }
+
+    /// The open connection with the most unsent output, if any has some.
+    fn largest_backlog(&self) -> Option<ConnId> {
+        self.conns
+            .iter()
+            .filter(|(_, s)| s.closing.is_none() && s.pending_output() > 0)
+            .max_by_key(|(_, s)| s.pending_output())
+            .map(|(key, _)| ConnId(key))
+    }
+
+    fn evict(&mut self, conn: ConnId) {
+        let held = self.conns.get(conn.0).map_or(0, NetState::pending_output);
+        let budget = self.outbound_budget;
+        self.evictions += 1;
+        self.close(
+            conn,
+            Disconnect::fault(format!(
+                "outbound budget: all connections together hold {budget} bytes unsent \
+                 (network.outbound_budget) and this one the most, {held}"
+            )),
+        );
     }
 
     /// Puts `conn` in the next Flush phase's list, once.
@@ -230,6 +308,11 @@ impl Sessions {
             && state.closing.is_none()
         {
             state.closing = Some(why);
+            // Nothing more is written to it: its output stops counting at once, so one
+            // eviction is enough to make room.
+            self.outbound -= state.pending_output();
+            state.send = Vec::new();
+            state.sent = 0;
             self.to_close.push(conn);
         }
     }
@@ -260,7 +343,8 @@ mod tests {
     #[tokio::test]
     async fn a_partly_written_send_buffer_never_keeps_more_than_twice_its_unsent_bytes() {
         let peer = "127.0.0.1:1".parse().unwrap();
-        let mut state = NetState::new(Box::new(Nothing), peer, Instant::now());
+        let host = Host::of(std::net::IpAddr::from([127, 0, 0, 1]));
+        let mut state = NetState::new(Box::new(Nothing), peer, host, Instant::now());
         // A slow reader: each round 1000 bytes are queued and 990 written.
         for _ in 0..1000 {
             state.send.extend_from_slice(&[7; 1000]);

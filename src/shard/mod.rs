@@ -104,6 +104,9 @@ pub enum ShardError {
     Load(persist::LoadError),
     /// An archive dropped into `Saves/` cannot be restored (names it and the reason).
     Restore(archive::restore::RestoreError),
+    /// `network.max_connections` does not fit the open-file limit with the descriptors the
+    /// shard keeps for itself (the text says both numbers and what to change).
+    Descriptors(String),
 }
 
 impl ShardError {
@@ -111,7 +114,7 @@ impl ShardError {
     /// nothing started, nothing changed), 1 for the rest.
     pub fn exit_code(&self) -> u8 {
         match self {
-            ShardError::Load(_) | ShardError::Restore(_) => 2,
+            ShardError::Load(_) | ShardError::Restore(_) | ShardError::Descriptors(_) => 2,
             _ => 1,
         }
     }
@@ -135,6 +138,7 @@ impl fmt::Display for ShardError {
             ),
             ShardError::Load(e) => write!(f, "{e}"),
             ShardError::Restore(e) => write!(f, "{e}"),
+            ShardError::Descriptors(why) => f.write_str(why),
         }
     }
 }
@@ -149,6 +153,7 @@ impl std::error::Error for ShardError {
             | ShardError::Listen(source) => Some(source),
             ShardError::Load(e) => Some(e),
             ShardError::Restore(e) => Some(e),
+            ShardError::Descriptors(_) => None,
         }
     }
 }
@@ -173,6 +178,7 @@ pub async fn run_with(
     stop: impl Future<Output = ()>,
 ) -> Result<Stopped, ShardError> {
     let started = Instant::now();
+    descriptor_budget(config.network.max_connections)?;
     let data_dir = &config.server.data_dir;
     std::fs::create_dir_all(data_dir).map_err(|source| ShardError::DataDir {
         path: data_dir.clone(),
@@ -203,7 +209,7 @@ pub async fn run_with(
     };
     let world = Rc::new(RefCell::new(world));
     let net = Net::new(Limits::from(&config.network));
-    let players = game::install(&net, world.clone());
+    let players = game::install(&net, world.clone(), &game::Rates::from(&config.network));
     let builder = config.server.loop_builder();
     let mut event_loop = game::wire(builder, &net, world.clone(), players.clone()).build();
     let wired = Wired {
@@ -382,6 +388,40 @@ async fn serve(
         uptime: ready.elapsed(),
         final_save,
     })
+}
+
+/// Descriptors the shard keeps for itself beyond its connections: listeners, the loop's own
+/// (epoll or the ring, eventfds, timerfds), stdio and the log writer, the data-dir lock, and
+/// the files and directories save and archive threads hold open at once (a save opens a few
+/// per writer thread). Connections can never take these: `max_connections` must leave them.
+pub const RESERVED_DESCRIPTORS: u64 = 128;
+
+/// Raises the soft open-file limit to the hard one (or at least to what the shard needs, if
+/// the kernel refuses more), and refuses to start when `max_connections` plus
+/// [`RESERVED_DESCRIPTORS`] does not fit.
+fn descriptor_budget(max_connections: u32) -> Result<(), ShardError> {
+    use crate::host::fd_limit;
+    let needed = u64::from(max_connections) + RESERVED_DESCRIPTORS;
+    let current = fd_limit::current().map_err(|e| ShardError::Descriptors(e.to_string()))?;
+    // "Unlimited" cannot be set as a soft limit beyond the kernel's nr_open: aim for plenty.
+    let want = current.hard.min(needed.max(1 << 20));
+    let raised = fd_limit::raise(want).or_else(|_| fd_limit::raise(needed));
+    let soft = match &raised {
+        Ok(limit) => limit.soft,
+        Err(_) => fd_limit::current().map_or(current.soft, |l| l.soft),
+    };
+    if soft >= needed {
+        tracing::debug!(soft, hard = current.hard, "open-file limit");
+        return Ok(());
+    }
+    let why = raised.err().map(|e| format!(" ({e})")).unwrap_or_default();
+    Err(ShardError::Descriptors(format!(
+        "network.max_connections = {max_connections} needs {needed} file descriptors \
+         ({RESERVED_DESCRIPTORS} more are kept for saves, archives, logs and the console) but \
+         the open-file limit is {soft} (hard {}): raise it (ulimit -n, systemd LimitNOFILE=) or \
+         lower network.max_connections{why}",
+        current.hard
+    )))
 }
 
 /// Starts accepting on the listeners bound at startup; the addresses they are bound to.

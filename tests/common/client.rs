@@ -74,3 +74,17 @@ pub fn login(stream: &mut TcpStream, name: &str) -> (u32, u16, u16) {
         u16::from_be_bytes([p[6], p[7]]),
     )
 }
+
+/// A client connected from the loopback address `from` (127.0.0.2, 127.0.0.3, ...: one
+/// machine acting as several hosts).
+pub fn connect_from(addr: SocketAddr, from: [u8; 4]) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(&SocketAddr::from((from, 0)).into())
+        .expect("bind a loopback source address");
+    socket.connect(&addr.into()).expect("connects");
+    let stream: TcpStream = socket.into();
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream
+}

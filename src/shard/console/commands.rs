@@ -40,6 +40,12 @@ pub(in crate::shard) const COMMANDS: &[Spec<Shell>] = &[
         run: Shell::status,
     },
     Spec {
+        name: "netstats",
+        args: "",
+        help: "connections, hosts, refusals, timeouts, flood drops, unsent output",
+        run: Shell::net_stats,
+    },
+    Spec {
         name: "dumptimers",
         args: "",
         help: "live timers grouped by the line that started them",
@@ -123,6 +129,42 @@ impl Shell {
     fn status(&self, args: Args<'_>) -> Result<String, String> {
         args.none()?;
         Ok(self.status_report())
+    }
+
+    fn net_stats(&self, args: Args<'_>) -> Result<String, String> {
+        args.none()?;
+        let (n, limits) = (self.net.stats(), self.net.limits());
+        let mib = |bytes: usize| bytes as f64 / f64::from(1 << 20);
+        Ok(format!(
+            "open      {} connections from {} hosts (max {}, {} per host), {} accepted since start\n\
+             refused   {} over max_connections, {} over max_per_ip, {} shed out of descriptors\n\
+             closed    {} ({} faults): {} login timeout, {} idle timeout, {} flood, {} outbound \
+             budget, {} send buffer overflow\n\
+             flood     {} packets dropped over their rate\n\
+             outbound  {:.1} MiB unsent of a {:.0} MiB budget\n\
+             traffic   {} packets in, {} bytes in, {} bytes out",
+            n.connections,
+            self.net.hosts(),
+            limits.max_connections,
+            limits.max_per_ip,
+            n.accepted,
+            n.refused,
+            n.refused_per_ip,
+            n.shed,
+            n.disconnects,
+            n.faults,
+            n.login_timeouts,
+            n.idle_timeouts,
+            n.flood_disconnects,
+            n.outbound_evictions,
+            n.send_overflows,
+            n.flood_dropped,
+            mib(self.net.outbound_bytes()),
+            mib(limits.outbound_budget),
+            n.packets_in,
+            n.bytes_in,
+            n.bytes_out,
+        ))
     }
 
     fn dump_timers(&self, args: Args<'_>) -> Result<String, String> {
