@@ -322,9 +322,12 @@ fn network_and_spin_limits_are_checked() {
     assert!(loaded.config.network.idle_timeout.is_zero());
 }
 
+/// Environment variables, the key the error must name, a phrase it must say.
+type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+
 #[test]
 fn admission_and_flood_limits_are_checked() {
-    let cases: [(&[(&str, &str)], &str, &str); 6] = [
+    let cases: [Case; 6] = [
         (
             &[("SHARD_NETWORK__MAX_PER_IP", "0")],
             "network.max_per_ip",
