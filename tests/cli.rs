@@ -231,6 +231,33 @@ fn an_address_in_use_stops_the_shard_naming_it() {
 }
 
 #[test]
+fn a_max_connections_over_the_open_file_limit_stops_the_start_with_exit_2() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = shardloop(dir.path());
+    cmd.env("SHARD_NETWORK__MAX_CONNECTIONS", "1000");
+    // SAFETY: setrlimit(2) is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let output = common::deadline::run_within(&mut cmd, PATIENCE);
+    let err = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(err.contains("network.max_connections = 1000"), "{err}");
+    assert!(err.contains("the open-file limit is 256"), "{err}");
+    assert!(!dir.path().join("data").exists(), "nothing started: {err}");
+}
+
+#[test]
 fn probe_host_prints_a_verdict_for_each_primitive() {
     let dir = tempfile::tempdir().unwrap();
     let output = common::deadline::run_within(shardloop(dir.path()).arg("probe-host"), PATIENCE);

@@ -886,3 +886,93 @@ fn save_requests_during_a_save_fold_into_one_more_save() {
         assert!(b.join(BACKUP_MARKER).exists(), "{}", b.display());
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// 5. Connections and the descriptors a save needs.
+
+/// The open-file limit (soft and hard) of the command's process, set between fork and exec.
+fn with_open_file_limit(cmd: &mut Command, limit: u64) {
+    // SAFETY: setrlimit(2) is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+}
+
+#[test]
+fn connections_can_never_take_the_descriptors_a_save_needs() {
+    // The whole process may hold 320 descriptors: 192 connections and the 128 the shard keeps.
+    const LIMIT: u64 = 320;
+    const MAX_CONNECTIONS: u64 = LIMIT - shardloop::shard::RESERVED_DESCRIPTORS;
+    const CLIENTS: usize = 400;
+    assert!(common::fd_limit::raise_to(2 * CLIENTS as u64 + 100));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut cmd = shardloop(dir.path(), &data, SMALL);
+    cmd.env(
+        "SHARD_NETWORK__MAX_CONNECTIONS",
+        MAX_CONNECTIONS.to_string(),
+    )
+    .env("SHARD_NETWORK__MAX_PER_IP", "10000");
+    with_open_file_limit(&mut cmd, LIMIT);
+    let mut shard = Shard::start(cmd);
+    let addr: std::net::SocketAddr = shard
+        .log
+        .seen
+        .iter()
+        .find_map(|l| {
+            l.contains("listening for players")
+                .then(|| l.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
+                .flatten()
+        })
+        .expect("a listening line")
+        .parse()
+        .unwrap();
+    // More clients than the shard may hold: it holds its maximum and refuses the rest.
+    let clients: Vec<std::net::TcpStream> = (0..CLIENTS)
+        .map(|_| std::net::TcpStream::connect(addr).expect("connects"))
+        .collect();
+    let deadline = Instant::now() + PATIENCE;
+    let open = loop {
+        shard.send("netstats");
+        let line = shard.wait_out("`netstats`", |l| l.starts_with("open "));
+        if line.contains(&format!("open      {MAX_CONNECTIONS} connections"))
+            || Instant::now() > deadline
+        {
+            break line;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        open.contains(&format!("open      {MAX_CONNECTIONS} connections")),
+        "{open}\n{}",
+        shard.dump()
+    );
+    // Every descriptor a connection may have is taken: the save still gets its own.
+    shard.send("save");
+    let outcome = shard.wait_save_outcome();
+    assert!(
+        outcome.contains("world saved"),
+        "{outcome}\n{}",
+        shard.dump()
+    );
+    shard.send("netstats");
+    let refused = shard.wait_out("`netstats` refusals", |l| l.starts_with("refused "));
+    let over = CLIENTS as u64 - MAX_CONNECTIONS;
+    assert!(
+        refused.contains(&format!("refused   {over} over max_connections")),
+        "{refused}"
+    );
+    drop(clients);
+    shard.send("shutdown");
+    let status = shard.wait_exit();
+    assert_eq!(status.code(), Some(0), "{}", shard.dump());
+}
