@@ -847,3 +847,105 @@ fn resident_bytes() -> u64 {
 
 suite!(epoll, BackendKind::Epoll);
 suite!(io_uring, BackendKind::IoUring);
+
+// ---- out of descriptors (epoll only: the accept path it tests is the server's, not the
+// backend's, and it lowers this process's own limit) -------------------------------------
+
+/// Leaves this process no free descriptor number below the soft limit: fills every hole below
+/// the highest open descriptor (the limit caps descriptor *numbers*, and a new descriptor takes
+/// the lowest free one) and returns the fillers and the limit to set, one above the highest.
+fn no_free_descriptor() -> (Vec<std::fs::File>, u64) {
+    let open = || -> Vec<u64> {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect()
+    };
+    let highest = open().into_iter().max().unwrap();
+    let mut fillers = Vec::new();
+    loop {
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file) as u64;
+        if fd > highest {
+            break; // no hole was left: this one is past the highest
+        }
+        fillers.push(file);
+    }
+    (fillers, highest + 1)
+}
+
+fn set_soft_fd_limit(soft: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed in.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        limit.rlim_cur = soft;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+}
+
+#[test]
+fn out_of_descriptors_new_connections_are_closed_at_once_not_left_in_the_backlog() {
+    const CLIENTS: usize = 3;
+    let Some(out) = serve(
+        BackendKind::Epoll,
+        limits(),
+        Duration::from_millis(2),
+        |env| async move {
+            // The client sockets exist before the limit drops: connecting needs no descriptor.
+            let sockets: Vec<socket2::Socket> = (0..CLIENTS)
+                .map(|_| {
+                    socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                        .unwrap()
+                })
+                .collect();
+            let mut before = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: getrlimit only writes the struct passed in.
+            let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut before) };
+            assert_eq!(read, 0);
+            // Not one descriptor more may be opened: every accept fails with EMFILE.
+            let (fillers, limit) = no_free_descriptor();
+            set_soft_fd_limit(limit);
+            let addr = env.addr;
+            let closed = on_thread(move || {
+                // Every client stays open until all are checked: closing one would free a
+                // descriptor number for the server.
+                let mut streams = Vec::new();
+                let mut closed = Vec::new();
+                for socket in sockets {
+                    socket.connect(&addr.into()).unwrap();
+                    let mut stream: TcpStream = socket.into();
+                    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+                    closed.push(closed_by_server(&mut stream));
+                    streams.push(stream);
+                }
+                closed
+            })
+            .await;
+            set_soft_fd_limit(before.rlim_cur);
+            drop(fillers);
+            // With descriptors back, a new client is served as usual.
+            on_thread(move || ping_ok(&mut connect(addr))).await;
+            closed
+        },
+    ) else {
+        return;
+    };
+    assert_eq!(
+        out.value,
+        vec![true; CLIENTS],
+        "each was closed, none left hanging"
+    );
+    assert_eq!(out.stats.shed, CLIENTS as u64);
+    assert_eq!(
+        out.stats.accepted, 1,
+        "only the client after the limit was restored"
+    );
+    assert!(out.logs.contains("out of file descriptors"), "{}", out.logs);
+}

@@ -61,6 +61,14 @@ pub trait Acceptor {
 
     /// The address actually bound (port 0 resolved).
     fn local_addr(&self) -> io::Result<SocketAddr>;
+
+    /// Takes one waiting connection off the backlog and closes it at once, bypassing the
+    /// backend's readiness bookkeeping: the server's way out when it is out of descriptors
+    /// (it frees a spare one first). False if none was waiting or the backend cannot; the
+    /// default cannot (io_uring accepts in the kernel ring, and retries on a timer).
+    fn shed_one(&mut self) -> bool {
+        false
+    }
 }
 
 /// A connection the acceptor took but the server has not yet given a token: the server calls

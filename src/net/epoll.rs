@@ -56,6 +56,30 @@ impl Acceptor for EpollAcceptor {
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
     }
+
+    fn shed_one(&mut self) -> bool {
+        use std::os::fd::AsRawFd;
+        // tokio's accept would see the readiness it cleared after the failed attempt and
+        // answer `Pending`: ask the socket directly. It is non-blocking, so an empty backlog
+        // is EAGAIN, not a wait.
+        // SAFETY: accept4 on the listening socket this acceptor owns (its descriptor is open
+        // while `self` lives); null address pointers are allowed and ask for no address.
+        let fd = unsafe {
+            libc::accept4(
+                self.listener.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return false;
+        }
+        // SAFETY: `fd` was just returned by accept4 and is owned by nothing else; closing it
+        // refuses the connection.
+        unsafe { libc::close(fd) };
+        true
+    }
 }
 
 struct EpollConn {

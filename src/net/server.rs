@@ -547,13 +547,7 @@ impl Server {
         if self.spare.take().is_none() {
             return false;
         }
-        let shed = match self.acceptors.get_mut(i).map(|a| a.poll_accept()) {
-            Some(Poll::Ready(Ok((accepted, _)))) => {
-                drop(accepted);
-                true
-            }
-            _ => false,
-        };
+        let shed = self.acceptors.get_mut(i).is_some_and(|a| a.shed_one());
         self.spare = open_spare();
         if shed {
             self.stats.shed += 1;
