@@ -59,9 +59,9 @@ impl Acceptor for EpollAcceptor {
 
     fn shed_one(&mut self) -> bool {
         use std::os::fd::AsRawFd;
-        // tokio's accept would see the readiness it cleared after the failed attempt and
-        // answer `Pending`: ask the socket directly. It is non-blocking, so an empty backlog
-        // is EAGAIN, not a wait.
+        // Straight to the socket: the connection is only to be closed, so there is nothing to
+        // register with tokio's reactor, and no readiness bookkeeping to depend on. The socket
+        // is non-blocking: an empty backlog is EAGAIN, not a wait.
         // SAFETY: accept4 on the listening socket this acceptor owns (its descriptor is open
         // while `self` lives); null address pointers are allowed and ask for no address.
         let fd = unsafe {
