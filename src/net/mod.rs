@@ -13,11 +13,13 @@
 //! [`BackendKind`]), which the config builds from `[network]`.
 
 pub mod backend;
+mod churn;
 mod epoll;
 pub mod frame;
 mod handlers;
 mod kind;
 mod listener;
+mod reason;
 mod server;
 mod session;
 mod throttle;
@@ -25,6 +27,8 @@ mod throttle;
 pub mod uring;
 
 pub use backend::{Backend, Token};
+pub(crate) use churn::log_at;
+pub use churn::{Churn, ONE_BY_ONE};
 pub use epoll::Epoll;
 pub use handlers::{Access, BadPacket, Handler};
 pub use kind::{BackendKind, io_uring_available};

@@ -25,6 +25,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::backend::{Acceptor, Backend, ReadOutcome, Signal, Token};
+use super::churn::log_at;
 use super::frame;
 use super::handlers::{Access, BadPacket, PacketTable};
 use super::listener;
@@ -107,7 +108,6 @@ struct Server {
     /// turn.
     scratch: Vec<u8>,
     stats: NetStats,
-    refusals: Throttle,
     accept_errors: Throttle,
     /// Runs only while connections are open: an empty server adds no wake-ups to an idle
     /// shard.
@@ -133,7 +133,6 @@ impl Net {
                 to_accept: Vec::new(),
                 scratch: Vec::new(),
                 stats: NetStats::default(),
-                refusals: Throttle::default(),
                 accept_errors: Throttle::default(),
                 sweeper: None,
             })
@@ -362,14 +361,12 @@ impl Server {
                     if self.sessions.len() >= self.limits.max_connections {
                         drop(accepted); // closes it
                         self.stats.refused += 1;
-                        let max = self.limits.max_connections;
-                        self.refusals.log(|suppressed| {
-                            tracing::warn!(
-                                %peer,
-                                suppressed,
-                                "refused a connection: {max} open already (network.max_connections)"
-                            );
-                        });
+                        let reason = format!(
+                            "too many connections: {} open already (network.max_connections)",
+                            self.limits.max_connections
+                        );
+                        let level = self.sessions.churn.refused(&reason);
+                        log_at!(level, %peer, %reason, "refused a connection");
                         continue;
                     }
                     let signal = self.signal.as_ref().expect("started");
@@ -382,6 +379,7 @@ impl Server {
                     debug_assert_eq!(key, conn.0);
                     self.stats.accepted += 1;
                     self.start_sweeper();
+                    self.sessions.churn.opened();
                     tracing::debug!(%peer, %conn, "connected");
                     // Data may have come with the connection: read without waiting for a signal.
                     self.queue_read(conn);
@@ -587,7 +585,8 @@ impl Server {
         false
     }
 
-    /// Drops every condemned connection, one log line each.
+    /// Drops every condemned connection, one log line each (at `debug` past the churn's
+    /// budget: see `churn.rs`).
     fn reap(&mut self) {
         while !self.sessions.to_close.is_empty() {
             let condemned = std::mem::take(&mut self.sessions.to_close);
@@ -610,12 +609,9 @@ impl Server {
                     .unwrap_or_else(|| Disconnect::normal("closed"));
                 let peer = state.peer;
                 self.stats.disconnects += 1;
-                if why.fault {
-                    self.stats.faults += 1;
-                    tracing::warn!(%peer, %conn, reason = %why.reason, "disconnected");
-                } else {
-                    tracing::info!(%peer, %conn, reason = %why.reason, "disconnected");
-                }
+                self.stats.faults += u64::from(why.fault);
+                let level = self.sessions.churn.closed(&why);
+                log_at!(level, %peer, %conn, reason = %why.reason, "disconnected");
             }
         }
     }
