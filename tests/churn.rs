@@ -5,8 +5,6 @@
 //! The server writes each event's line at the level `Churn` returns; these tests read those
 //! levels, and the summary lines from a captured log.
 
-use std::time::Duration;
-
 use shardloop::net::{Churn, Disconnect, ONE_BY_ONE};
 use shardloop::{EventLoop, timer};
 use tracing::Level;
@@ -16,8 +14,8 @@ use common::capture::Capture;
 
 const IDLE: &str = "idle timeout: no complete packet for 2m (network.idle_timeout)";
 
-/// Runs `body` on a loop with the log captured at `info`; the captured lines.
-async fn logged<F: Future<Output = ()>>(body: impl FnOnce() -> F) -> Vec<String> {
+/// Runs `body` with a new `Churn` on a loop, the log captured at `info`; the captured lines.
+async fn logged<F: Future<Output = ()>>(body: impl FnOnce(Churn) -> F) -> Vec<String> {
     let logs = Capture::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(logs.clone())
@@ -26,7 +24,9 @@ async fn logged<F: Future<Output = ()>>(body: impl FnOnce() -> F) -> Vec<String>
         .finish();
     let _default = tracing::subscriber::set_default(subscriber);
     let mut event_loop = EventLoop::new();
-    event_loop.run_until(body()).await;
+    event_loop
+        .run_until(async { body(Churn::new()).await })
+        .await;
     assert_eq!(event_loop.stats().panics, 0);
     logs.lines()
 }
@@ -41,10 +41,15 @@ fn assert_levels(levels: &[Level], first: Level) {
     );
 }
 
+/// No timer is live on the loop: the churn armed none, or its summary's has fired.
+#[track_caller]
+fn assert_nothing_armed() {
+    assert_eq!(timer::live(), 0, "{}", timer::dump());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_burst_of_300_disconnects_in_one_second_is_one_summary_line() {
-    let lines = logged(|| async {
-        let churn = Churn::new();
+    let lines = logged(|churn| async move {
         let mut levels = Vec::new();
         for i in 0..300 {
             let why = if i % 50 == 49 {
@@ -59,7 +64,7 @@ async fn a_burst_of_300_disconnects_in_one_second_is_one_summary_line() {
         }
         assert_levels(&levels, Level::WARN);
         timer::pause(5_000).await;
-        assert_eq!(timer::live(), 0, "{}", timer::dump());
+        assert_nothing_armed();
     })
     .await;
     assert_eq!(lines.len(), 1, "{lines:#?}");
@@ -80,14 +85,13 @@ async fn a_burst_of_300_disconnects_in_one_second_is_one_summary_line() {
 
 #[tokio::test(start_paused = true)]
 async fn a_single_disconnect_keeps_its_own_line_and_arms_nothing() {
-    let lines = logged(|| async {
-        let churn = Churn::new();
+    let lines = logged(|churn| async move {
         assert_eq!(churn.closed(&Disconnect::fault(IDLE)), Level::WARN);
-        assert_eq!(timer::live(), 0, "{}", timer::dump());
+        assert_nothing_armed();
         timer::pause(5_000).await;
         // A second later it is a new second: its one event keeps its line too.
         assert_eq!(churn.closed(&Disconnect::normal("logged out")), Level::INFO);
-        assert_eq!(timer::live(), 0, "{}", timer::dump());
+        assert_nothing_armed();
     })
     .await;
     assert!(lines.is_empty(), "no summary: {lines:#?}");
@@ -95,14 +99,13 @@ async fn a_single_disconnect_keeps_its_own_line_and_arms_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn a_few_events_a_second_never_make_a_summary() {
-    let lines = logged(|| async {
-        let churn = Churn::new();
+    let lines = logged(|churn| async move {
         for _ in 0..30 {
             churn.opened();
             assert_eq!(churn.logged_in(), Level::INFO);
             assert_eq!(churn.closed(&Disconnect::normal("logged out")), Level::INFO);
             timer::pause(400).await; // 7 or 8 events a second
-            assert_eq!(timer::live(), 0, "{}", timer::dump());
+            assert_nothing_armed();
         }
     })
     .await;
@@ -111,8 +114,7 @@ async fn a_few_events_a_second_never_make_a_summary() {
 
 #[tokio::test(start_paused = true)]
 async fn a_flood_gives_one_summary_a_second_then_stops_when_it_does() {
-    let lines = logged(|| async {
-        let churn = Churn::new();
+    let lines = logged(|churn| async move {
         // Three seconds, each with a burst of 100 refused connects.
         for _ in 0..3 {
             let levels: Vec<Level> = (0..100)
@@ -122,7 +124,7 @@ async fn a_flood_gives_one_summary_a_second_then_stops_when_it_does() {
             timer::pause(1_000).await;
         }
         timer::pause(10_000).await;
-        assert_eq!(timer::live(), 0, "{}", timer::dump());
+        assert_nothing_armed();
     })
     .await;
     assert_eq!(lines.len(), 3, "{lines:#?}");
@@ -138,8 +140,7 @@ async fn a_flood_gives_one_summary_a_second_then_stops_when_it_does() {
 
 #[tokio::test(start_paused = true)]
 async fn the_summary_counts_every_kind_of_event_and_names_few_kinds() {
-    let lines = logged(|| async {
-        let churn = Churn::new();
+    let lines = logged(|churn| async move {
         for _ in 0..5 {
             churn.opened();
             let _ = churn.logged_in();
@@ -168,14 +169,13 @@ async fn the_summary_counts_every_kind_of_event_and_names_few_kinds() {
 
 #[tokio::test(start_paused = true)]
 async fn a_summary_still_due_is_written_when_the_churn_goes_away() {
-    let lines = logged(|| async {
-        let churn = Churn::new();
+    let lines = logged(|churn| async move {
         for _ in 0..20 {
             let _ = churn.closed(&Disconnect::normal("server shutting down"));
         }
         drop(churn);
         timer::pause(2_000).await; // its timer fires into nothing
-        assert_eq!(timer::live(), 0, "{}", timer::dump());
+        assert_nothing_armed();
     })
     .await;
     assert_eq!(lines.len(), 1, "{lines:#?}");

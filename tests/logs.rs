@@ -7,6 +7,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use shardloop::logs;
+use tracing_appender::non_blocking::{ErrorCounter, WorkerGuard};
 
 mod common;
 use common::capture::Capture;
@@ -25,30 +26,45 @@ impl Write for Stuck {
     }
 }
 
-/// Logs `n` numbered lines through `writer`, as the shard's subscriber would.
-fn log_lines(
-    writer: impl for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
-    n: usize,
-) {
+/// Runs `f` with lines going to `writer` as the shard's subscriber writes them.
+fn logging_to<W>(writer: W, f: impl FnOnce())
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
     let subscriber = tracing_subscriber::fmt()
         .with_writer(writer)
         .with_ansi(false)
         .finish();
-    tracing::subscriber::with_default(subscriber, || {
+    tracing::subscriber::with_default(subscriber, f);
+}
+
+/// Logs `n` numbered lines through `writer`.
+fn log_lines<W>(writer: W, n: usize)
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    logging_to(writer, || {
         for i in 0..n {
             tracing::info!("line {i}");
         }
     });
 }
 
+/// `n` lines logged into a queue of `capacity` before a sink stuck for good: the queue's drop
+/// counter, what lets the sink go (drop it), and the queue (drop it after).
+fn log_to_stuck_sink(capacity: usize, n: usize) -> (ErrorCounter, mpsc::Sender<()>, WorkerGuard) {
+    let (release, stuck) = mpsc::channel();
+    let (writer, queue) = logs::queue(Stuck(stuck), capacity);
+    let dropped = writer.error_counter();
+    log_lines(writer, n);
+    (dropped, release, queue)
+}
+
 #[test]
 fn a_stuck_sink_never_blocks_the_thread_that_logs_and_every_lost_line_is_counted() {
     // Logging waiting on the sink would wait forever: this turns that into a failure.
     let _watchdog = common::deadline::watchdog(Duration::from_secs(60), "logging to a stuck sink");
-    let (release, stuck) = mpsc::channel();
-    let (writer, queue) = logs::queue(Stuck(stuck), 100);
-    let dropped = writer.error_counter();
-    log_lines(writer, 1000);
+    let (dropped, release, queue) = log_to_stuck_sink(100, 1000);
     // 100 lines wait in the queue, and the queue's thread may have taken one more to the sink.
     let lost = dropped.dropped_lines();
     assert!((899..=900).contains(&lost), "{lost} lines dropped");
@@ -74,19 +90,12 @@ fn a_sink_that_keeps_up_gets_every_line_in_order() {
 #[test]
 fn the_drop_watch_reports_what_was_dropped_when_it_stops() {
     let _watchdog = common::deadline::watchdog(Duration::from_secs(60), "the drop watch");
-    let (release, stuck) = mpsc::channel();
-    let (writer, queue) = logs::queue(Stuck(stuck), 10);
-    let dropped = writer.error_counter();
-    log_lines(writer, 50);
+    let (dropped, release, queue) = log_to_stuck_sink(10, 50);
     let lost = dropped.dropped_lines();
     assert!(lost >= 39, "{lost}");
 
     let report = Capture::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(report.clone())
-        .with_ansi(false)
-        .finish();
-    tracing::subscriber::with_default(subscriber, || {
+    logging_to(report.clone(), || {
         // An hour: the one report seen here is the one made on stopping.
         let watch = logs::Watch::start(dropped.clone(), Duration::from_secs(3600)).unwrap();
         drop(watch);
