@@ -4,7 +4,7 @@
 //!
 //! This module owns the subscriber's set-up for the binary ([`init`]), the queue ([`queue`]),
 //! the count of lines it had to drop ([`dropped`]) and the periodic warning that reports them
-//! ([`watch`]). It must never make a logging thread wait for the sink: past [`QUEUE_LINES`]
+//! ([`Watch`]). It must never make a logging thread wait for the sink: past [`QUEUE_LINES`]
 //! waiting lines, new ones are dropped and counted. Its guard must outlive every line worth
 //! keeping: dropping it ([`LogGuard`]) or [`exit`] writes out what is queued.
 
