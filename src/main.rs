@@ -15,7 +15,6 @@
 
 mod tools;
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,8 +22,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use shardloop::config::{Config, ConfigArgs, ConfigError, Loaded};
 use shardloop::persist::archive::restore;
 use shardloop::persist::{Layout, lock::DataLock};
-use shardloop::shard;
-use tracing_subscriber::EnvFilter;
+use shardloop::{logs, shard};
 
 use tools::loadgen::{self, LoadgenArgs};
 use tools::probe_host;
@@ -89,6 +87,15 @@ enum LogFormat {
     Json,
 }
 
+impl From<LogFormat> for logs::Format {
+    fn from(format: LogFormat) -> logs::Format {
+        match format {
+            LogFormat::Pretty => logs::Format::Pretty,
+            LogFormat::Json => logs::Format::Json,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.clone().unwrap_or(Cmd::Run) {
@@ -123,7 +130,8 @@ fn main() -> ExitCode {
         },
         Cmd::Run => match load_config(&cli.config) {
             Ok(mut loaded) => {
-                init_logging(cli.log_format);
+                // Held to the end: dropping it writes out the lines still queued.
+                let _logs = logs::init(cli.log_format.into());
                 if let Some(start) = cli.clock_start {
                     tracing::warn!(%start, "--clock-start: the wall clock is pinned (a test flag)");
                     loaded.config.time.clock_start = Some(start);
@@ -213,23 +221,6 @@ fn restore_command(config: &Config, args: &RestoreArgs) -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        // When stderr is gone (a closed pipe, a restarted log collector), drop log lines
-        // quietly: by default tracing-subscriber reports the failed write with `eprintln!`,
-        // which panics on the same dead stderr and would take the shard, and its final
-        // save, down with it.
-        .log_internal_errors(false);
-    match format {
-        LogFormat::Pretty => logs.init(),
-        LogFormat::Json => logs.json().init(),
-    }
-}
-
 fn run(config: &Config) -> ExitCode {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -294,7 +285,7 @@ fn stop_signals() -> std::io::Result<impl Future<Output = ()>> {
                 "second stop signal: exiting now without the final save; the last complete \
                  save in Saves/ is what the next start loads"
             );
-            std::process::exit(130);
+            logs::exit(130);
         });
     })
 }

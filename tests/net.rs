@@ -808,6 +808,46 @@ macro_rules! suite {
                 assert_eq!(out.stats.refused, 1);
                 assert!(out.logs.contains("refused a connection"), "{}", out.logs);
             }
+
+            /// 40 connects refused in a row: past the first few, one summary line a second
+            /// instead of a line each.
+            #[test]
+            fn a_connect_flood_is_summed_up() {
+                const FLOOD: usize = 40;
+                let limits = Limits {
+                    max_connections: 1,
+                    ..limits()
+                };
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| async move {
+                    let addr = env.addr;
+                    let held = on_thread(move || {
+                        let mut held = connect(addr);
+                        ping_ok(&mut held);
+                        for _ in 0..FLOOD {
+                            assert!(closed_by_server(&mut connect(addr)));
+                        }
+                        held
+                    })
+                    .await;
+                    timer::pause(1_500).await; // the second's summary is due
+                    drop(held);
+                }) else {
+                    return;
+                };
+                assert_eq!(out.stats.refused, FLOOD as u64);
+                let lines = |s: &str| out.logs.lines().filter(|l| l.contains(s)).count();
+                let one_by_one = lines("refused a connection");
+                assert!(
+                    (1..FLOOD).contains(&one_by_one),
+                    "{one_by_one} lines: {}",
+                    out.logs
+                );
+                assert!(
+                    lines("refused (") >= 1 && lines("too many connections)") >= 1,
+                    "no summary: {}",
+                    out.logs
+                );
+            }
         }
     };
 }

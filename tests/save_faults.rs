@@ -940,20 +940,26 @@ fn connections_can_never_take_the_descriptors_a_save_needs() {
     let clients: Vec<std::net::TcpStream> = (0..CLIENTS)
         .map(|_| std::net::TcpStream::connect(addr).expect("connects"))
         .collect();
+    // Wait until every client was either taken or refused.
+    let over = CLIENTS as u64 - MAX_CONNECTIONS;
+    let want_open = format!("open      {MAX_CONNECTIONS} connections");
+    let want_refused = format!("refused   {over} over max_connections");
     let deadline = Instant::now() + PATIENCE;
-    let open = loop {
+    let (open, refused) = loop {
         shard.send("netstats");
-        let line = shard.wait_out("`netstats`", |l| l.starts_with("open "));
-        if line.contains(&format!("open      {MAX_CONNECTIONS} connections"))
+        let open = shard.wait_out("`netstats`", |l| l.starts_with("open "));
+        let refused = shard.wait_out("`netstats` refusals", |l| l.starts_with("refused "));
+        if (open.contains(&want_open) && refused.contains(&want_refused))
             || Instant::now() > deadline
         {
-            break line;
+            break (open, refused);
         }
         std::thread::sleep(Duration::from_millis(100));
     };
+    assert!(open.contains(&want_open), "{open}\n{}", shard.dump());
     assert!(
-        open.contains(&format!("open      {MAX_CONNECTIONS} connections")),
-        "{open}\n{}",
+        refused.contains(&want_refused),
+        "{refused}\n{}",
         shard.dump()
     );
     // Every descriptor a connection may have is taken: the save still gets its own.
@@ -963,13 +969,6 @@ fn connections_can_never_take_the_descriptors_a_save_needs() {
         outcome.contains("world saved"),
         "{outcome}\n{}",
         shard.dump()
-    );
-    shard.send("netstats");
-    let refused = shard.wait_out("`netstats` refusals", |l| l.starts_with("refused "));
-    let over = CLIENTS as u64 - MAX_CONNECTIONS;
-    assert!(
-        refused.contains(&format!("refused   {over} over max_connections")),
-        "{refused}"
     );
     drop(clients);
     shard.send("shutdown");

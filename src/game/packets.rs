@@ -11,7 +11,7 @@
 //! never sees an entity. Handlers run in the Network phase; they must never do I/O (they only
 //! queue packets on the sessions) and never block.
 
-use crate::net::{Access, BadPacket, ConnId, Disconnect};
+use crate::net::{Access, BadPacket, ConnId, Disconnect, log_at};
 use crate::world::{Mobile, SectorId, World};
 
 use super::dispatch::{Packet, PacketHandler};
@@ -86,7 +86,8 @@ fn login(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
     p.sessions.set_logged_in(conn);
     p.sessions
         .send_packet(conn, server::LOGIN_OK, &[&serial_xy(serial.0, at.x, at.y)]);
-    tracing::info!(peer = ?p.sessions.peer(conn), %conn, %serial, name, "logged in");
+    let level = p.sessions.churn().logged_in();
+    log_at!(level, peer = ?p.sessions.peer(conn), %conn, %serial, name, "logged in");
     Ok(())
 }
 

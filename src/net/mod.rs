@@ -14,12 +14,14 @@
 
 mod admission;
 pub mod backend;
+mod churn;
 mod epoll;
 pub mod frame;
 mod handlers;
 mod kind;
 mod listener;
 pub mod rate;
+mod reason;
 mod server;
 mod session;
 mod throttle;
@@ -27,6 +29,8 @@ mod throttle;
 pub mod uring;
 
 pub use backend::{Backend, Token};
+pub(crate) use churn::log_at;
+pub use churn::{Churn, ONE_BY_ONE};
 pub use epoll::Epoll;
 pub use handlers::{Access, BadPacket, Handler};
 pub use kind::{BackendKind, io_uring_available};

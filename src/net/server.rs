@@ -26,6 +26,7 @@ use tokio::time::Instant;
 
 use super::admission::{Host, PerHost};
 use super::backend::{Acceptor, Backend, ReadOutcome, Signal, Token};
+use super::churn::log_at;
 use super::frame;
 use super::handlers::{Access, BadPacket, PacketTable};
 use super::listener;
@@ -157,8 +158,6 @@ struct Server {
     /// turn.
     scratch: Vec<u8>,
     stats: NetStats,
-    refusals: Throttle,
-    per_host_refusals: Throttle,
     accept_errors: Throttle,
     /// Open connections per host.
     per_host: PerHost,
@@ -194,8 +193,6 @@ impl Net {
                 to_accept: Vec::new(),
                 scratch: Vec::new(),
                 stats: NetStats::default(),
-                refusals: Throttle::default(),
-                per_host_refusals: Throttle::default(),
                 accept_errors: Throttle::default(),
                 per_host: PerHost::default(),
                 spare: open_spare(),
@@ -488,6 +485,7 @@ impl Server {
                     debug_assert_eq!(key, conn.0);
                     self.stats.accepted += 1;
                     self.start_sweeper();
+                    self.sessions.churn.opened();
                     tracing::debug!(%peer, %conn, "connected");
                     // Data may have come with the connection: read without waiting for a signal.
                     self.queue_read(conn);
@@ -513,31 +511,27 @@ impl Server {
     /// Whether a connection from `peer` may stay: under `max_connections` and under
     /// `max_per_ip` for its host. A refusal is counted and logged (at most once a second).
     fn admit(&mut self, peer: SocketAddr) -> bool {
-        if self.sessions.len() >= self.limits.max_connections {
+        let reason = if self.sessions.len() >= self.limits.max_connections {
             self.stats.refused += 1;
-            let max = self.limits.max_connections;
-            self.refusals.log(|suppressed| {
-                tracing::warn!(
-                    %peer,
-                    suppressed,
-                    "refused a connection: {max} open already (network.max_connections)"
-                );
-            });
-            return false;
-        }
-        let max = self.limits.max_per_ip;
-        if !self.per_host.admit(Host::of(peer.ip()), max) {
+            format!(
+                "too many connections: {} open already (network.max_connections)",
+                self.limits.max_connections
+            )
+        } else if !self
+            .per_host
+            .admit(Host::of(peer.ip()), self.limits.max_per_ip)
+        {
             self.stats.refused_per_ip += 1;
-            self.per_host_refusals.log(|suppressed| {
-                tracing::warn!(
-                    %peer,
-                    suppressed,
-                    "refused a connection: its host has {max} open already (network.max_per_ip)"
-                );
-            });
-            return false;
-        }
-        true
+            format!(
+                "too many connections from one host: {} open already (network.max_per_ip)",
+                self.limits.max_per_ip
+            )
+        } else {
+            return true;
+        };
+        let level = self.sessions.churn.refused(&reason);
+        log_at!(level, %peer, %reason, "refused a connection");
+        false
     }
 
     /// Out of descriptors: frees the spare one to accept a waiting connection on listener `i`
@@ -771,7 +765,8 @@ impl Server {
         false
     }
 
-    /// Drops every condemned connection, one log line each.
+    /// Drops every condemned connection, one log line each (at `debug` past the churn's
+    /// budget: see `churn.rs`).
     fn reap(&mut self) {
         while !self.sessions.to_close.is_empty() {
             let condemned = std::mem::take(&mut self.sessions.to_close);
@@ -796,12 +791,9 @@ impl Server {
                     .unwrap_or_else(|| Disconnect::normal("closed"));
                 let peer = state.peer;
                 self.stats.disconnects += 1;
-                if why.fault {
-                    self.stats.faults += 1;
-                    tracing::warn!(%peer, %conn, reason = %why.reason, "disconnected");
-                } else {
-                    tracing::info!(%peer, %conn, reason = %why.reason, "disconnected");
-                }
+                self.stats.faults += u64::from(why.fault);
+                let level = self.sessions.churn.closed(&why);
+                log_at!(level, %peer, %conn, reason = %why.reason, "disconnected");
             }
         }
     }

@@ -10,6 +10,7 @@
 //!
 //! This module must never touch a socket's readiness or parse packets: the server does that.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::net::SocketAddr;
 
@@ -17,8 +18,10 @@ use tokio::time::Instant;
 
 use super::admission::Host;
 use super::backend::Transport;
+use super::churn::Churn;
 use super::frame;
 use super::rate::{Bucket, Rate, Verdict};
+use super::reason::kind_of;
 use crate::slab::{Key, Slab};
 
 /// A buffer that drained keeps its allocation up to this size (a busy connection would
@@ -42,6 +45,8 @@ impl fmt::Display for ConnId {
 pub struct Disconnect {
     pub reason: String,
     pub fault: bool,
+    /// The kind, when given ([`Disconnect::with_kind`]); else it is read from `reason`.
+    kind: Option<&'static str>,
 }
 
 impl Disconnect {
@@ -50,6 +55,7 @@ impl Disconnect {
         Disconnect {
             reason: reason.into(),
             fault: true,
+            kind: None,
         }
     }
 
@@ -58,7 +64,27 @@ impl Disconnect {
         Disconnect {
             reason: reason.into(),
             fault: false,
+            kind: None,
         }
+    }
+
+    /// The same, counted as `kind` in the churn summary instead of the kind read from the
+    /// reason.
+    #[must_use]
+    pub fn with_kind(self, kind: &'static str) -> Disconnect {
+        Disconnect {
+            kind: Some(kind),
+            ..self
+        }
+    }
+
+    /// What the disconnect is counted as when many are summed up: the kind given, or the
+    /// stable start of the reason: before any `:`, `,` or `;`, without numbers or asides in
+    /// parentheses (`"idle timeout"`, `"bad packet"`, `"packet before login"`).
+    #[must_use]
+    pub fn kind(&self) -> Cow<'_, str> {
+        self.kind
+            .map_or_else(|| Cow::Owned(kind_of(&self.reason)), Cow::Borrowed)
     }
 }
 
@@ -172,6 +198,8 @@ pub struct Sessions {
     pub(super) to_flush: Vec<ConnId>,
     /// Connections condemned since they were last reaped.
     pub(super) to_close: Vec<ConnId>,
+    /// How many connections come and go, for the log.
+    pub(super) churn: Churn,
 }
 
 impl Sessions {
@@ -185,7 +213,14 @@ impl Sessions {
             overflows: 0,
             to_flush: Vec::new(),
             to_close: Vec::new(),
+            churn: Churn::new(),
         }
+    }
+
+    /// Connection churn: the level at which to log a connection's comings and goings.
+    #[must_use]
+    pub fn churn(&self) -> &Churn {
+        &self.churn
     }
 
     /// Open connections (including ones condemned this phase).

@@ -1,6 +1,6 @@
 //! `Throttle`: a log line that may repeat at packet rate, written at most once a second.
 //!
-//! Refused connections, accept errors and a failing io_uring submit can each happen thousands
+//! Accept errors and a failing io_uring submit can each happen thousands
 //! of times a second; the operator needs the first line and a count, not a flooded log.
 
 use tokio::time::{Duration, Instant};

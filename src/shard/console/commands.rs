@@ -299,7 +299,8 @@ impl Shell {
              listening {listening}\n\
              players   {} logged in, {} connections ({} accepted, {} refused, {} faults)\n\
              timers    {} live ({} world timers, {} NPCs barking)\n\
-             saves     {} since start{}; {}\nlast      {last}",
+             saves     {} since start{}; {}\n\
+             log       {} lines dropped (the log sink could not keep up)\nlast      {last}",
             stats.verdict,
             humantime::format_duration(whole_seconds(self.status.started.elapsed())),
             world.item_count(),
@@ -320,6 +321,7 @@ impl Shell {
                 ""
             },
             self.autosave_report(),
+            crate::logs::dropped(),
         )
     }
 }

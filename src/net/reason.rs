@@ -1,0 +1,101 @@
+//! The kind of a free-text reason: its stable part, by which disconnects and refusals are
+//! counted ("idle timeout", "bad packet", "unknown packet id").
+//!
+//! A reason starts with what happened and goes on with details that vary — ids, sizes,
+//! addresses, an error's own text. The kind keeps the start and drops the rest, so reasons
+//! that differ only in their details count together. It must never keep a number, so the
+//! kinds seen stay few however many connections come and go.
+
+/// The part of `reason` before its first `:`, `,` or `;`, without parenthesised asides and
+/// without the words that hold a digit, its words one space apart; `"other"` if that leaves
+/// nothing.
+///
+/// `"bad packet 0x01 (login): name of 31 bytes"` → `"bad packet"`;
+/// `"packet 0x02 (move) before login"` → `"packet before login"`.
+#[must_use]
+pub fn kind_of(reason: &str) -> String {
+    let head = reason.split([':', ',', ';']).next().unwrap_or_default();
+    let mut words = String::with_capacity(head.len());
+    for word in outside_parentheses(head)
+        .split_whitespace()
+        .filter(|w| !w.chars().any(|c| c.is_ascii_digit()))
+    {
+        if !words.is_empty() {
+            words.push(' ');
+        }
+        words.push_str(word);
+    }
+    if words.is_empty() {
+        words.push_str("other");
+    }
+    words
+}
+
+/// `text` with every `( … )` aside replaced by a space.
+fn outside_parentheses(text: &str) -> String {
+    let mut depth = 0usize;
+    text.chars()
+        .map(|c| match c {
+            '(' => {
+                depth += 1;
+                ' '
+            }
+            ')' => {
+                depth = depth.saturating_sub(1);
+                ' '
+            }
+            _ if depth > 0 => ' ',
+            _ => c,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kind_of;
+
+    #[test]
+    fn the_servers_reasons_group_by_what_happened() {
+        for (reason, kind) in [
+            ("unknown packet id 0x7f", "unknown packet id"),
+            ("packet 0x02 (move) before login", "packet before login"),
+            (
+                "bad packet 0x01 (login): name of 31 bytes, expected 1 to 30",
+                "bad packet",
+            ),
+            (
+                "packet 0x73 declares length 2, below the 3-byte header",
+                "packet declares length",
+            ),
+            (
+                "send buffer overflow: 4050 bytes unsent, limit 4096 (network.send_buffer_size)",
+                "send buffer overflow",
+            ),
+            (
+                "idle timeout: no complete packet for 2m (network.idle_timeout)",
+                "idle timeout",
+            ),
+            (
+                "read failed: Connection reset by peer (os error 104)",
+                "read failed",
+            ),
+            ("the login handler panicked", "the login handler panicked"),
+            ("closed by the client", "closed by the client"),
+            ("logged out", "logged out"),
+            (
+                "too many connections: 64 open already (network.max_connections)",
+                "too many connections",
+            ),
+            ("too many from 10.0.0.1 (limit 4)", "too many from"),
+        ] {
+            assert_eq!(kind_of(reason), kind, "{reason}");
+        }
+    }
+
+    #[test]
+    fn nothing_stable_is_other() {
+        assert_eq!(kind_of(""), "other");
+        assert_eq!(kind_of("404 (x)"), "other");
+        assert_eq!(kind_of(": all detail"), "other");
+    }
+}
