@@ -170,8 +170,8 @@ fn slow_reader_never_reads_so_the_servers_output_backs_up() {
     let peers = fake.wait_for("the push stalled", |p| p.iter().all(|p| p.pushed.is_some()));
     let pushed = peers[0].pushed.expect("pushed");
     // 4 KiB asked (8 KiB granted) of receive buffer, plus the fake's 32 KiB of send buffer:
-    // a client with the default buffer would take 128 KiB and more before stalling.
-    assert!(pushed < 96 * 1024, "{pushed} bytes went through");
+    // 28 KiB got through on the development host, 147 KiB with the default receive buffer.
+    assert!(pushed < 64 * 1024, "{pushed} bytes went through");
     let peer = &all_gone(&fake, 1)[0];
     assert_eq!(peer.first, Some(client::LOGIN), "{peer:?}");
     assert!(peer.count(frame::PING) >= 1, "{peer:?}");

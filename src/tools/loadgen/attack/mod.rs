@@ -26,6 +26,8 @@ mod churn;
 #[cfg(test)]
 mod end_to_end;
 mod flood;
+#[cfg(test)]
+mod real_shard;
 mod report;
 mod silent;
 mod slow_reader;
