@@ -4,11 +4,9 @@
 //!
 //! (Unit tests of the binary, which `cargo test` runs: loadgen is not in the library's API.)
 
-use std::net::SocketAddr;
-
 use clap::Parser;
 
-use super::fake_shard::FakeShard;
+use super::fake_shard::{FakeShard, refusing_port};
 use crate::tools::loadgen::{self, LoadReport, LoadgenArgs, LoadgenError, Mode, Report};
 
 /// `shardloop loadgen`'s flags, parsed as the binary will parse them.
@@ -99,18 +97,7 @@ fn walk_mode_times_moves_and_counts_what_the_server_pushes() {
 
 #[test]
 fn a_closed_port_is_an_error_naming_the_address() {
-    // A socket bound to a port but not listening holds the port (no other test can take
-    // it meanwhile) and refuses every connection to it.
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-        .expect("a TCP socket");
-    socket
-        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-        .expect("bind 127.0.0.1:0");
-    let addr = socket
-        .local_addr()
-        .ok()
-        .and_then(|a| a.as_socket())
-        .expect("the bound address");
+    let (_held, addr) = refusing_port();
     let args = args(&[
         "--connect",
         &addr.to_string(),

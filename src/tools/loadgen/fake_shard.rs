@@ -6,6 +6,8 @@
 //! accepting it (with an end of stream or a reset), and pushes bytes at each client first,
 //! writing until the client's window stops it, to see whether the client reads.
 //!
+//! Besides, `refusing_port`: a port where nobody listens.
+//!
 //! This module owns the fake and its records. It must never be built outside tests, nor
 //! leave a test without a bound: every wait on it gives up after `WAIT`.
 
@@ -33,11 +35,11 @@ const PUSH_SEND_BUFFER: usize = 16 * 1024;
 
 /// How the fake treats each connection, besides answering.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Behaviour {
+struct Behaviour {
     /// Close each connection this long after accepting it, this way.
-    pub(super) close_after: Option<(Duration, Close)>,
+    close_after: Option<(Duration, Close)>,
     /// Before answering anything, write up to this many bytes of `0x84` speech.
-    pub(super) push: usize,
+    push: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +85,23 @@ impl FakeShard {
         FakeShard::with(Behaviour::default())
     }
 
-    pub(super) fn with(behaviour: Behaviour) -> FakeShard {
+    /// A fake that closes each connection `after` accepting it, `how`.
+    pub(super) fn closing(after: Duration, how: Close) -> FakeShard {
+        FakeShard::with(Behaviour {
+            close_after: Some((after, how)),
+            ..Behaviour::default()
+        })
+    }
+
+    /// A fake that first pushes `bytes` at each client.
+    pub(super) fn pushing(bytes: usize) -> FakeShard {
+        FakeShard::with(Behaviour {
+            push: bytes,
+            ..Behaviour::default()
+        })
+    }
+
+    fn with(behaviour: Behaviour) -> FakeShard {
         let listener = StdListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("bound address");
         listener
@@ -122,6 +140,22 @@ impl FakeShard {
             thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+/// A port that refuses every connection: bound but not listening. The socket returned holds
+/// it (no other test can take it meanwhile) and must live while the port is used.
+pub(super) fn refusing_port() -> (socket2::Socket, SocketAddr) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("a TCP socket");
+    socket
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bind 127.0.0.1:0");
+    let addr = socket
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .expect("the bound address");
+    (socket, addr)
 }
 
 fn lock(peers: &Peers) -> std::sync::MutexGuard<'_, Vec<Peer>> {

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::super::conn::{ClientError, Conn};
 use super::tally::Tally;
-use super::{Attack, until};
+use super::{Attack, send, until};
 
 /// Client `id`'s loop: its `k`th connection is the run's `id + k · clients`th, so the
 /// sources are taken round robin across all clients.
@@ -46,10 +46,9 @@ async fn said(
     tally: &mut Tally,
 ) -> Result<bool, ClientError> {
     let Some(ping) = ping else { return Ok(true) };
-    if until(deadline, conn.send(ping)).await?.is_none() {
+    if !send(conn, ping, deadline, tally).await? {
         return Ok(false);
     }
-    tally.packets_sent += 1;
     let echo = conn.echo_of(ping, |_| tally.packets_received += 1);
     if until(deadline, echo).await?.is_none() {
         return Ok(false);

@@ -4,6 +4,8 @@
 //! asserted.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::ops::Range;
 use std::time::Duration;
 
 use clap::Parser;
@@ -13,18 +15,50 @@ use tokio::time::Instant;
 
 use super::AttackReport;
 use crate::tools::loadgen::end_to_end::{Cli, args};
-use crate::tools::loadgen::fake_shard::{Behaviour, Close, FakeShard, Peer};
+use crate::tools::loadgen::fake_shard::{Close, FakeShard, Peer, refusing_port};
 use crate::tools::loadgen::{self, LoadgenArgs, LoadgenError, Mode, Report};
 
 /// Runs a hostile mode against `fake` with `flags` (and no ramp) and returns its report.
-fn attack(fake: &FakeShard, mode: &str, flags: &[&str]) -> AttackReport {
-    let addr = fake.addr.to_string();
+fn attack(fake: &FakeShard, mode: &str, flags: &str) -> AttackReport {
+    run(fake.addr, mode, flags)
+}
+
+/// Runs a hostile mode against `addr` with `flags`, split at spaces, and no ramp.
+pub(super) fn run(addr: SocketAddr, mode: &str, flags: &str) -> AttackReport {
+    let addr = addr.to_string();
     let mut all = vec!["--connect", &addr, "--mode", mode, "--ramp", "0s"];
-    all.extend_from_slice(flags);
+    all.extend(flags.split_whitespace());
     match loadgen::run(&args(&all)).expect("a report") {
         Report::Attack(report) => report,
         Report::Load(report) => panic!("a hostile mode made a load report: {report}"),
     }
+}
+
+/// Asserts that the server closed every connection made, `eof` of them with an end of stream
+/// and `reset` with a reset, each after a time in `lived`, and that nothing else went wrong.
+pub(super) fn assert_closed(
+    report: &AttackReport,
+    (eof, reset): (u64, u64),
+    lived: Range<Duration>,
+) {
+    let closed = (report.made, report.closed_eof, report.closed_reset);
+    assert_eq!(closed, (eof + reset, eof, reset), "{report}");
+    assert_eq!((report.open_at_end, report.errors), (0, 0), "{report}");
+    let lifetimes = [
+        report.lifetime_min,
+        report.lifetime_median,
+        report.lifetime_max,
+    ];
+    assert!(lifetimes.is_sorted(), "{report}");
+    assert!(
+        lived.contains(&lifetimes[0]) && lived.contains(&lifetimes[2]),
+        "{report}"
+    );
+}
+
+/// `n` milliseconds.
+pub(super) fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
 }
 
 /// Waits until the fake has seen `n` connections, each of them gone (closed by the client).
@@ -39,7 +73,7 @@ fn idle_connects_and_sends_nothing_until_the_deadline() {
     let fake = FakeShard::start();
     let began = Instant::now();
 
-    let report = attack(&fake, "idle", &["--connections", "3", "--duration", "1s"]);
+    let report = attack(&fake, "idle", "--connections 3 --duration 1s");
 
     assert_eq!((report.attempted, report.made), (3, 3), "{report}");
     assert_eq!(
@@ -73,14 +107,7 @@ fn ping_only_sends_pings_and_never_a_login() {
     let report = attack(
         &fake,
         "ping-only",
-        &[
-            "--connections",
-            "2",
-            "--duration",
-            "1s",
-            "--interval",
-            "100ms",
-        ],
+        "--connections 2 --duration 1s --interval 100ms",
     );
 
     assert_eq!(
@@ -106,11 +133,7 @@ fn ping_only_sends_pings_and_never_a_login() {
 fn move_flood_logs_in_then_sends_moves_without_waiting_for_answers() {
     let fake = FakeShard::start();
 
-    let report = attack(
-        &fake,
-        "move-flood",
-        &["--connections", "2", "--duration", "1s"],
-    );
+    let report = attack(&fake, "move-flood", "--connections 2 --duration 1s");
 
     assert_eq!(
         (report.made, report.open_at_end, report.errors),
@@ -145,16 +168,9 @@ fn move_flood_logs_in_then_sends_moves_without_waiting_for_answers() {
 #[test]
 fn slow_reader_never_reads_so_the_servers_output_backs_up() {
     const PUSH: usize = 4 << 20;
-    let fake = FakeShard::with(Behaviour {
-        push: PUSH,
-        ..Behaviour::default()
-    });
+    let fake = FakeShard::pushing(PUSH);
 
-    let report = attack(
-        &fake,
-        "slow-reader",
-        &["--duration", "1500ms", "--interval", "10ms"],
-    );
+    let report = attack(&fake, "slow-reader", "--duration 1500ms --interval 10ms");
 
     assert_eq!((report.made, report.errors), (1, 0), "{report}");
     assert_eq!(
@@ -177,11 +193,8 @@ fn slow_reader_never_reads_so_the_servers_output_backs_up() {
     assert!(peer.count(frame::PING) >= 1, "{peer:?}");
 
     // The same push to a client that reads goes through in full: the measure tells them apart.
-    let reading = FakeShard::with(Behaviour {
-        push: PUSH,
-        ..Behaviour::default()
-    });
-    let report = attack(&reading, "idle", &["--duration", "1500ms"]);
+    let reading = FakeShard::pushing(PUSH);
+    let report = attack(&reading, "idle", "--duration 1500ms");
     let peers = reading.wait_for("the push done", |p| p.iter().all(|p| p.pushed.is_some()));
     assert_eq!(peers[0].pushed, Some(PUSH as u64), "{report}");
     assert_eq!(report.bytes_received, PUSH as u64, "{report}");
@@ -189,27 +202,12 @@ fn slow_reader_never_reads_so_the_servers_output_backs_up() {
 
 #[test]
 fn a_server_closing_idle_connections_is_counted_with_their_lifetimes() {
-    let fake = FakeShard::with(Behaviour {
-        close_after: Some((Duration::from_millis(300), Close::Eof)),
-        ..Behaviour::default()
-    });
+    let fake = FakeShard::closing(ms(300), Close::Eof);
 
-    let report = attack(&fake, "idle", &["--connections", "3", "--duration", "5s"]);
+    let report = attack(&fake, "idle", "--connections 3 --duration 5s");
 
-    assert_eq!(
-        (report.made, report.closed_eof, report.closed_reset),
-        (3, 3, 0),
-        "{report}"
-    );
-    assert_eq!((report.open_at_end, report.errors), (0, 0), "{report}");
-    assert!(
-        report.lifetime_min >= Duration::from_millis(290),
-        "{report}"
-    );
-    assert!(report.lifetime_min <= report.lifetime_median, "{report}");
-    assert!(report.lifetime_median <= report.lifetime_max, "{report}");
     // Every client stopped when its connection was closed, not at the deadline.
-    assert!(report.lifetime_max < Duration::from_secs(5), "{report}");
+    assert_closed(&report, (3, 0), ms(290)..ms(5_000));
     assert!(report.duration < Duration::from_secs(5), "{report}");
     let shown = report.to_string();
     assert!(
@@ -221,65 +219,33 @@ fn a_server_closing_idle_connections_is_counted_with_their_lifetimes() {
 
 #[test]
 fn a_reset_is_told_from_an_end_of_stream() {
-    let fake = FakeShard::with(Behaviour {
-        close_after: Some((Duration::from_millis(300), Close::Reset)),
-        ..Behaviour::default()
-    });
+    let fake = FakeShard::closing(ms(300), Close::Reset);
 
     let report = attack(
         &fake,
         "ping-only",
-        &[
-            "--connections",
-            "2",
-            "--duration",
-            "5s",
-            "--interval",
-            "50ms",
-        ],
+        "--connections 2 --duration 5s --interval 50ms",
     );
 
-    assert_eq!(
-        (report.made, report.closed_reset, report.closed_eof),
-        (2, 2, 0),
-        "{report}"
-    );
-    assert_eq!(report.errors, 0, "{report}");
-    assert!(
-        report.lifetime_min >= Duration::from_millis(290),
-        "{report}"
-    );
+    assert_closed(&report, (0, 2), ms(290)..ms(5_000));
 }
 
 #[test]
 fn a_slow_reader_learns_of_the_close_at_its_next_send() {
     // The fake closes with a FIN, but the slow reader never reads it: its next ping reaches a
     // closed socket, which answers with a reset.
-    let fake = FakeShard::with(Behaviour {
-        close_after: Some((Duration::from_millis(300), Close::Eof)),
-        ..Behaviour::default()
-    });
+    let fake = FakeShard::closing(ms(300), Close::Eof);
 
-    let report = attack(
-        &fake,
-        "slow-reader",
-        &["--duration", "5s", "--interval", "20ms"],
-    );
+    let report = attack(&fake, "slow-reader", "--duration 5s --interval 20ms");
 
-    assert_eq!((report.closed_reset, report.closed_eof), (1, 0), "{report}");
-    assert_eq!(report.errors, 0, "{report}");
-    assert!(
-        report.lifetime_min >= Duration::from_millis(290),
-        "{report}"
-    );
-    assert!(report.lifetime_max < Duration::from_secs(5), "{report}");
+    assert_closed(&report, (0, 1), ms(290)..ms(5_000));
 }
 
 #[test]
 fn churn_connects_again_and_again() {
     let fake = FakeShard::start();
 
-    let report = attack(&fake, "churn", &["--connections", "2", "--duration", "1s"]);
+    let report = attack(&fake, "churn", "--connections 2 --duration 1s");
 
     assert!(report.made > 2, "no reconnect: {report}");
     assert_eq!(report.hung_up, report.made, "{report}");
@@ -300,11 +266,7 @@ fn churn_connects_again_and_again() {
 fn churn_with_a_ping_sends_exactly_one_per_connection() {
     let fake = FakeShard::start();
 
-    let report = attack(
-        &fake,
-        "churn",
-        &["--connections", "2", "--duration", "1s", "--churn-ping"],
-    );
+    let report = attack(&fake, "churn", "--connections 2 --duration 1s --churn-ping");
 
     assert!(report.made > 2, "no reconnect: {report}");
     assert_eq!(report.errors, 0, "{report}");
@@ -330,14 +292,7 @@ fn connections_go_out_from_every_source_in_turn() {
     let report = attack(
         &fake,
         "idle",
-        &[
-            "--connections",
-            "4",
-            "--duration",
-            "300ms",
-            "--sources",
-            "127.0.0.2,127.0.0.3",
-        ],
+        "--connections 4 --duration 300ms --sources 127.0.0.2,127.0.0.3",
     );
 
     assert_eq!((report.made, report.errors), (4, 0), "{report}");
@@ -351,14 +306,7 @@ fn connections_go_out_from_every_source_in_turn() {
     let report = attack(
         &ranged,
         "churn",
-        &[
-            "--connections",
-            "3",
-            "--duration",
-            "300ms",
-            "--source-range",
-            "127.0.0.4-127.0.0.6",
-        ],
+        "--connections 3 --duration 300ms --source-range 127.0.0.4-127.0.0.6",
     );
     assert_eq!(report.sources, "127.0.0.4-127.0.0.6");
     let seen = by_source(&all_gone(&ranged, report.made));
@@ -377,32 +325,9 @@ fn by_source(peers: &[Peer]) -> Vec<String> {
 
 #[test]
 fn a_refused_connect_is_a_finding_not_a_failure() {
-    // Bound but not listening: every connection to it is refused.
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-        .expect("a TCP socket");
-    socket
-        .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
-        .expect("bind 127.0.0.1:0");
-    let addr = socket
-        .local_addr()
-        .ok()
-        .and_then(|a| a.as_socket())
-        .expect("the bound address")
-        .to_string();
-    let flags = [
-        "--connect",
-        &addr,
-        "--mode",
-        "idle",
-        "--connections",
-        "3",
-        "--ramp",
-        "0s",
-    ];
+    let (_held, addr) = refusing_port();
 
-    let Ok(Report::Attack(report)) = loadgen::run(&args(&flags)) else {
-        panic!("no attack report");
-    };
+    let report = run(addr, "idle", "--connections 3");
 
     assert_eq!(
         (report.attempted, report.refused, report.made),
@@ -418,45 +343,24 @@ fn addresses_outside_loopback_are_refused_before_any_connect() {
     // 0.0.0.0 is outside 127.0.0.0/8, yet a connect to it reaches this host: had the rule
     // let it through, the fake (on 127.0.0.1) would see the connection.
     let fake = FakeShard::start();
-    let port = fake.addr.port().to_string();
-    let any = format!("0.0.0.0:{port}");
-    let local = fake.addr.to_string();
-    for (mode, flags) in [
-        ("idle", vec!["--connect", &any]),
-        ("ping", vec!["--connect", &any]),
-        (
-            "churn",
-            vec!["--connect", &local, "--sources", "127.0.0.2,10.0.0.1"],
-        ),
-        (
-            "churn",
-            vec![
-                "--connect",
-                &local,
-                "--source-range",
-                "127.255.255.254-128.0.0.1",
-            ],
-        ),
+    let (any, local) = (format!("0.0.0.0:{}", fake.addr.port()), fake.addr);
+    for flags in [
+        format!("--connect {any} --mode idle"),
+        format!("--connect {any} --mode ping"),
+        format!("--connect {local} --mode churn --sources 127.0.0.2,10.0.0.1"),
+        format!("--connect {local} --mode churn --source-range 127.255.255.254-128.0.0.1"),
     ] {
-        let mut all = flags.clone();
-        all.extend(["--mode", mode, "--duration", "1s", "--ramp", "0s"]);
-        let refused = loadgen::run(&args(&all)).expect_err("outside loopback");
+        let all = line(&format!("{flags} --duration 1s --ramp 0s"));
+        let refused = loadgen::run(&all).expect_err("outside loopback");
         assert!(
             matches!(refused, LoadgenError::NotLoopback { .. }),
-            "{all:?}: {refused:?}"
+            "{flags}: {refused:?}"
         );
         let shown = refused.to_string();
         assert!(shown.contains("is not a loopback address"), "{shown}");
         assert!(shown.contains("127.0.0.0/8 or ::1"), "{shown}");
     }
-    let mixed = args(&[
-        "--connect",
-        "[::1]:9",
-        "--sources",
-        "127.0.0.2",
-        "--mode",
-        "idle",
-    ]);
+    let mixed = line("--connect [::1]:9 --sources 127.0.0.2 --mode idle");
     assert!(matches!(
         loadgen::run(&mixed),
         Err(LoadgenError::SourceFamily { .. })
@@ -465,9 +369,13 @@ fn addresses_outside_loopback_are_refused_before_any_connect() {
     assert!(fake.peers().is_empty(), "connected: {:?}", fake.peers());
 }
 
+/// `loadgen`'s flags from one line, split at spaces.
+fn line(flags: &str) -> LoadgenArgs {
+    args(&flags.split_whitespace().collect::<Vec<_>>())
+}
+
 #[test]
 fn hostile_flags_parse_with_their_defaults() {
-    let mode = |name: &str| args(&["--connect", "127.0.0.1:2593", "--mode", name]);
     for (name, expected) in [
         ("idle", Mode::Idle),
         ("ping-only", Mode::PingOnly),
@@ -475,54 +383,40 @@ fn hostile_flags_parse_with_their_defaults() {
         ("slow-reader", Mode::SlowReader),
         ("churn", Mode::Churn),
     ] {
-        let parsed = mode(name);
+        let parsed = line(&format!("--connect 127.0.0.1:2593 --mode {name}"));
         assert_eq!(parsed.mode, expected);
         assert!(parsed.mode.is_hostile());
         assert_eq!(parsed.mode.to_string(), name);
     }
     assert!(!Mode::Ping.is_hostile() && !Mode::Walk.is_hostile());
-    let ping_only: LoadgenArgs = mode("ping-only");
+    let ping_only = line("--connect 127.0.0.1:2593 --mode ping-only");
     assert_eq!(ping_only.interval(), Duration::from_secs(30));
     assert!(ping_only.sources.is_empty() && ping_only.source_range.is_none());
     assert!(!ping_only.churn_ping);
-    assert_eq!(mode("slow-reader").interval(), Duration::from_millis(1));
-    let given = args(&[
-        "--connect",
-        "127.0.0.1:2593",
-        "--mode",
-        "ping-only",
-        "--interval",
-        "2s",
-        "--sources",
-        "127.0.0.2,127.0.0.3",
-        "--churn-ping",
-    ]);
+    let slow = line("--connect 127.0.0.1:2593 --mode slow-reader");
+    assert_eq!(slow.interval(), Duration::from_millis(1));
+    let given = line(
+        "--connect 127.0.0.1:2593 --mode ping-only --interval 2s --sources 127.0.0.2,127.0.0.3 \
+         --churn-ping",
+    );
     assert_eq!(given.interval(), Duration::from_secs(2));
     assert_eq!(given.sources.len(), 2);
     assert!(given.churn_ping);
-    let range = args(&[
-        "--connect",
-        "127.0.0.1:2593",
-        "--source-range",
-        "127.0.0.2-127.0.0.9",
-    ]);
+    let range = line("--connect 127.0.0.1:2593 --source-range 127.0.0.2-127.0.0.9");
     assert_eq!(
         range.source_range.map(|r| r.to_string()).as_deref(),
         Some("127.0.0.2-127.0.0.9")
     );
     for bad in [
-        &["--interval", "0s"][..],
-        &["--mode", "flood"],
-        &["--sources", "127.0.0.2,nope"],
-        &["--source-range", "127.0.0.9-127.0.0.2"],
-        &[
-            "--sources",
-            "127.0.0.2",
-            "--source-range",
-            "127.0.0.2-127.0.0.3",
-        ],
+        "--interval 0s",
+        "--mode flood",
+        "--sources 127.0.0.2,nope",
+        "--source-range 127.0.0.9-127.0.0.2",
+        "--sources 127.0.0.2 --source-range 127.0.0.2-127.0.0.3",
     ] {
-        let argv = ["loadgen", "--connect", "127.0.0.1:2593"].iter().chain(bad);
-        assert!(Cli::try_parse_from(argv).is_err(), "{bad:?} accepted");
+        let argv = ["loadgen", "--connect", "127.0.0.1:2593"]
+            .into_iter()
+            .chain(bad.split_whitespace());
+        assert!(Cli::try_parse_from(argv).is_err(), "{bad} accepted");
     }
 }

@@ -9,9 +9,9 @@ use shardloop::game::packets::client;
 use shardloop::net::frame;
 use tokio::time::Instant;
 
-use super::super::conn::{ClientError, Conn, login_packet};
+use super::super::conn::{ClientError, Conn};
 use super::tally::Tally;
-use super::{drain, until};
+use super::{drain, send_login, until};
 
 /// Moves in the buffer written round and round: a multiple of 256, so the sequence numbers
 /// run on across the wrap.
@@ -26,14 +26,9 @@ pub(super) async fn move_flood(
     deadline: Instant,
     tally: &mut Tally,
 ) -> Result<(), ClientError> {
-    if until(deadline, conn.send(&login_packet(name)))
-        .await?
-        .is_none()
-    {
+    if !send_login(conn, name, deadline, tally).await? {
         return Ok(());
     }
-    tally.logins_sent += 1;
-    tally.packets_sent += 1;
     let answered = conn.logged_in(|_| tally.packets_received += 1);
     if until(deadline, answered).await?.is_none() {
         return Ok(());

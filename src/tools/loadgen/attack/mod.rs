@@ -40,7 +40,7 @@ use std::time::Duration;
 use shardloop::net::frame;
 use tokio::time::Instant;
 
-use super::conn::{ClientError, Conn, SETUP_TIMEOUT};
+use super::conn::{ClientError, Conn, SETUP_TIMEOUT, login_packet};
 use super::dial::Dial;
 use super::loopback::Sources;
 use super::{LoadgenArgs, Mode};
@@ -164,7 +164,7 @@ impl Attack {
                 Some(conn)
             }
             Err(e) => {
-                tally.failed(format!("connection {n}: {e}"));
+                tally.failed(format!("connection {n} to {}: {e}", self.to));
                 None
             }
         }
@@ -187,6 +187,30 @@ async fn until<T>(
         Ok(done) => done.map(Some),
         Err(_) => Ok(None),
     }
+}
+
+/// Sends one packet, counting it: `false` if the deadline came first.
+async fn send(
+    conn: &mut Conn,
+    packet: &[u8],
+    deadline: Instant,
+    tally: &mut Tally,
+) -> Result<bool, ClientError> {
+    let sent = until(deadline, conn.send(packet)).await?.is_some();
+    tally.packets_sent += u64::from(sent);
+    Ok(sent)
+}
+
+/// Sends a login as `name`, counting it: `false` if the deadline came first.
+async fn send_login(
+    conn: &mut Conn,
+    name: &str,
+    deadline: Instant,
+    tally: &mut Tally,
+) -> Result<bool, ClientError> {
+    let sent = send(conn, &login_packet(name), deadline, tally).await?;
+    tally.logins_sent += u64::from(sent);
+    Ok(sent)
 }
 
 /// Counts and drops every whole packet already read.

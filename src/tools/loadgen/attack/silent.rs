@@ -11,7 +11,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::super::conn::{ClientError, Conn};
 use super::tally::Tally;
-use super::{drain, until};
+use super::{drain, send, until};
 
 /// `idle`: reads until the server closes the connection or the deadline comes.
 pub(super) async fn idle(
@@ -47,10 +47,9 @@ pub(super) async fn ping_only(
                 drain(conn, tally)?;
             }
             _ = ticks.tick() => {
-                if until(deadline, conn.send(ping)).await?.is_none() {
+                if !send(conn, ping, deadline, tally).await? {
                     return Ok(());
                 }
-                tally.packets_sent += 1;
             }
         }
     }

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::super::conn::{ClientError, Conn, login_packet};
+use super::super::conn::{ClientError, Conn};
 use super::tally::Tally;
-use super::until;
+use super::{send, send_login};
 
 /// `SO_RCVBUF` asked for, in bytes (the kernel doubles it for its bookkeeping).
 pub(super) const RECV_BUFFER: usize = 4096;
@@ -29,14 +29,9 @@ pub(super) async fn run(
     deadline: Instant,
     tally: &mut Tally,
 ) -> Result<(), ClientError> {
-    if until(deadline, conn.send(&login_packet(name)))
-        .await?
-        .is_none()
-    {
+    if !send_login(conn, name, deadline, tally).await? {
         return Ok(());
     }
-    tally.logins_sent += 1;
-    tally.packets_sent += 1;
     let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -46,9 +41,8 @@ pub(super) async fn run(
         {
             return Ok(());
         }
-        if until(deadline, conn.send(ping)).await?.is_none() {
+        if !send(conn, ping, deadline, tally).await? {
             return Ok(());
         }
-        tally.packets_sent += 1;
     }
 }
