@@ -33,7 +33,7 @@ impl Dial {
 
     /// Connects. Errors keep their kind (a refusal stays `ConnectionRefused`) and say which
     /// step failed, and from which source; the caller knows the destination.
-    pub(super) async fn connect(&self) -> io::Result<TcpStream> {
+    pub(super) async fn connect(self) -> io::Result<TcpStream> {
         let socket = self.socket()?;
         let connected = TcpSocket::from_std_stream(socket.into())
             .connect(self.to)

@@ -132,41 +132,42 @@ impl Attack {
         }
     }
 
-    /// Opens the run's `n`th connection (from its source, round robin), counting the attempt
-    /// and its outcome; `None` when it was not made.
+    /// Opens the run's `n`th connection, counting the attempt and its outcome; `None` when
+    /// it was not made.
     async fn open(&self, n: u64, deadline: Instant, tally: &mut Tally) -> Option<Conn> {
         tally.attempted += 1;
-        let dial = Dial {
-            from: self.sources.nth(n),
-            recv_buffer: (self.mode == Mode::SlowReader).then_some(slow_reader::RECV_BUFFER),
-            ..Dial::new(self.to)
-        };
         let timeout = Instant::now() + SETUP_TIMEOUT;
-        let connected = tokio::time::timeout_at(deadline.min(timeout), dial.connect()).await;
-        let made = match connected {
-            Err(_) if timeout <= deadline => {
+        let connecting = self.dial(n).connect();
+        let Ok(made) = tokio::time::timeout_at(deadline.min(timeout), connecting).await else {
+            if timeout <= deadline {
                 tally.timed_out += 1;
-                return None;
-            }
-            Err(_) => {
+            } else {
                 tally.connecting_at_end += 1;
-                return None;
             }
-            Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                tally.refused += 1;
-                return None;
-            }
-            Ok(made) => made.map_err(ClientError::Io).and_then(Conn::new),
+            return None;
         };
-        match made {
+        match made.map_err(ClientError::Io).and_then(Conn::new) {
             Ok(conn) => {
                 tally.made += 1;
                 Some(conn)
+            }
+            Err(ClientError::Io(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                tally.refused += 1;
+                None
             }
             Err(e) => {
                 tally.failed(format!("connection {n} to {}: {e}", self.to));
                 None
             }
+        }
+    }
+
+    /// How to open the run's `n`th connection: from its source, round robin.
+    fn dial(&self, n: u64) -> Dial {
+        Dial {
+            from: self.sources.nth(n),
+            recv_buffer: (self.mode == Mode::SlowReader).then_some(slow_reader::RECV_BUFFER),
+            ..Dial::new(self.to)
         }
     }
 
