@@ -9,7 +9,9 @@
 //!   stopped); exit 0, or 2 naming the archive and the reason with every file where it was.
 //!   `shardloop restore --list`: the backups and archives, with their entity counts.
 //! - `shardloop loadgen --connect ADDR ...`: a load client for a running shard (or
-//!   `examples/tokio_echo.rs`); prints round trips/s and RTT percentiles.
+//!   `examples/tokio_echo.rs`) on this machine; prints round trips/s and RTT percentiles, or
+//!   in a hostile mode (`idle`, `ping-only`, `move-flood`, `slow-reader`, `churn`) what the
+//!   server did to its connections.
 //!
 //! The two operator tools are the binary's own modules ([`tools`]), not the library's.
 
@@ -55,7 +57,9 @@ enum Cmd {
     CheckConfig,
     /// Measure this host's clocks, sleeps and wake-ups, and grade each against a reference.
     ProbeHost,
-    /// Load a running server with N clients (ping or walk) and report round trips and RTT.
+    /// Load a running server on loopback with N clients (ping or walk) and report round trips
+    /// and RTT, or attack it (idle, ping-only, move-flood, slow-reader, churn) and report
+    /// what it did to the connections.
     Loadgen(LoadgenArgs),
     /// Put the save in an archive in place (the shard must be stopped), or list backups and
     /// archives.
@@ -103,7 +107,7 @@ fn main() -> ExitCode {
             Ok(report) => {
                 println!("{report}");
                 // A run where clients failed is not a clean measurement: say so to scripts.
-                match report.errors {
+                match report.errors() {
                     0 => ExitCode::SUCCESS,
                     _ => ExitCode::FAILURE,
                 }

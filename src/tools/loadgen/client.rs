@@ -5,6 +5,7 @@
 //! request in flight before the first is answered: a closed loop measures the server, a
 //! pile-up would measure this tool's own queue.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use shardloop::game::packets::{client, server};
@@ -14,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::conn::{ClientError, Conn};
+use super::dial::Dial;
 use super::outcome::Outcome;
 use super::{Mode, Plan, Window};
 
@@ -42,15 +44,21 @@ impl Drop for Ready {
     }
 }
 
-/// One client from connect to the end of the window; failures become part of its outcome.
+/// One client from connect (from `source`, if given) to the end of the window; failures
+/// become part of its outcome.
 pub(super) async fn run_client(
     id: u32,
     plan: Plan,
+    source: Option<IpAddr>,
     mut ready: Ready,
     window: watch::Receiver<Option<Window>>,
 ) -> Outcome {
     let mut outcome = Outcome::default();
-    if let Err(e) = client(id, plan, &mut ready, window, &mut outcome).await {
+    let dial = Dial {
+        from: source,
+        ..Dial::new(plan.addr)
+    };
+    if let Err(e) = client(id, plan, dial, &mut ready, window, &mut outcome).await {
         outcome.fail(id, e.to_string());
     }
     outcome
@@ -59,22 +67,27 @@ pub(super) async fn run_client(
 async fn client(
     id: u32,
     plan: Plan,
+    dial: Dial,
     ready: &mut Ready,
     window: watch::Receiver<Option<Window>>,
     seen: &mut Outcome,
 ) -> Result<(), ClientError> {
     let delay = plan.ramp.mul_f64(f64::from(id) / f64::from(plan.clients));
     tokio::time::sleep(delay).await;
-    let mut conn = Conn::connect(plan.addr).await?;
+    let mut conn = Conn::connect(&dial).await?;
     if plan.mode == Mode::Walk {
-        conn.login(id, seen).await?;
+        conn.login(&format!("bot{id}"), |packet| seen.unasked(packet))
+            .await?;
     }
     seen.connected = 1;
     ready.signal(true);
-    let window = conn.wait_for_start(window, seen).await?;
+    let window = conn
+        .wait_for_start(window, |packet| seen.unasked(packet))
+        .await?;
     match plan.mode {
         Mode::Ping => ping(&mut conn, id, plan.payload, window, seen).await,
         Mode::Walk => walk(&mut conn, id, plan.clients, window, seen).await,
+        hostile => unreachable!("{hostile} is not a load mode: attack::run runs it"),
     }
 }
 
@@ -102,7 +115,8 @@ async fn ping(
             break;
         }
         conn.send(&ping).await?;
-        let echo = tokio::time::timeout_at(window.end, conn.echo_of(&ping, seen)).await;
+        let echo = conn.echo_of(&ping, |packet| seen.unasked(packet));
+        let echo = tokio::time::timeout_at(window.end, echo).await;
         let Ok(echo) = echo else { break };
         echo?;
         seen.rtt.record_until(sent, window.end);

@@ -1,104 +1,37 @@
 //! `loadgen` end to end: ping and walk modes against an in-process fake shard, and the error
 //! for a server that is not there. No speed is asserted: the host may be slow or busy.
+//! (The hostile modes' tests are in `attack/end_to_end.rs`.)
 //!
 //! (Unit tests of the binary, which `cargo test` runs: loadgen is not in the library's API.)
 
-use std::io;
-use std::net::{SocketAddr, TcpListener as StdListener};
-use std::thread;
-
 use clap::Parser;
-use shardloop::game::packets::{client, serial_xy, server};
-use shardloop::net::frame;
-use tokio::net::{TcpListener, TcpStream};
 
-use crate::tools::loadgen::{self, LoadgenArgs, LoadgenError, Mode};
+use super::fake_shard::{FakeShard, refusing_port};
+use crate::tools::loadgen::{self, LoadReport, LoadgenArgs, LoadgenError, Mode, Report};
 
 /// `shardloop loadgen`'s flags, parsed as the binary will parse them.
 #[derive(Debug, Parser)]
-struct Cli {
+pub(super) struct Cli {
     #[command(flatten)]
-    loadgen: LoadgenArgs,
+    pub(super) loadgen: LoadgenArgs,
 }
 
-fn args(flags: &[&str]) -> LoadgenArgs {
+pub(super) fn args(flags: &[&str]) -> LoadgenArgs {
     let argv = std::iter::once("loadgen").chain(flags.iter().copied());
     Cli::try_parse_from(argv).expect("valid flags").loadgen
 }
 
-/// Starts a fake shard on its own thread (and runtime, separate from loadgen's); it lives
-/// until the test process ends.
-fn fake_shard() -> SocketAddr {
-    let listener = StdListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    let addr = listener.local_addr().expect("bound address");
-    listener
-        .set_nonblocking(true)
-        .expect("non-blocking listener");
-    thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("fake shard runtime");
-        runtime.block_on(async move {
-            let listener = TcpListener::from_std(listener).expect("tokio listener");
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(stream));
-            }
-        });
-    });
-    addr
-}
-
-/// Answers like the shard, minus the world: pings echoed, login → `0x81`, move → `0x82`
-/// with the same seq and a `0x85` besides (as if another mobile moved), say → `0x84`,
-/// logout → close.
-async fn serve(stream: TcpStream) -> io::Result<()> {
-    let mut buf = Vec::new();
-    let mut chunk = [0; 4096];
-    loop {
-        stream.readable().await?;
-        match stream.try_read(&mut chunk) {
-            Ok(0) => return Ok(()),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        }
-        let mut used = 0;
-        let mut out = Vec::new();
-        while let Some(packet) = frame::split(&buf[used..], 8192).map_err(io::Error::other)? {
-            used += packet.bytes.len();
-            let xy = serial_xy(7, 1300, 1450);
-            match packet.id {
-                client::PING => out.extend_from_slice(packet.bytes),
-                client::LOGIN => frame::put(&mut out, server::LOGIN_OK, &[&xy]),
-                client::MOVE => {
-                    frame::put(&mut out, server::MOBILE_MOVED, &[&xy]);
-                    frame::put(
-                        &mut out,
-                        server::MOVE_OK,
-                        &[&packet.payload()[1..], &xy[4..]],
-                    );
-                }
-                client::SAY => frame::put(&mut out, server::SPEECH, &[&xy[..4], packet.payload()]),
-                _ => return Ok(()),
-            }
-        }
-        buf.drain(..used);
-        let mut rest = &out[..];
-        while !rest.is_empty() {
-            stream.writable().await?;
-            match stream.try_write(rest) {
-                Ok(n) => rest = &rest[n..],
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-        }
+/// Runs a load mode and returns its report.
+fn load(args: &LoadgenArgs) -> LoadReport {
+    match loadgen::run(args).expect("a report") {
+        Report::Load(report) => report,
+        Report::Attack(report) => panic!("a load mode made an attack report: {report}"),
     }
 }
 
 #[test]
 fn ping_mode_measures_round_trips_on_every_connection() {
-    let addr = fake_shard().to_string();
+    let addr = FakeShard::start().addr.to_string();
     let args = args(&[
         "--connect",
         &addr,
@@ -113,7 +46,7 @@ fn ping_mode_measures_round_trips_on_every_connection() {
     ]);
     assert_eq!(args.mode, Mode::Ping);
 
-    let report = loadgen::run(&args).expect("a report");
+    let report = load(&args);
 
     assert_eq!((report.connections, report.connected), (20, 20));
     assert_eq!(report.errors, 0, "{report}");
@@ -131,7 +64,7 @@ fn ping_mode_measures_round_trips_on_every_connection() {
 
 #[test]
 fn walk_mode_times_moves_and_counts_what_the_server_pushes() {
-    let addr = fake_shard().to_string();
+    let addr = FakeShard::start().addr.to_string();
     let args = args(&[
         "--connect",
         &addr,
@@ -145,7 +78,7 @@ fn walk_mode_times_moves_and_counts_what_the_server_pushes() {
         "walk",
     ]);
 
-    let report = loadgen::run(&args).expect("a report");
+    let report = load(&args);
 
     assert_eq!((report.connected, report.errors), (10, 0), "{report}");
     // A move every 250 ms: about 4 per client in 1 s, however slow the host.
@@ -164,18 +97,7 @@ fn walk_mode_times_moves_and_counts_what_the_server_pushes() {
 
 #[test]
 fn a_closed_port_is_an_error_naming_the_address() {
-    // A socket bound to a port but not listening holds the port (no other test can take
-    // it meanwhile) and refuses every connection to it.
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-        .expect("a TCP socket");
-    socket
-        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-        .expect("bind 127.0.0.1:0");
-    let addr = socket
-        .local_addr()
-        .ok()
-        .and_then(|a| a.as_socket())
-        .expect("the bound address");
+    let (_held, addr) = refusing_port();
     let args = args(&[
         "--connect",
         &addr.to_string(),

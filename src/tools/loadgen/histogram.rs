@@ -14,6 +14,8 @@ use tokio::time::Instant;
 pub(super) struct Histogram {
     counts: Vec<u64>,
     total: u64,
+    /// Exact, in µs; `min` means nothing while `total` is 0.
+    min: u64,
     max: u64,
 }
 
@@ -40,6 +42,11 @@ impl Histogram {
             self.counts.resize(index + 1, 0);
         }
         self.counts[index] += 1;
+        self.min = if self.total == 0 {
+            micros
+        } else {
+            self.min.min(micros)
+        };
         self.total += 1;
         self.max = self.max.max(micros);
     }
@@ -68,6 +75,11 @@ impl Histogram {
         self.total
     }
 
+    /// The smallest value recorded; zero when empty.
+    pub(super) fn min(&self) -> Duration {
+        Duration::from_micros(self.min)
+    }
+
     pub(super) fn max(&self) -> Duration {
         Duration::from_micros(self.max)
     }
@@ -93,6 +105,11 @@ impl Histogram {
         for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
             *mine += theirs;
         }
+        self.min = match (self.total, other.total) {
+            (_, 0) => self.min,
+            (0, _) => other.min,
+            _ => self.min.min(other.min),
+        };
         self.total += other.total;
         self.max = self.max.max(other.max);
     }
@@ -138,6 +155,7 @@ mod tests {
         assert!((500..=508).contains(&p50.as_micros()), "{p50:?}");
         assert!((990..=1000).contains(&p99.as_micros()), "{p99:?}");
         assert_eq!(h.max(), Duration::from_micros(1000));
+        assert_eq!(h.min(), Duration::from_micros(1));
         assert_eq!(Histogram::default().percentile(0.5), Duration::ZERO);
     }
 
@@ -148,5 +166,9 @@ mod tests {
         b.record(Duration::from_millis(10));
         a.merge(&b);
         assert_eq!((a.count(), a.max()), (2, Duration::from_millis(10)));
+        assert_eq!(a.min(), Duration::from_micros(10));
+        let mut empty = Histogram::default();
+        empty.merge(&b);
+        assert_eq!(empty.min(), Duration::from_millis(10));
     }
 }

@@ -42,19 +42,31 @@
 //! previous one was still unanswered (the server was slow). When the tool may have set the
 //! figures, the report ends with a warning saying so.
 //!
+//! **Hostile modes** (`idle`, `ping-only`, `move-flood`, `slow-reader`, `churn`) are not
+//! measurements but attacks, for proving the shard's admission and flood limits: they count
+//! what the server did to them (refused, closed, after how long). `attack` runs them.
+//!
+//! **Loopback only.** Every run, whatever the mode, talks to an address in 127.0.0.0/8 or to
+//! `::1`, from such an address (`--sources`, `--source-range`: one machine posing as many
+//! hosts); anything else is refused before a socket exists (`loopback`).
+//!
 //! **Where things are.** This file is the coordinator: the flags, the run, the window and the
-//! lag probe. A client's loop is in `client`, its socket in `conn`; what they saw is added up
-//! in `outcome` and printed by `report`; `histogram` holds the RTTs and lags.
+//! lag probe. A client's loop is in `client`, its socket in `conn`, opened by `dial`; what
+//! they saw is added up in `outcome` and printed by `report`; `histogram` holds the RTTs and
+//! lags.
 
+mod attack;
 mod client;
 mod conn;
+mod dial;
 mod histogram;
+mod loopback;
 mod outcome;
 mod report;
 
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use shardloop::host::fd_limit::{self, FdLimitError};
@@ -65,8 +77,10 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use client::{Ready, run_client};
 use histogram::Histogram;
+pub use loopback::SourceRange;
+use loopback::Sources;
 use outcome::Outcome;
-pub use report::Report;
+pub use report::{LoadReport, Report};
 
 /// File descriptors kept free beyond one per connection (stdio, epoll, runtime, libraries).
 const FD_HEADROOM: u64 = 64;
@@ -78,6 +92,34 @@ pub enum Mode {
     Ping,
     /// Log in, then move every 250 ms (and now and then say something): game traffic.
     Walk,
+    /// Hostile: connect, never log in, never send a byte; hold the slot.
+    Idle,
+    /// Hostile: connect, never log in, ping every --interval (30s): pings are not a login.
+    PingOnly,
+    /// Hostile: log in, then send moves as fast as the socket takes them; answers are dropped.
+    MoveFlood,
+    /// Hostile: a 4 KiB receive buffer, log in, ping every --interval (1ms), never read.
+    SlowReader,
+    /// Hostile: connect and hang up in a loop (with --churn-ping, one ping first).
+    Churn,
+}
+
+impl Mode {
+    /// Whether this mode attacks the server rather than measuring it.
+    #[must_use]
+    pub fn is_hostile(self) -> bool {
+        !matches!(self, Mode::Ping | Mode::Walk)
+    }
+
+    /// The time between pings when `--interval` is not given.
+    fn default_interval(self) -> Duration {
+        match self {
+            // Fast enough to pile up the server's echoes in seconds (with a small
+            // `network.send_buffer_size`), slow enough not to be a flood of its own.
+            Mode::SlowReader => Duration::from_millis(1),
+            _ => Duration::from_secs(30),
+        }
+    }
 }
 
 impl fmt::Display for Mode {
@@ -85,6 +127,11 @@ impl fmt::Display for Mode {
         f.write_str(match self {
             Mode::Ping => "ping",
             Mode::Walk => "walk",
+            Mode::Idle => "idle",
+            Mode::PingOnly => "ping-only",
+            Mode::MoveFlood => "move-flood",
+            Mode::SlowReader => "slow-reader",
+            Mode::Churn => "churn",
         })
     }
 }
@@ -92,7 +139,8 @@ impl fmt::Display for Mode {
 /// `shardloop loadgen`'s command line.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadgenArgs {
-    /// Address of the server to load: the shard, or `examples/tokio_echo.rs`.
+    /// Address of the server to load: the shard, or `examples/tokio_echo.rs`. Loopback only
+    /// (127.0.0.0/8 or ::1).
     #[arg(long, value_name = "ADDR")]
     pub connect: SocketAddr,
 
@@ -101,7 +149,8 @@ pub struct LoadgenArgs {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub connections: u32,
 
-    /// How long to measure, once every client is set up ("500ms", "10s", "1m").
+    /// How long to measure, once every client is set up ("500ms", "10s", "1m"). Hostile
+    /// modes: how long to go on once the ramp is over; then every connection is closed.
     #[arg(long, value_name = "DURATION", default_value = "10s",
           value_parser = humantime::parse_duration)]
     pub duration: Duration,
@@ -119,6 +168,48 @@ pub struct LoadgenArgs {
     #[arg(long, value_name = "DURATION", default_value = "1s",
           value_parser = humantime::parse_duration)]
     pub ramp: Duration,
+
+    /// Send from these local addresses, connections taken round robin
+    /// ("127.0.0.2,127.0.0.3"). Loopback only.
+    #[arg(
+        long,
+        value_name = "IP,...",
+        value_delimiter = ',',
+        conflicts_with = "source_range"
+    )]
+    pub sources: Vec<IpAddr>,
+
+    /// Send from every IPv4 address from FIRST to LAST, connections taken round robin
+    /// ("127.0.0.2-127.0.0.9"). Loopback only.
+    #[arg(long, value_name = "FIRST-LAST", value_parser = SourceRange::parse)]
+    pub source_range: Option<SourceRange>,
+
+    /// ping-only and slow-reader: time between pings [default: 30s for ping-only, 1ms for
+    /// slow-reader].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub interval: Option<Duration>,
+
+    /// churn: on each connection, send one ping and wait for its echo before hanging up.
+    #[arg(long)]
+    pub churn_ping: bool,
+}
+
+impl LoadgenArgs {
+    /// The time between pings: `--interval`, or the mode's default.
+    #[must_use]
+    pub fn interval(&self) -> Duration {
+        self.interval
+            .unwrap_or_else(|| self.mode.default_interval())
+    }
+}
+
+/// A humantime duration above zero (a zero period would be a busy loop).
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d.is_zero() => Err("must be above zero".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Why a run could not produce a report.
@@ -132,6 +223,10 @@ pub enum LoadgenError {
     Runtime(io::Error),
     /// Not one client could be set up: the first client's failure.
     Connect { addr: SocketAddr, reason: String },
+    /// An address outside loopback: `loadgen` never sends there.
+    NotLoopback { flag: &'static str, addr: IpAddr },
+    /// A source address of the other family than the server's.
+    SourceFamily { source: IpAddr, connect: SocketAddr },
 }
 
 impl fmt::Display for LoadgenError {
@@ -147,6 +242,16 @@ impl fmt::Display for LoadgenError {
             LoadgenError::Connect { addr, reason } => {
                 write!(f, "cannot connect to {addr}: {reason}")
             }
+            LoadgenError::NotLoopback { flag, addr } => write!(
+                f,
+                "{flag}: {addr} is not a loopback address; loadgen only sends to and from {}",
+                loopback::ALLOWED
+            ),
+            LoadgenError::SourceFamily { source, connect } => write!(
+                f,
+                "--sources/--source-range: {source} cannot reach {connect} (one is IPv4, the \
+                 other IPv6)"
+            ),
         }
     }
 }
@@ -170,15 +275,23 @@ impl LoadgenError {
 }
 
 /// Runs the load described by `args` on a runtime of its own, and reports what it measured.
-/// Blocks for about `ramp + duration`. Fails only if nothing could be measured at all.
+/// Blocks for about `ramp + duration`. Refuses addresses outside loopback before anything
+/// else; a load mode fails if nothing could be measured at all, a hostile mode reports
+/// whatever happened, refusals included.
 pub fn run(args: &LoadgenArgs) -> Result<Report, LoadgenError> {
+    let sources = Sources::from_flags(&args.sources, args.source_range);
+    loopback::check(args.connect, &sources)?;
     let needed = u64::from(args.connections) + FD_HEADROOM;
     fd_limit::raise(needed).map_err(|e| LoadgenError::from_fd_limit(needed, e))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(LoadgenError::Runtime)?;
-    runtime.block_on(drive(args))
+    if args.mode.is_hostile() {
+        let attack = attack::Attack::new(args, sources);
+        return Ok(Report::Attack(runtime.block_on(attack.run())));
+    }
+    runtime.block_on(drive(args, &sources)).map(Report::Load)
 }
 
 /// What every client shares.
@@ -199,7 +312,7 @@ struct Window {
 }
 
 /// Starts the clients, opens the window once all are set up, and adds up what they saw.
-async fn drive(args: &LoadgenArgs) -> Result<Report, LoadgenError> {
+async fn drive(args: &LoadgenArgs, sources: &Sources) -> Result<LoadReport, LoadgenError> {
     let plan = Plan {
         addr: args.connect,
         mode: args.mode,
@@ -213,7 +326,8 @@ async fn drive(args: &LoadgenArgs) -> Result<Report, LoadgenError> {
     let clients: Vec<_> = (0..plan.clients)
         .map(|id| {
             let ready = Ready(Some(ready_tx.clone()));
-            tokio::spawn(run_client(id, plan, ready, window_rx.clone()))
+            let source = sources.nth(u64::from(id));
+            tokio::spawn(run_client(id, plan, source, ready, window_rx.clone()))
         })
         .collect();
     drop(ready_tx);
@@ -288,3 +402,5 @@ struct Tool {
 
 #[cfg(test)]
 mod end_to_end;
+#[cfg(test)]
+mod fake_shard;

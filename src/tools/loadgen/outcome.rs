@@ -6,7 +6,7 @@
 use shardloop::game::packets::server;
 
 use super::histogram::Histogram;
-use super::{LoadgenError, Plan, Report, Tool};
+use super::{LoadReport, LoadgenError, Plan, Tool};
 
 /// What one client saw, and what all of them saw once merged.
 #[derive(Debug, Default)]
@@ -57,7 +57,7 @@ impl Outcome {
         }
     }
 
-    pub(super) fn report(self, plan: Plan, tool: &Tool) -> Result<Report, LoadgenError> {
+    pub(super) fn report(self, plan: Plan, tool: &Tool) -> Result<LoadReport, LoadgenError> {
         if self.connected == 0 {
             let reason = self.first_error.map_or_else(String::new, |(_, e)| e);
             return Err(LoadgenError::Connect {
@@ -66,7 +66,7 @@ impl Outcome {
             });
         }
         let round_trips = self.rtt.count();
-        Ok(Report {
+        Ok(LoadReport {
             mode: plan.mode,
             connections: plan.clients,
             connected: self.connected,

@@ -1,17 +1,47 @@
-//! What a `loadgen` run measured, and how it is printed.
+//! What a `loadgen` run measured, and how it is printed: a load mode's figures here, a
+//! hostile mode's in `attack::report`, and `Report`, either of the two.
 //!
-//! This module owns the report's figures and their wording, which scripts and operators read
-//! (`scripts/measure-network.sh`). It must never hide that this tool may have been the
+//! This module owns the load report's figures and their wording, which scripts and operators
+//! read (`scripts/measure-network.sh`). It must never hide that this tool may have been the
 //! bottleneck: the report says so when it was.
 
 use std::fmt;
 use std::time::Duration;
 
 use super::Mode;
+pub use super::attack::AttackReport;
 
-/// What a run measured.
+/// What a run found: a load mode's measurement, or what a hostile mode's server did to it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Report {
+pub enum Report {
+    Load(LoadReport),
+    Attack(AttackReport),
+}
+
+impl Report {
+    /// Clients that failed in a way the run did not expect (for a hostile mode, not the
+    /// server refusing or closing connections, which is what it is there to see).
+    #[must_use]
+    pub fn errors(&self) -> u64 {
+        match self {
+            Report::Load(load) => u64::from(load.errors),
+            Report::Attack(attack) => attack.errors,
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Report::Load(load) => load.fmt(f),
+            Report::Attack(attack) => attack.fmt(f),
+        }
+    }
+}
+
+/// What a load mode (ping, walk) measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadReport {
     pub mode: Mode,
     /// Clients asked for.
     pub connections: u32,
@@ -50,7 +80,7 @@ pub struct Report {
     pub lag_max: Duration,
 }
 
-impl Report {
+impl LoadReport {
     /// This tool's own CPU use above which its figures are its ceiling, not the server's.
     const SATURATED_CPU: f64 = 0.9;
 
@@ -64,7 +94,7 @@ impl Report {
     }
 }
 
-impl fmt::Display for Report {
+impl fmt::Display for LoadReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
@@ -123,7 +153,7 @@ impl fmt::Display for Report {
 }
 
 /// A duration shown with the unit that suits it: `80 µs`, `3.1 ms`, `1.25 s`.
-struct Micros(Duration);
+pub(super) struct Micros(pub(super) Duration);
 
 impl fmt::Display for Micros {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

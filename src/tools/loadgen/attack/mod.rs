@@ -1,0 +1,223 @@
+//! The hostile modes: clients that misbehave on purpose, to prove the shard's admission
+//! control, flood limits and descriptor budget from the outside.
+//!
+//! - `idle` connects and never sends a byte (`silent`): it holds a slot.
+//! - `ping-only` connects and pings every `--interval`, never logging in (`silent`): a ping
+//!   before login must not count as activity.
+//! - `move-flood` logs in, then writes moves as fast as the socket takes them, reading and
+//!   dropping the answers (`flood`).
+//! - `slow-reader` opens its socket with a 4 KiB receive buffer, logs in without waiting for
+//!   the answer and pings every `--interval`, never reading (`slow_reader`): the server's
+//!   output to it backs up.
+//! - `churn` connects and hangs up in a loop, with `--churn-ping` after one ping and its echo
+//!   (`churn`).
+//!
+//! Each of `--connections` clients starts within `--ramp` and stops at one deadline for the
+//! run, `ramp + duration` after its start, or earlier when the server closes its connection
+//! (churn: when the deadline comes). Connections go out from `--sources` round robin. What
+//! happened is added up in `tally` and printed by `report`: connects made or refused, closes
+//! by the server (end of stream or reset) and after how long, bytes and packets each way.
+//!
+//! This module owns the run, one connection's life and the deadline. It must never outlive
+//! the deadline (every wait is bounded by it) nor send to an address `loopback` has not
+//! allowed (the coordinator checks before `Attack` exists).
+
+mod churn;
+#[cfg(test)]
+mod end_to_end;
+mod flood;
+#[cfg(test)]
+mod real_shard;
+mod report;
+mod silent;
+mod slow_reader;
+mod tally;
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use shardloop::net::frame;
+use tokio::time::Instant;
+
+use super::conn::{ClientError, Conn, SETUP_TIMEOUT, login_packet};
+use super::dial::Dial;
+use super::loopback::Sources;
+use super::{LoadgenArgs, Mode};
+pub use report::AttackReport;
+use tally::Tally;
+
+/// What every hostile client shares.
+#[derive(Debug, Clone)]
+pub(super) struct Attack {
+    mode: Mode,
+    to: SocketAddr,
+    clients: u32,
+    sources: Sources,
+    ramp: Duration,
+    duration: Duration,
+    interval: Duration,
+    payload: usize,
+    churn_ping: bool,
+}
+
+impl Attack {
+    /// The attack `args` describe, from `sources` (already checked against the rule).
+    pub(super) fn new(args: &LoadgenArgs, sources: Sources) -> Attack {
+        Attack {
+            mode: args.mode,
+            to: args.connect,
+            clients: args.connections,
+            sources,
+            ramp: args.ramp,
+            duration: args.duration,
+            interval: args.interval(),
+            payload: usize::from(args.payload),
+            churn_ping: args.churn_ping,
+        }
+    }
+
+    /// Runs every client to the deadline and adds up what the server did to them.
+    pub(super) async fn run(self) -> AttackReport {
+        let start = Instant::now();
+        let deadline = start + self.ramp + self.duration;
+        let clients: Vec<_> = (0..self.clients)
+            .map(|id| {
+                let attack = self.clone();
+                tokio::spawn(async move { attack.client(id, start, deadline).await })
+            })
+            .collect();
+        let mut total = Tally::default();
+        for client in clients {
+            total.merge(client.await);
+        }
+        total.report(&self, start.elapsed())
+    }
+
+    /// Client `id`: its share of the ramp, then its mode until `deadline`.
+    async fn client(&self, id: u32, start: Instant, deadline: Instant) -> Tally {
+        let mut tally = Tally::default();
+        let delay = self.ramp.mul_f64(f64::from(id) / f64::from(self.clients));
+        tokio::time::sleep_until(start + delay).await;
+        if self.mode == Mode::Churn {
+            churn::churn(self, id, deadline, &mut tally).await;
+        } else if let Some(mut conn) = self.open(u64::from(id), deadline, &mut tally).await {
+            let born = Instant::now();
+            let how = self.misbehave(&mut conn, id, deadline, &mut tally).await;
+            tally.ended(&conn, born, how);
+        }
+        tally
+    }
+
+    /// One connection's mode, until the deadline (`Ok`) or the server closes it.
+    async fn misbehave(
+        &self,
+        conn: &mut Conn,
+        id: u32,
+        deadline: Instant,
+        tally: &mut Tally,
+    ) -> Result<(), ClientError> {
+        let ping = self.ping(id);
+        match self.mode {
+            Mode::Idle => silent::idle(conn, deadline, tally).await,
+            Mode::PingOnly => silent::ping_only(conn, &ping, self.interval, deadline, tally).await,
+            Mode::MoveFlood => {
+                flood::move_flood(conn, &format!("flood{id}"), deadline, tally).await
+            }
+            Mode::SlowReader => {
+                let name = format!("slow{id}");
+                slow_reader::run(conn, &name, &ping, self.interval, deadline, tally).await
+            }
+            load => unreachable!("{load} is not a hostile mode: loadgen::drive runs it"),
+        }
+    }
+
+    /// Opens the run's `n`th connection, counting the attempt and its outcome; `None` when
+    /// it was not made.
+    async fn open(&self, n: u64, deadline: Instant, tally: &mut Tally) -> Option<Conn> {
+        tally.attempted += 1;
+        let timeout = Instant::now() + SETUP_TIMEOUT;
+        let connecting = self.dial(n).connect();
+        let Ok(made) = tokio::time::timeout_at(deadline.min(timeout), connecting).await else {
+            if timeout <= deadline {
+                tally.timed_out += 1;
+            } else {
+                tally.connecting_at_end += 1;
+            }
+            return None;
+        };
+        match made.map_err(ClientError::Io).and_then(Conn::new) {
+            Ok(conn) => {
+                tally.made += 1;
+                Some(conn)
+            }
+            Err(ClientError::Io(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                tally.refused += 1;
+                None
+            }
+            Err(e) => {
+                tally.failed(format!("connection {n} to {}: {e}", self.to));
+                None
+            }
+        }
+    }
+
+    /// How to open the run's `n`th connection: from its source, round robin.
+    fn dial(&self, n: u64) -> Dial {
+        Dial {
+            from: self.sources.nth(n),
+            recv_buffer: (self.mode == Mode::SlowReader).then_some(slow_reader::RECV_BUFFER),
+            ..Dial::new(self.to)
+        }
+    }
+
+    /// Client `id`'s ping: `--payload` bytes of its id.
+    fn ping(&self, id: u32) -> Vec<u8> {
+        let payload = vec![id as u8; self.payload];
+        frame::packet(frame::PING, &[&payload])
+    }
+}
+
+/// `work`'s result, or `None` if `deadline` came first (and `work` was dropped halfway: the
+/// connection is done with then).
+async fn until<T>(
+    deadline: Instant,
+    work: impl Future<Output = Result<T, ClientError>>,
+) -> Result<Option<T>, ClientError> {
+    match tokio::time::timeout_at(deadline, work).await {
+        Ok(done) => done.map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Sends one packet, counting it: `false` if the deadline came first.
+async fn send(
+    conn: &mut Conn,
+    packet: &[u8],
+    deadline: Instant,
+    tally: &mut Tally,
+) -> Result<bool, ClientError> {
+    let sent = until(deadline, conn.send(packet)).await?.is_some();
+    tally.packets_sent += u64::from(sent);
+    Ok(sent)
+}
+
+/// Sends a login as `name`, counting it: `false` if the deadline came first.
+async fn send_login(
+    conn: &mut Conn,
+    name: &str,
+    deadline: Instant,
+    tally: &mut Tally,
+) -> Result<bool, ClientError> {
+    let sent = send(conn, &login_packet(name), deadline, tally).await?;
+    tally.logins_sent += u64::from(sent);
+    Ok(sent)
+}
+
+/// Counts and drops every whole packet already read.
+fn drain(conn: &mut Conn, tally: &mut Tally) -> Result<(), ClientError> {
+    while conn.pop()?.is_some() {
+        tally.packets_received += 1;
+    }
+    Ok(())
+}
