@@ -83,8 +83,7 @@ fn login(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
         .add_mobile(mobile)
         .map_err(|e| BadPacket::new(format!("cannot place the player: {e}")))?;
     p.world.activate_around(at);
-    p.players.by_conn.insert(conn, serial);
-    p.players.by_serial.insert(
+    p.players.insert(
         serial,
         Player {
             conn,
@@ -112,7 +111,7 @@ fn walk(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
     let (serial, player) = p.players.get_mut(conn)?;
     let from = player.at;
     let to = from.offset_clamped(dx, dy);
-    player.at = to;
+    p.players.move_to(serial, to);
     p.world.move_mobile(serial, to);
     if SectorId::of(&from) != SectorId::of(&to) {
         // Wake the new neighbourhood before the old one may fall asleep: the overlap stays up.
@@ -152,12 +151,10 @@ fn logout(p: &mut Packet<'_>, _payload: &[u8]) -> Result<(), BadPacket> {
 
 /// The connection closed: its player leaves the world.
 pub(super) fn leave(world: &mut World, players: &mut Players, conn: ConnId) {
-    let Some(serial) = players.by_conn.remove(&conn) else {
+    let Some((serial, player)) = players.remove(conn) else {
         return;
     };
-    if let Some(player) = players.by_serial.remove(&serial) {
-        world.deactivate_around(player.at);
-    }
+    world.deactivate_around(player.at);
     world.remove_mobile(serial);
 }
 
