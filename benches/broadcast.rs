@@ -34,6 +34,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::hint::black_box;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::pin::Pin;
@@ -532,6 +533,28 @@ impl Bed {
         assert_eq!(self.received, self.expected, "packets the clients read");
     }
 
+    /// `n` lookups of the players in range of successive players' spots, as `peer` makes
+    /// them, sending nothing; their time.
+    fn look_up(&self, peer: Peer, n: usize) -> Duration {
+        let table = self.table.borrow();
+        let players = self.players.borrow();
+        let spots: Vec<Location> = (0..n)
+            .map(|k| table[&self.who[k % self.who.len()].0].at)
+            .collect();
+        let began = Instant::now();
+        for &at in &spots {
+            match peer {
+                Peer::SectorIndex => players.in_range(at).for_each(|p| {
+                    black_box(p);
+                }),
+                Peer::LinearScan => old_in_range(&table, at).for_each(|p| {
+                    black_box(p);
+                }),
+            }
+        }
+        began.elapsed()
+    }
+
     /// Players a measured move was sent to, on average so far.
     fn audience(&self) -> f64 {
         self.measured.mobile_moved as f64 / self.measured.move_ok as f64
@@ -580,6 +603,7 @@ impl SplitMix {
 // ---------------------------------------------------------------------------------------
 // Criterion, the quick pass and the summary.
 
+/// `deltas_per_move`: the Deltas phase; `in_range_per_lookup`: the lookup alone.
 fn bench(c: &mut Criterion, beds: &mut [(Scenario, Bed)]) {
     let mut group = c.benchmark_group("deltas_per_move");
     group
@@ -591,6 +615,18 @@ fn bench(c: &mut Criterion, beds: &mut [(Scenario, Bed)]) {
         for peer in PEERS {
             group.bench_function(BenchmarkId::new(peer.name(), scenario.name()), |b| {
                 b.iter_custom(|moves| bed.run(peer, moves as usize))
+            });
+        }
+    }
+    group.finish();
+    let mut group = c.benchmark_group("in_range_per_lookup");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(2));
+    for (scenario, bed) in beds.iter() {
+        for peer in PEERS {
+            group.bench_function(BenchmarkId::new(peer.name(), scenario.name()), |b| {
+                b.iter_custom(|n| bed.look_up(peer, n as usize))
             });
         }
     }
@@ -614,40 +650,44 @@ fn quick_pass(beds: &mut [(Scenario, Bed)]) {
     println!("broadcast: quick pass ok (packet counts and layouts checked)");
 }
 
-/// Median ns per move of `REPS` runs per scenario and peer, runs interleaved.
+/// Median ns per move (Deltas phase) and per lookup of `REPS` runs per scenario and peer,
+/// runs interleaved.
 fn summary(beds: &mut [(Scenario, Bed)]) {
-    let mut ns: HashMap<(String, Peer), Vec<f64>> = HashMap::new();
+    let mut ns: HashMap<(String, Peer, &str), Vec<f64>> = HashMap::new();
     for _ in 0..REPS {
         for (scenario, bed) in beds.iter_mut() {
             for peer in PEERS {
-                let spent = bed.run(peer, SUMMARY_MOVES);
-                let per_move = spent.as_secs_f64() * 1e9 / SUMMARY_MOVES as f64;
-                ns.entry((scenario.name(), peer))
-                    .or_default()
-                    .push(per_move);
+                let moves = bed.run(peer, SUMMARY_MOVES);
+                let lookups = bed.look_up(peer, SUMMARY_MOVES);
+                for (what, spent) in [("move", moves), ("lookup", lookups)] {
+                    let per = spent.as_secs_f64() * 1e9 / SUMMARY_MOVES as f64;
+                    ns.entry((scenario.name(), peer, what))
+                        .or_default()
+                        .push(per);
+                }
             }
         }
     }
-    let med = |scenario: &Scenario, peer| median(ns[&(scenario.name(), peer)].clone());
+    let med = |scenario: &Scenario, peer, what| median(ns[&(scenario.name(), peer, what)].clone());
     println!();
     println!(
-        "broadcast summary: Deltas phase per move, median of {REPS} runs of {SUMMARY_MOVES} \
-         moves, runs interleaved"
+        "broadcast summary: median of {REPS} runs of {SUMMARY_MOVES} moves (Deltas phase) \
+         and as many lookups (in_range alone), runs interleaved; ns"
     );
     println!();
     println!(
-        "| scenario | packets per move | sector_index ns/move | linear_scan ns/move | \
-         linear / index | sector_index ns/packet |"
+        "| scenario | packets per move | sector_index per move | linear_scan per move | \
+         linear / index | sector_index per packet | lookup: sector_index | lookup: linear_scan |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for (scenario, bed) in beds.iter() {
         let (ours, reference) = (
-            med(scenario, Peer::SectorIndex),
-            med(scenario, Peer::LinearScan),
+            med(scenario, Peer::SectorIndex, "move"),
+            med(scenario, Peer::LinearScan, "move"),
         );
         let audience = bed.audience();
         println!(
-            "| {} | {audience:.1} | {ours:.0} | {reference:.0} | {:.2}× | {} |",
+            "| {} | {audience:.1} | {ours:.0} | {reference:.0} | {:.2}× | {} | {:.0} | {:.0} |",
             scenario.name(),
             reference / ours,
             if audience >= 1.0 {
@@ -655,6 +695,8 @@ fn summary(beds: &mut [(Scenario, Bed)]) {
             } else {
                 "–".into()
             },
+            med(scenario, Peer::SectorIndex, "lookup"),
+            med(scenario, Peer::LinearScan, "lookup"),
         );
     }
     let [few, many, _] = [beds[0].0, beds[1].0, beds[2].0];
@@ -665,7 +707,7 @@ fn summary(beds: &mut [(Scenario, Bed)]) {
             peer.name(),
             many.name(),
             few.name(),
-            med(&many, peer) / med(&few, peer)
+            med(&many, peer, "move") / med(&few, peer, "move")
         );
     }
 }

@@ -147,8 +147,10 @@ fn overlapped(v: u16) -> RangeInclusive<u16> {
 /// Up to [`MAX_SECTORS`] lists, each sorted by serial, read as one list in serial order:
 /// each step takes the smallest head. No allocation.
 struct Merge<'a, T> {
-    /// `runs[..len]` are the non-empty rests of the lists.
+    /// `runs[..len]` are the non-empty rests of the lists; `heads[i]` is `runs[i][0]`'s
+    /// serial, kept side by side so that finding the smallest reads one short array.
     runs: [&'a [Seat<T>]; MAX_SECTORS],
+    heads: [Serial; MAX_SECTORS],
     len: usize,
 }
 
@@ -156,6 +158,7 @@ impl<T> Default for Merge<'_, T> {
     fn default() -> Self {
         Merge {
             runs: [&[]; MAX_SECTORS],
+            heads: [Serial(0); MAX_SECTORS],
             len: 0,
         }
     }
@@ -163,10 +166,23 @@ impl<T> Default for Merge<'_, T> {
 
 impl<'a, T> Merge<'a, T> {
     fn push(&mut self, run: &'a [Seat<T>]) {
-        if !run.is_empty() {
+        if let Some(first) = run.first() {
             self.runs[self.len] = run;
+            self.heads[self.len] = first.serial;
             self.len += 1;
         }
+    }
+
+    /// The run with the smallest head.
+    fn smallest(&self) -> Option<usize> {
+        let heads = &self.heads[..self.len];
+        let mut best = 0;
+        for (i, head) in heads.iter().enumerate().skip(1) {
+            if *head < heads[best] {
+                best = i;
+            }
+        }
+        (!heads.is_empty()).then_some(best)
     }
 }
 
@@ -174,14 +190,15 @@ impl<'a, T> Iterator for Merge<'a, T> {
     type Item = &'a Seat<T>;
 
     fn next(&mut self) -> Option<&'a Seat<T>> {
-        let runs = &self.runs[..self.len];
-        let i = (0..runs.len()).min_by_key(|&i| runs[i][0].serial)?;
+        let i = self.smallest()?;
         let (seat, rest) = self.runs[i].split_first()?;
-        if rest.is_empty() {
+        if let Some(next) = rest.first() {
+            self.runs[i] = rest;
+            self.heads[i] = next.serial;
+        } else {
             self.len -= 1;
             self.runs[i] = self.runs[self.len];
-        } else {
-            self.runs[i] = rest;
+            self.heads[i] = self.heads[self.len];
         }
         Some(seat)
     }
