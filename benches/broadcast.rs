@@ -25,9 +25,13 @@
 //! count of `0x82` and `0x85` packets must equal the moves and, for each mover, the players
 //! then within range but itself (counted by brute force).
 //!
-//! Running: `cargo bench --bench broadcast` runs the criterion group `deltas_per_move`
-//! (time per move), then prints a summary (median of `REPS` runs per scenario and peer,
-//! interleaved, with the ratios). `-- summary` prints only the summary. `cargo test --bench
+//! A second group times the lookup alone, without sending: `in_range_per_lookup`, who is in
+//! range of successive players' spots, through `Players::in_range` against the old scan.
+//!
+//! Running: `cargo bench --bench broadcast` runs the criterion groups `deltas_per_move`
+//! (time per move) and `in_range_per_lookup`, then prints a summary (median of `REPS` runs
+//! per scenario and peer, interleaved, with the ratios). `-- summary` prints only the
+//! summary. `cargo test --bench
 //! broadcast` (and `cargo test --benches`) runs a quick pass on small scenarios with the
 //! same packet-count checks, plus each criterion benchmark once.
 
@@ -42,7 +46,8 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, SamplingMode};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode};
 use shardloop::EventLoop;
 use shardloop::game::packets::{client, serial_xy, server};
 use shardloop::game::{self, PACKETS, Packet, PacketHandler, Players, VIEW_RANGE};
@@ -611,26 +616,31 @@ fn bench(c: &mut Criterion, beds: &mut [(Scenario, Bed)]) {
         .sampling_mode(SamplingMode::Flat)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
-    for (scenario, bed) in beds.iter_mut() {
-        for peer in PEERS {
-            group.bench_function(BenchmarkId::new(peer.name(), scenario.name()), |b| {
-                b.iter_custom(|moves| bed.run(peer, moves as usize))
-            });
-        }
-    }
+    every_peer(&mut group, beds, |bed, peer, moves| bed.run(peer, moves));
     group.finish();
     let mut group = c.benchmark_group("in_range_per_lookup");
     group
         .sample_size(20)
         .measurement_time(Duration::from_secs(2));
-    for (scenario, bed) in beds.iter() {
+    every_peer(&mut group, beds, |bed, peer, lookups| {
+        bed.look_up(peer, lookups)
+    });
+    group.finish();
+}
+
+/// One benchmark per scenario and peer; `measure(bed, peer, n)` times `n` iterations.
+fn every_peer(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    beds: &mut [(Scenario, Bed)],
+    measure: impl Fn(&mut Bed, Peer, usize) -> Duration,
+) {
+    for (scenario, bed) in beds.iter_mut() {
         for peer in PEERS {
             group.bench_function(BenchmarkId::new(peer.name(), scenario.name()), |b| {
-                b.iter_custom(|n| bed.look_up(peer, n as usize))
+                b.iter_custom(|n| measure(bed, peer, n as usize))
             });
         }
     }
-    group.finish();
 }
 
 /// Every peer on every scenario for a few steps, with the packet counts checked, and the
