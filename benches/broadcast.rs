@@ -31,9 +31,8 @@
 //! Running: `cargo bench --bench broadcast` runs the criterion groups `deltas_per_move`
 //! (time per move) and `in_range_per_lookup`, then prints a summary (median of `REPS` runs
 //! per scenario and peer, interleaved, with the ratios). `-- summary` prints only the
-//! summary. `cargo test --bench
-//! broadcast` (and `cargo test --benches`) runs a quick pass on small scenarios with the
-//! same packet-count checks, plus each criterion benchmark once.
+//! summary. `cargo test --bench broadcast` (and `cargo test --benches`) runs a quick pass on
+//! small scenarios with the same packet-count checks, plus each criterion benchmark once.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -65,8 +64,8 @@ const BATCH: usize = 64;
 const REPS: usize = 5;
 /// Moves per summary run.
 const SUMMARY_MOVES: usize = 20 * BATCH;
-/// The crowd's square: every start spot in it, on Felucca; its corner tile is the first of a
-/// sector in both directions, so the square overlaps 2 × 2 sectors.
+/// The crowd's square, on Felucca: tiles 1592–1609 both ways, across the corner the four
+/// sectors around (1600, 1600) share, so the crowd stands in 2 × 2 sectors.
 const CROWD_FROM: (u16, u16) = (1592, 1592);
 const CROWD_SIDE: u16 = 18;
 /// Seed of the spread layout's spots.
