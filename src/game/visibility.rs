@@ -26,7 +26,7 @@ use super::players::VIEW_RANGE;
 /// The most sectors a view square overlaps along one axis: a stretch of `2·VIEW_RANGE`
 /// tiles between its first and last tile crosses at most `⌈2·VIEW_RANGE / SECTOR_SIZE⌉`
 /// sector edges.
-pub(super) const SPAN: usize = (2 * VIEW_RANGE).div_ceil(SECTOR_SIZE) as usize + 1;
+const SPAN: usize = (2 * VIEW_RANGE).div_ceil(SECTOR_SIZE) as usize + 1;
 
 /// The most sectors one answer reads.
 const MAX_SECTORS: usize = SPAN * SPAN;
