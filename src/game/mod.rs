@@ -21,6 +21,7 @@ mod logic;
 pub mod packets;
 mod players;
 mod spawners;
+mod visibility;
 
 pub use barks::bark;
 pub use decay::{DECAY_MAX, DECAY_MIN, decay_delay};

@@ -81,8 +81,7 @@ fn login(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
         .add_mobile(mobile)
         .map_err(|e| BadPacket::new(format!("cannot place the player: {e}")))?;
     p.world.activate_around(at);
-    p.players.by_conn.insert(conn, serial);
-    p.players.by_serial.insert(serial, Player { conn, at });
+    p.players.insert(serial, Player { conn, at });
     p.sessions.set_logged_in(conn);
     p.sessions
         .send_packet(conn, server::LOGIN_OK, &[&serial_xy(serial.0, at.x, at.y)]);
@@ -104,7 +103,7 @@ fn walk(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
     let (serial, player) = p.players.get_mut(conn)?;
     let from = player.at;
     let to = from.offset_clamped(dx, dy);
-    player.at = to;
+    p.players.move_to(serial, to);
     p.world.move_mobile(serial, to);
     if SectorId::of(&from) != SectorId::of(&to) {
         // Wake the new neighbourhood before the old one may fall asleep: the overlap stays up.
@@ -138,12 +137,10 @@ fn logout(p: &mut Packet<'_>, _payload: &[u8]) -> Result<(), BadPacket> {
 
 /// The connection closed: its player leaves the world.
 pub(super) fn leave(world: &mut World, players: &mut Players, conn: ConnId) {
-    let Some(serial) = players.by_conn.remove(&conn) else {
+    let Some((serial, player)) = players.remove(conn) else {
         return;
     };
-    if let Some(player) = players.by_serial.remove(&serial) {
-        world.deactivate_around(player.at);
-    }
+    world.deactivate_around(player.at);
     world.remove_mobile(serial);
 }
 

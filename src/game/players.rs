@@ -1,14 +1,18 @@
 //! Who is playing: the logged-in players, their connections and where they stand, and the
 //! two ways to reach them — everyone in range of a spot, or everyone.
 //!
-//! Owns the player table and the players' flood limits ([`Rates`]). Must never touch the world's
-//! entities (handlers do) and never do I/O (it only queues packets on the sessions).
+//! Owns the player table and the players' flood limits ([`Rates`]), and keeps the sector
+//! index of players ([`Visibility`]) in step with the table: a player joins, moves and leaves
+//! through [`Players::insert`], [`Players::move_to`] and [`Players::remove`] only, never by
+//! writing the maps or a `Player`'s `at`. Must never touch the world's entities (handlers do)
+//! and never do I/O (it only queues packets on the sessions).
 
 use crate::net::{BadPacket, ConnId, Net, Rate};
 use crate::world::{Location, MapId, Serial};
 use std::collections::BTreeMap;
 
 use super::packets::server;
+use super::visibility::Visibility;
 
 /// Players see mobiles and hear speech within this many tiles.
 pub const VIEW_RANGE: u16 = 18;
@@ -50,16 +54,19 @@ impl Default for Rates {
     }
 }
 
-/// Who is logged in on which connection, and where they stand. Ordered maps: broadcasts go
-/// out in the same order on every run.
+/// Who is logged in on which connection, and where they stand. Ordered by serial wherever
+/// it is walked: broadcasts go out in the same order on every run.
 #[derive(Default)]
 pub struct Players {
-    pub(super) by_conn: BTreeMap<ConnId, Serial>,
-    pub(super) by_serial: BTreeMap<Serial, Player>,
+    by_conn: BTreeMap<ConnId, Serial>,
+    by_serial: BTreeMap<Serial, Player>,
+    /// The same players by sector, for [`Players::in_range`].
+    by_sector: Visibility<ConnId>,
 }
 
 pub(super) struct Player {
     pub(super) conn: ConnId,
+    /// Read it freely; change it with [`Players::move_to`], which refiles the player.
     pub(super) at: Location,
 }
 
@@ -100,12 +107,34 @@ impl Players {
         Ok((serial, player))
     }
 
-    /// Connections of players within [`VIEW_RANGE`] of `at`.
+    /// A player logs in on `player.conn` as `serial`.
+    pub(super) fn insert(&mut self, serial: Serial, player: Player) {
+        self.by_conn.insert(player.conn, serial);
+        self.by_sector.insert(serial, player.conn, player.at);
+        self.by_serial.insert(serial, player);
+    }
+
+    /// A logged-in player now stands at `to`.
+    pub(super) fn move_to(&mut self, serial: Serial, to: Location) {
+        if let Some(player) = self.by_serial.get_mut(&serial) {
+            self.by_sector.relocate(serial, player.at, to);
+            player.at = to;
+        }
+    }
+
+    /// The player on `conn` leaves; what it was, if there was one.
+    pub(super) fn remove(&mut self, conn: ConnId) -> Option<(Serial, Player)> {
+        let serial = self.by_conn.remove(&conn)?;
+        let player = self.by_serial.remove(&serial)?;
+        self.by_sector.remove(serial, player.at);
+        Some((serial, player))
+    }
+
+    /// Players within [`VIEW_RANGE`] of `at` and their connections, by serial. Reads only
+    /// the sectors around `at` (see `visibility.rs`); the same players, in the same order,
+    /// as a scan of every player.
     pub fn in_range(&self, at: Location) -> impl Iterator<Item = (Serial, ConnId)> + '_ {
-        self.by_serial
-            .iter()
-            .filter(move |(_, p)| p.at.distance(&at).is_some_and(|d| d <= VIEW_RANGE))
-            .map(|(serial, p)| (*serial, p.conn))
+        self.by_sector.in_range(at)
     }
 }
 
