@@ -133,19 +133,21 @@ fn ping_only_sends_pings_and_never_a_login() {
 fn move_flood_logs_in_then_sends_moves_without_waiting_for_answers() {
     let fake = FakeShard::start();
 
-    let report = attack(&fake, "move-flood", "--connections 2 --duration 1s");
+    // One flooder: a second one's login could wait behind the first one's flood on a busy
+    // machine, and this test is about what one connection does.
+    let report = attack(&fake, "move-flood", "--connections 1 --duration 1s");
 
     assert_eq!(
         (report.made, report.open_at_end, report.errors),
-        (2, 2, 0),
+        (1, 1, 0),
         "{report}"
     );
     assert_eq!(
         (report.logins_sent, report.logins_answered),
-        (2, 2),
+        (1, 1),
         "{report}"
     );
-    let peers = all_gone(&fake, 2);
+    let peers = all_gone(&fake, 1);
     let mut moves = 0;
     for peer in &peers {
         assert_eq!(peer.first, Some(client::LOGIN), "{peer:?}");
@@ -156,11 +158,11 @@ fn move_flood_logs_in_then_sends_moves_without_waiting_for_answers() {
         assert!(peer.count(client::MOVE) >= 1024, "{peer:?}");
         moves += peer.count(client::MOVE);
     }
-    assert!(report.packets_sent >= 2 + moves, "{report}");
+    assert!(report.packets_sent >= 1 + moves, "{report}");
     // The answers were read: the login's, then two packets per move.
     assert!(report.packets_received > 2, "{report}");
     assert!(
-        report.to_string().contains("logins sent 2  answered 2"),
+        report.to_string().contains("logins sent 1  answered 1"),
         "{report}"
     );
 }
