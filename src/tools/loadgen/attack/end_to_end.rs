@@ -158,7 +158,7 @@ fn move_flood_logs_in_then_sends_moves_without_waiting_for_answers() {
         assert!(peer.count(client::MOVE) >= 1024, "{peer:?}");
         moves += peer.count(client::MOVE);
     }
-    assert!(report.packets_sent >= 1 + moves, "{report}");
+    assert!(report.packets_sent > moves, "{report}");
     // The answers were read: the login's, then two packets per move.
     assert!(report.packets_received > 2, "{report}");
     assert!(
