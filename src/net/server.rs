@@ -54,8 +54,8 @@ const PACKETS_PER_TURN: usize = 64;
 const READ_CHUNK: usize = 16 * 1024;
 /// Bytes read from one connection per iteration before the next connection's turn.
 const READ_BUDGET: usize = 64 * 1024;
-/// How often idle connections are looked for.
-const IDLE_SWEEP: Duration = Duration::from_secs(1);
+/// How often connections are checked against the idle and login deadlines.
+const DEADLINE_SWEEP: Duration = Duration::from_secs(1);
 /// After an accept error (out of file descriptors, say) the listener is retried this late.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
@@ -347,16 +347,16 @@ impl Server {
             return;
         }
         let me = self.me.clone();
-        self.sweeper = Some(timer::every(IDLE_SWEEP).start(move || {
+        self.sweeper = Some(timer::every(DEADLINE_SWEEP).start(move || {
             if let Some(server) = me.upgrade() {
-                server.borrow_mut().sweep_idle();
+                server.borrow_mut().sweep_deadlines();
             }
         }));
     }
 
     /// Closes connections idle past the timeout and connections not logged in past the login
     /// deadline; stops itself once none are open.
-    fn sweep_idle(&mut self) {
+    fn sweep_deadlines(&mut self) {
         let now = Instant::now();
         let (idle, login) = (self.limits.idle_timeout, self.limits.login_timeout);
         let overdue: Vec<(ConnId, Deadline)> = self
