@@ -129,13 +129,21 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Cmd::Restore(args) => match load_config(&cli.config) {
-            Ok(loaded) => restore_command(&loaded.config, &args),
+            Ok(loaded) => {
+                if let Some(warning) = loaded.ignored_env_warning() {
+                    eprintln!("shardloop restore: {warning}");
+                }
+                restore_command(&loaded.config, &args)
+            }
             Err(code) => code,
         },
         Cmd::Run => match load_config(&cli.config) {
             Ok(mut loaded) => {
                 // Held to the end: dropping it writes out the lines still queued.
                 let _logs = logs::init(cli.log_format.into());
+                if let Some(warning) = loaded.ignored_env_warning() {
+                    tracing::warn!("{warning}");
+                }
                 if let Some(start) = cli.clock_start {
                     tracing::warn!(%start, "--clock-start: the wall clock is pinned (a test flag)");
                     loaded.config.time.clock_start = Some(start);

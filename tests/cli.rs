@@ -61,7 +61,9 @@ fn a_missing_config_file_named_on_the_command_line_exits_2() {
 fn check_config_shows_each_value_and_its_source() {
     let dir = tempfile::tempdir().unwrap();
     let output = common::deadline::run_within(
-        shardloop(dir.path()).args(["check-config", "--idle-wait", "250ms"]),
+        shardloop(dir.path())
+            .env("SHARD_SERVICE_HOST", "10.0.0.7")
+            .args(["check-config", "--idle-wait", "250ms"]),
         PATIENCE,
     );
     assert!(output.status.success(), "{}", text(&output.stderr));
@@ -78,12 +80,19 @@ fn check_config_shows_each_value_and_its_source() {
         "{out}"
     );
     assert!(line("server.tick = ").contains("default"), "{out}");
+    assert!(
+        line("# ignored 1 SHARD_*").contains("SHARD_SERVICE_HOST"),
+        "{out}"
+    );
 }
 
 #[test]
 fn console_commands_then_shutdown_exit_0() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = shardloop(dir.path())
+        // What a Kubernetes Service named `shard` puts in every pod: not configuration.
+        .env("SHARD_PORT", "tcp://10.0.0.7:2593")
+        .env("SHARD_SERVICE_HOST", "10.0.0.7")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -104,6 +113,12 @@ fn console_commands_then_shutdown_exit_0() {
     let err = text(&output.stderr);
     assert!(err.contains("shard ready"), "{err}");
     assert!(err.contains("shard stopped cleanly"), "{err}");
+    let ignored = err
+        .lines()
+        .filter(|l| l.contains("not configuration"))
+        .collect::<Vec<_>>();
+    assert_eq!(ignored.len(), 1, "one warning: {err}");
+    assert!(ignored[0].contains("SHARD_PORT, SHARD_SERVICE_HOST"), "{err}");
     assert!(
         dir.path().join("data").is_dir(),
         "default --data-dir is ./data"

@@ -396,6 +396,54 @@ fn malformed_env_name_is_an_error() {
 }
 
 #[test]
+fn orchestrator_variables_are_ignored_with_one_warning() {
+    // What a Kubernetes Service named `shard` injects into every pod, plus an unknown section
+    // and a config variable one underscore short.
+    let env = [
+        ("SHARD_PORT", "tcp://10.0.0.7:2593"),
+        ("SHARD_SERVICE_HOST", "10.0.0.7"),
+        ("SHARD_PORT_2593_TCP_ADDR", "10.0.0.7"),
+        ("SHARD_DATABASE__URL", "postgres://x"),
+        ("SHARD_SERVER_IDLE_WAIT", "0ms"),
+        ("SHARD_SERVER__IDLE_WAIT", "3ms"),
+    ];
+    let loaded = load(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(loaded.config.server.idle_wait, Duration::from_millis(3));
+    assert_eq!(
+        loaded.ignored_env(),
+        [
+            "SHARD_DATABASE__URL",
+            "SHARD_PORT",
+            "SHARD_PORT_2593_TCP_ADDR",
+            "SHARD_SERVER_IDLE_WAIT",
+            "SHARD_SERVICE_HOST"
+        ]
+    );
+    let warning = loaded.ignored_env_warning().expect("a warning");
+    assert!(warning.starts_with("ignored 5 SHARD_* environment variable(s)"), "{warning}");
+    assert!(
+        warning.contains("SHARD_SERVER_IDLE_WAIT (did you mean SHARD_SERVER__IDLE_WAIT?)"),
+        "{warning}"
+    );
+    assert!(!warning.contains("SHARD_PORT (did you mean"), "{warning}");
+    let report = loaded.report();
+    assert!(report.ends_with(&format!("# {warning}\n")), "{report}");
+
+    let quiet = load(ConfigFile::None, &env[5..], Overrides::default());
+    assert!(quiet.ignored_env().is_empty());
+    assert_eq!(quiet.ignored_env_warning(), None);
+    assert!(!quiet.report().contains('#'));
+}
+
+#[test]
+fn a_known_section_with_an_unknown_key_is_still_an_error() {
+    // Only names outside the configuration's sections are ignored: a typo inside one is not.
+    let env = [("SHARD_PORT", "2593"), ("SHARD_NETWORK__PORT", "2593")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("network.port"), "{err}");
+}
+
+#[test]
 fn bad_enum_lists_the_choices() {
     let file = toml_file("[network]\nbackend = \"kqueue\"\n");
     let err = load_err(required(&file), &[], Overrides::default());

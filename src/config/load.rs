@@ -68,8 +68,10 @@ pub struct LoadOptions {
     pub overrides: Overrides,
 }
 
-/// The process's `SHARD_*` variables. A non-UTF-8 name or value among them is an error.
+/// The process's `SHARD_*` variables. A non-UTF-8 name or value is an error only in a
+/// configuration variable; any other `SHARD_*` variable is passed on (lossily) to be ignored.
 pub fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
+    let sections = sections(&defaults_layer().dict);
     let mut vars = Vec::new();
     for (name, value) in std::env::vars_os() {
         if !name.as_encoded_bytes().starts_with(ENV_PREFIX.as_bytes()) {
@@ -78,6 +80,9 @@ pub fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
         let lossy = name.to_string_lossy().into_owned();
         match (name.into_string(), value.into_string()) {
             (Ok(name), Ok(value)) => vars.push((name, value)),
+            _ if matches!(classify(&lossy, &sections), EnvName::Ignored) => {
+                vars.push((lossy, String::new()));
+            }
             _ => {
                 return Err(ConfigError::Env {
                     var: lossy,
@@ -89,6 +94,42 @@ pub fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
     Ok(vars)
 }
 
+/// What a `SHARD_*` variable's name makes it.
+#[derive(Debug, PartialEq, Eq)]
+enum EnvName {
+    /// `SHARD_<SECTION>__<KEY>` for a known section: the dotted key's parts, lowercase.
+    Config(Vec<String>),
+    /// A known section, but no key in the form `__KEY` (`SHARD_SERVER__`, `SHARD_SERVER____X`).
+    Malformed,
+    /// Not configuration: no `__` at all, or an unknown first part. Orchestrators inject
+    /// such names (a Kubernetes Service named `shard` gives every pod `SHARD_PORT` and
+    /// `SHARD_SERVICE_HOST`), so they are listed in one warning, never refused.
+    Ignored,
+}
+
+fn classify(var: &str, sections: &[String]) -> EnvName {
+    let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
+        return EnvName::Ignored;
+    };
+    let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+    if path.len() < 2 || !sections.contains(&path[0]) {
+        return EnvName::Ignored;
+    }
+    if path.iter().any(String::is_empty) {
+        return EnvName::Malformed;
+    }
+    EnvName::Config(path)
+}
+
+/// The configuration's sections: the top-level tables of the defaults.
+fn sections(defaults: &Dict) -> Vec<String> {
+    defaults
+        .iter()
+        .filter(|(_, value)| value.as_dict().is_some())
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
 pub(crate) fn load(options: &LoadOptions) -> Result<Loaded, ConfigError> {
     let file = read_file(&options.file)?;
     let defaults = defaults_layer();
@@ -98,10 +139,11 @@ pub(crate) fn load(options: &LoadOptions) -> Result<Loaded, ConfigError> {
     if let Some(file) = &file {
         figment = figment.merge(file.layer());
     }
-    let figment = figment.merge(env.layer).merge(cli.layer);
+    let figment = figment.merge(env.keyed.layer).merge(cli.layer);
     let provenance = Provenance {
         file,
-        env: env.keys,
+        env: env.keyed.keys,
+        ignored_env: env.ignored,
         cli: cli.keys,
     };
     let config: Config = figment
@@ -202,31 +244,51 @@ struct Keyed {
     keys: BTreeMap<String, String>,
 }
 
-fn env_layer(vars: &[(String, String)], defaults: &Dict) -> Result<Keyed, ConfigError> {
+/// The environment layer, and the `SHARD_*` names that are not configuration.
+struct EnvLayer {
+    keyed: Keyed,
+    /// Sorted, for one stable warning.
+    ignored: Vec<String>,
+}
+
+fn env_layer(vars: &[(String, String)], defaults: &Dict) -> Result<EnvLayer, ConfigError> {
+    let sections = sections(defaults);
     let mut dict = Dict::new();
     let mut keys = BTreeMap::new();
+    let mut ignored = Vec::new();
     for (var, text) in vars {
-        let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
+        if !var.starts_with(ENV_PREFIX) {
             continue;
-        };
-        let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
-        if path.iter().any(String::is_empty) {
-            return Err(ConfigError::Env {
-                var: var.clone(),
-                reason: "not a config key: use SHARD_<SECTION>__<KEY>, e.g. \
-                         SHARD_SERVER__IDLE_WAIT"
-                    .to_owned(),
-            });
         }
+        let path = match classify(var, &sections) {
+            EnvName::Config(path) => path,
+            EnvName::Ignored => {
+                ignored.push(var.clone());
+                continue;
+            }
+            EnvName::Malformed => {
+                return Err(ConfigError::Env {
+                    var: var.clone(),
+                    reason: "not a config key: use SHARD_<SECTION>__<KEY>, e.g. \
+                             SHARD_SERVER__IDLE_WAIT"
+                        .to_owned(),
+                });
+            }
+        };
         let value = env_value(text, find(defaults, &path));
         insert(&mut dict, &path, value);
         keys.insert(path.join("."), var.clone());
     }
+    ignored.sort();
+    ignored.dedup();
     let layer = Layer {
         metadata: Metadata::named(ENV_NAME),
         dict,
     };
-    Ok(Keyed { layer, keys })
+    Ok(EnvLayer {
+        keyed: Keyed { layer, keys },
+        ignored,
+    })
 }
 
 /// An environment value, typed by the key's default: text for string keys (so that

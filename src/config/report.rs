@@ -69,7 +69,31 @@ impl Loaded {
             .collect()
     }
 
-    /// One line per key, `section.key = value   (source)`, for `shardloop check-config`.
+    /// `SHARD_*` variables that are not configuration (no `SECTION__KEY` form, or an unknown
+    /// section), sorted. They were ignored; [`Loaded::ignored_env_warning`] says so.
+    pub fn ignored_env(&self) -> &[String] {
+        &self.provenance.ignored_env
+    }
+
+    /// One warning naming every ignored `SHARD_*` variable, or `None` when there are none. A
+    /// name that looks like a mistyped config variable (`SHARD_SERVER_IDLE_WAIT`) gets a hint.
+    pub fn ignored_env_warning(&self) -> Option<String> {
+        let ignored = self.ignored_env();
+        if ignored.is_empty() {
+            return None;
+        }
+        let names: Vec<String> = ignored.iter().map(|var| with_hint(var)).collect();
+        Some(format!(
+            "ignored {} SHARD_* environment variable(s) that are not configuration (only \
+             SHARD_<SECTION>__<KEY> for the sections {} is): {}",
+            ignored.len(),
+            SECTIONS.join(", "),
+            names.join(", ")
+        ))
+    }
+
+    /// One line per key, `section.key = value   (source)`, for `shardloop check-config`,
+    /// then the ignored-variables warning as a `#` comment, if any.
     pub fn report(&self) -> String {
         let entries = self.entries();
         let lines: Vec<(String, String)> = entries
@@ -77,10 +101,34 @@ impl Loaded {
             .map(|e| (format!("{} = {}", e.key, e.value), e.origin.to_string()))
             .collect();
         let width = lines.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
-        lines
+        let mut report: String = lines
             .iter()
             .map(|(line, origin)| format!("{line:<width$}   ({origin})\n"))
-            .collect()
+            .collect();
+        if let Some(warning) = self.ignored_env_warning() {
+            report.push_str(&format!("# {warning}\n"));
+        }
+        report
+    }
+}
+
+/// `var`, with a hint when it is one underscore short of a config variable.
+fn with_hint(var: &str) -> String {
+    let rest = var.strip_prefix(super::load::ENV_PREFIX).unwrap_or(var);
+    let near_miss = SECTIONS.iter().find_map(|section| {
+        let tail = rest.to_ascii_lowercase();
+        let key = tail.strip_prefix(section)?.strip_prefix('_')?;
+        (!key.is_empty() && !key.starts_with('_')).then(|| {
+            format!(
+                "SHARD_{}__{}",
+                section.to_ascii_uppercase(),
+                key.to_ascii_uppercase()
+            )
+        })
+    });
+    match near_miss {
+        Some(meant) => format!("{var} (did you mean {meant}?)"),
+        None => var.to_owned(),
     }
 }
 
@@ -91,6 +139,8 @@ pub(super) struct Provenance {
     pub(super) file: Option<FileSource>,
     /// Dotted key → the `SHARD_` variable that set it.
     pub(super) env: BTreeMap<String, String>,
+    /// `SHARD_*` variables that are not configuration (sorted): ignored, listed in a warning.
+    pub(super) ignored_env: Vec<String>,
     /// Dotted key → the flag that set it.
     pub(super) cli: BTreeMap<String, String>,
 }
