@@ -118,7 +118,10 @@ fn console_commands_then_shutdown_exit_0() {
         .filter(|l| l.contains("not configuration"))
         .collect::<Vec<_>>();
     assert_eq!(ignored.len(), 1, "one warning: {err}");
-    assert!(ignored[0].contains("SHARD_PORT, SHARD_SERVICE_HOST"), "{err}");
+    assert!(
+        ignored[0].contains("SHARD_PORT, SHARD_SERVICE_HOST"),
+        "{err}"
+    );
     assert!(
         dir.path().join("data").is_dir(),
         "default --data-dir is ./data"

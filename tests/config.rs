@@ -420,7 +420,10 @@ fn orchestrator_variables_are_ignored_with_one_warning() {
         ]
     );
     let warning = loaded.ignored_env_warning().expect("a warning");
-    assert!(warning.starts_with("ignored 5 SHARD_* environment variable(s)"), "{warning}");
+    assert!(
+        warning.starts_with("ignored 5 SHARD_* environment variable(s)"),
+        "{warning}"
+    );
     assert!(
         warning.contains("SHARD_SERVER_IDLE_WAIT (did you mean SHARD_SERVER__IDLE_WAIT?)"),
         "{warning}"
