@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use shardloop::config::{Config, ConfigArgs, ConfigError, Loaded};
 use shardloop::persist::archive::restore;
-use shardloop::persist::{Layout, lock::DataLock};
+use shardloop::persist::{Layout, lock::ShardLocks};
 use shardloop::{logs, shard};
 
 use tools::loadgen::{self, LoadgenArgs};
@@ -196,7 +196,10 @@ fn restore_command(config: &Config, args: &RestoreArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     // Held until the restore is done: the shard must not swap saves underneath it.
-    let _lock = match DataLock::acquire(data_dir) {
+    // A restore creates none of the other directories: it locks those that exist.
+    let mut dirs = config.written_dirs();
+    dirs.retain(|(dir, _)| dir == data_dir || dir.is_dir());
+    let _locks = match ShardLocks::acquire(&dirs) {
         Ok(lock) => lock,
         Err(e) => {
             eprintln!(

@@ -437,3 +437,45 @@ fn a_corrupt_save_stops_the_start_with_exit_2_naming_the_file_and_deletes_nothin
         "the damaged file is left as it was"
     );
 }
+
+#[test]
+fn a_second_shard_sharing_any_written_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared-archives");
+    let mut first = shardloop(dir.path());
+    first
+        .args(["run", "--data-dir", "a"])
+        .env("SHARD_ARCHIVE__DIR", &shared);
+    let (first, _, _) = start_until_ready(first);
+
+    // Another data directory, the same archive directory.
+    let output = common::deadline::run_within(
+        shardloop(dir.path())
+            .args(["run", "--data-dir", "b"])
+            .env("SHARD_ARCHIVE__DIR", &shared),
+        PATIENCE,
+    );
+    let err = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.contains("archive directory"), "{err}");
+    assert!(err.contains(&format!("pid {}", first.id())), "{err}");
+
+    // Another data directory, saves beside the first one's.
+    let output = common::deadline::run_within(
+        shardloop(dir.path())
+            .args(["run", "--data-dir", "c"])
+            .env("SHARD_WORLD__SAVE_DIR", dir.path().join("a/OtherSaves")),
+        PATIENCE,
+    );
+    let err = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.contains("save directory's parent"), "{err}");
+    assert!(
+        !dir.path().join("a/OtherSaves").exists(),
+        "the refused shard wrote nothing there"
+    );
+
+    // SAFETY: kill(2) on the child we spawned, which is still running.
+    unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
+    assert_eq!(finish(first).status.code(), Some(0));
+}

@@ -449,6 +449,22 @@ impl Config {
         self.data_path(&self.archive.dir)
     }
 
+    /// Every directory the shard writes, with what it is to the shard: the data directory,
+    /// the one holding `Saves/` and its temp directories, the archive directory. Each is
+    /// locked at startup (`persist::lock::ShardLocks`) so that no second shard or restore
+    /// shares any of them.
+    pub fn written_dirs(&self) -> Vec<(PathBuf, &'static str)> {
+        let save_root = self
+            .save_path()
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        vec![
+            (self.server.data_dir.clone(), "data directory"),
+            (save_root, "save directory's parent"),
+            (self.archive_path(), "archive directory"),
+        ]
+    }
+
     /// `path` under `server.data_dir` when relative, else `path` itself.
     pub fn data_path(&self, path: &Path) -> PathBuf {
         self.server.data_dir.join(path)

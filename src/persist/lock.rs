@@ -1,10 +1,17 @@
-//! One shard per data directory: an exclusive `flock` on `<data_dir>/shard.lock`.
+//! One shard per directory it writes: an exclusive `flock` on `shard.lock` in each of them.
 //!
 //! Two processes writing the same `Saves/` (a shard started twice, or `shardloop restore`
-//! while the shard runs) would swap saves under each other. The lock is taken at startup and
-//! held until the process ends; the kernel releases it however the process ends, so a
-//! crash never leaves a stale lock behind. The file holds the holder's pid, for the error
-//! message only.
+//! while the shard runs) would swap saves under each other; two shards whose data
+//! directories differ but whose `world.save_dir` or `archive.dir` are the same would do the
+//! same, or clean up each other's temp directories at startup. So [`ShardLocks`] takes a lock
+//! in *every* directory the shard writes: the data directory, the directory holding `Saves/`
+//! (and its temp directories), and the archive directory — each distinct directory once. A
+//! directory nested in another is locked on its own too, which is what catches a second
+//! shard whose `archive.dir` is the first one's `Archives/`.
+//!
+//! The locks are taken at startup and held until the process ends; the kernel releases them
+//! however the process ends, so a crash never leaves a stale lock behind. Each file holds the
+//! holder's pid, for the error message only.
 //!
 //! Owns the lock file. Must never be taken on the loop thread in a loop (it is taken once).
 
@@ -25,6 +32,12 @@ pub struct DataLock {
 impl DataLock {
     /// Takes the lock of `data_dir` (which must exist), or says who holds it.
     pub fn acquire(data_dir: &Path) -> io::Result<DataLock> {
+        DataLock::acquire_as(data_dir, "data directory")
+    }
+
+    /// Takes the lock of `dir` (which must exist), which this shard uses as its `role`.
+    fn acquire_as(dir: &Path, role: &str) -> io::Result<DataLock> {
+        let data_dir = dir;
         let path = data_dir.join(LOCK_FILE);
         if !path.exists() {
             OpenOptions::new()
@@ -47,8 +60,8 @@ impl DataLock {
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
                 format!(
-                    "{} is in use by another shardloop (pid {}): one shard or restore per \
-                     data directory",
+                    "{} (this shard's {role}) is in use by another shardloop (pid {}): one \
+                     shard or restore per directory",
                     data_dir.display(),
                     holder.trim()
                 ),
@@ -57,6 +70,41 @@ impl DataLock {
         // The pid is only for the message above: a full disk must not stop the start.
         let _ = std::fs::write(&path, std::process::id().to_string());
         Ok(DataLock { _file: file, path })
+    }
+}
+
+/// The locks of every directory a shard writes; dropping it releases them all.
+#[derive(Debug)]
+#[must_use = "the directories are locked only while this is held"]
+pub struct ShardLocks {
+    held: Vec<DataLock>,
+}
+
+impl ShardLocks {
+    /// Creates (if missing) and locks each `(directory, role)`, in order; the same directory
+    /// named twice (after resolving links and `..`) is locked once. Stops at the first one
+    /// held by another process, releasing those already taken; the error names it.
+    pub fn acquire<P: AsRef<Path>>(dirs: &[(P, &str)]) -> io::Result<ShardLocks> {
+        let mut held: Vec<DataLock> = Vec::new();
+        let mut seen: Vec<PathBuf> = Vec::new();
+        for (dir, role) in dirs {
+            let dir = dir.as_ref();
+            std::fs::create_dir_all(dir).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display()))
+            })?;
+            let canonical = dir.canonicalize()?;
+            if seen.contains(&canonical) {
+                continue;
+            }
+            held.push(DataLock::acquire_as(dir, role)?);
+            seen.push(canonical);
+        }
+        Ok(ShardLocks { held })
+    }
+
+    /// The lock files held, in the order taken.
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.held.iter().map(|lock| lock.path.as_path())
     }
 }
 
@@ -75,5 +123,41 @@ mod tests {
         );
         drop(first);
         DataLock::acquire(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_shared_save_or_archive_directory_is_refused_even_with_another_data_dir() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b, shared) = (
+            root.path().join("a"),
+            root.path().join("b"),
+            root.path().join("a/Archives"),
+        );
+        let first =
+            ShardLocks::acquire(&[(&a, "data directory"), (&shared, "archive directory")]).unwrap();
+        assert_eq!(first.paths().count(), 2);
+        // Another data directory, but the first one's archive directory.
+        let e = ShardLocks::acquire(&[(&b, "data directory"), (&shared, "archive directory")])
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("archive directory") && text.contains("a/Archives"),
+            "{text}"
+        );
+        // Its own data directory lock was let go when the second one failed.
+        DataLock::acquire(&b).unwrap();
+        // A save directory whose parent is the first one's data directory.
+        let e = ShardLocks::acquire(&[(&b, "data directory"), (&a, "save directory")]);
+        assert!(e.is_err());
+        drop(first);
+        let again =
+            ShardLocks::acquire(&[(&b, "data directory"), (&a.join("."), "save directory")])
+                .unwrap();
+        assert_eq!(again.paths().count(), 2);
+        // The same directory named twice is locked once, not refused by itself.
+        drop(again);
+        let once = ShardLocks::acquire(&[(&a, "data directory"), (&a.join("."), "save directory")])
+            .unwrap();
+        assert_eq!(once.paths().count(), 1);
     }
 }

@@ -184,8 +184,10 @@ pub async fn run_with(
         path: data_dir.clone(),
         source,
     })?;
-    // Held until this function returns: no second shard or restore on this data directory.
-    let _lock = persist::lock::DataLock::acquire(data_dir).map_err(ShardError::Locked)?;
+    // Held until this function returns: no second shard or restore on any directory this
+    // one writes (data, saves, archives).
+    let _locks =
+        persist::lock::ShardLocks::acquire(&config.written_dirs()).map_err(ShardError::Locked)?;
     let network = &config.network;
     let listeners = net::bind_all(&network.listen, network.send_buffer_size as usize)
         .map_err(ShardError::Listen)?;
