@@ -8,10 +8,12 @@
 // Each test binary compiles this module and uses a different part of it.
 #![allow(dead_code)]
 
+pub mod attempt;
 pub mod binary;
 pub mod capture;
 pub mod client;
 pub mod deadline;
 pub mod fd_limit;
+pub mod mutate;
 pub mod skip;
 pub mod tmpfs;
