@@ -126,3 +126,95 @@ fn a_phase_panic_exits_70_after_a_final_save_and_logs_the_panic_and_its_site() {
         .count();
     assert!(backups >= 1, "the replaced save is in Backups/");
 }
+
+/// The address in the `listening` line of a `status` answer on `screen`, waiting for it.
+fn listening_address(screen: &common::capture::Capture) -> std::net::SocketAddr {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let text = screen.text();
+        let found = text
+            .lines()
+            .find_map(|l| l.strip_prefix("listening "))
+            .and_then(|rest| rest.split([',', ' ']).next())
+            .map(|addr| addr.parse().expect("an address in the listening line"));
+        if let Some(addr) = found {
+            return addr;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no listening line in `status`:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(all(target_os = "linux", feature = "io-uring"))]
+#[test]
+fn a_dead_io_uring_ring_closes_its_players_and_stops_the_shard_with_a_final_save() {
+    use common::client::{closed_by_server, connect, ping, send};
+    use shardloop::config::Config;
+    use shardloop::game::packets::client;
+    use shardloop::net::BackendKind;
+    use shardloop::runtime::Fault;
+    use shardloop::shard::{self, Console};
+
+    let Some(()) = common::skip::or_skip(shardloop::net::io_uring_available(), "io_uring") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.server.data_dir = dir.path().join("data");
+    config.server.probe_host = false;
+    config.server.loop_stats_interval = Duration::ZERO;
+    config.world.generate.items = 2_000;
+    config.world.generate.mobiles = 300;
+    config.network.listen = vec!["127.0.0.1:0".parse().unwrap()];
+    config.autosave.enabled = false;
+    let screen = common::capture::Capture::default();
+    let console = Console::new(std::io::Cursor::new("status\n"), screen.clone());
+
+    // A player thread: connected and answered (so its connection is on the ring), then it
+    // pings once more after the ring is made to fail, and waits for the server to close it.
+    let (attached, on_ring) = tokio::sync::oneshot::channel::<()>();
+    let (injected, ring_failing) = mpsc::channel::<()>();
+    let player = std::thread::spawn(move || {
+        let mut stream = connect(listening_address(&screen));
+        ping(&mut stream, b"before");
+        attached.send(()).unwrap();
+        ring_failing.recv_timeout(PATIENCE).unwrap();
+        send(&mut stream, client::PING, b"after");
+        closed_by_server(&mut stream)
+    });
+    // Runs on the loop thread, where the ring is.
+    let stop = async {
+        if on_ring.await.is_ok() {
+            shardloop::net::uring::inject_enter_failure(libc::EBADF);
+            injected.send(()).unwrap();
+        }
+        std::future::pending::<()>().await;
+    };
+    let ran = BackendKind::IoUring
+        .block_on(async {
+            common::deadline::within(
+                PATIENCE,
+                "the shard",
+                shard::run_with(&config, BackendKind::IoUring, console, stop),
+            )
+            .await
+        })
+        .expect("an io_uring runtime");
+
+    assert!(player.join().unwrap(), "the player's connection was closed");
+    let e = ran.expect_err("the shard stops on the dead ring");
+    assert_eq!(e.exit_code(), ShardError::FAULT_EXIT_CODE);
+    let ShardError::Fault { fault, final_save } = &e else {
+        panic!("not a fault: {e}");
+    };
+    assert!(
+        matches!(fault, Fault::Reported { message }
+            if message.starts_with("io_uring ring failed: io_uring_enter: Bad file descriptor")),
+        "{fault:?}"
+    );
+    let created = final_save.as_ref().expect("the final save");
+    assert_eq!(manifest(dir.path()).created, *created);
+}
