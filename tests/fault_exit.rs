@@ -128,6 +128,7 @@ fn a_phase_panic_exits_70_after_a_final_save_and_logs_the_panic_and_its_site() {
 }
 
 /// The address in the `listening` line of a `status` answer on `screen`, waiting for it.
+#[cfg(all(target_os = "linux", feature = "io-uring"))]
 fn listening_address(screen: &common::capture::Capture) -> std::net::SocketAddr {
     let deadline = std::time::Instant::now() + PATIENCE;
     loop {
