@@ -2,7 +2,9 @@
 //! if it is bad: one message, exit code 2), set up logging, and run the chosen command.
 //!
 //! - `shardloop [run]`: the shard, on a current-thread tokio runtime, until SIGINT/SIGTERM
-//!   or `shutdown` on the console; exit 0 after a clean stop.
+//!   or `shutdown` on the console; exit 0 after a clean stop, 1 if its final save failed, 70
+//!   after a stop on a fault (a panic that escaped a loop phase, a dead io_uring ring: the
+//!   final save was attempted, and the log says whether it was written).
 //! - `shardloop check-config`: the effective configuration and where each value came from.
 //! - `shardloop probe-host`: how well this host sleeps, wakes and reads its clocks.
 //! - `shardloop restore PATH`: put the save in an archive in place (the shard must be
@@ -47,6 +49,12 @@ struct Cli {
     /// there, so autosave and archive periods do not depend on when a test runs.
     #[arg(long, hide = true, value_name = "TIMESTAMP")]
     clock_start: Option<jiff::Timestamp>,
+
+    /// FAULT INJECTION, for tests only: DURATION after "ready", a loop phase panics as a bug
+    /// would, and the shard stops on the fault (final save, exit code 70). Hidden; no
+    /// configuration file or variable can set it.
+    #[arg(long, hide = true, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    fault_inject_phase_panic: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -147,6 +155,14 @@ fn main() -> ExitCode {
                 if let Some(start) = cli.clock_start {
                     tracing::warn!(%start, "--clock-start: the wall clock is pinned (a test flag)");
                     loaded.config.time.clock_start = Some(start);
+                }
+                if let Some(after) = cli.fault_inject_phase_panic {
+                    tracing::warn!(
+                        "--fault-inject-phase-panic: a loop phase will panic {} after ready (a \
+                         fault-injection test flag)",
+                        humantime::format_duration(after)
+                    );
+                    loaded.config.server.fault_inject_phase_panic = Some(after);
                 }
                 run(&loaded.config)
             }

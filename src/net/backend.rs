@@ -39,6 +39,34 @@ pub trait Transport {
     fn write(&mut self, data: &[u8]) -> io::Result<usize>;
 }
 
+/// The error a backend hands every socket once it can no longer move bytes for any of them
+/// (a dead io_uring ring): its text is the reason the connections close with, and
+/// [`BackendFailed::of`] tells it from an error about one socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendFailed(pub String);
+
+impl BackendFailed {
+    /// As an `io::Error`, for `read`, `write` and `poll_accept` to return.
+    #[must_use]
+    pub fn to_io(&self) -> io::Error {
+        io::Error::other(self.clone())
+    }
+
+    /// The backend failure `e` carries, if it is one.
+    #[must_use]
+    pub fn of(e: &io::Error) -> Option<&BackendFailed> {
+        e.get_ref()?.downcast_ref()
+    }
+}
+
+impl std::fmt::Display for BackendFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BackendFailed {}
+
 /// A socket backend: turns bound listeners into acceptors.
 pub trait Backend {
     /// `"epoll"` or `"io_uring"`, for logs.

@@ -6,6 +6,21 @@
 //! that differ only in their details count together. It must never keep a number, so the
 //! kinds seen stay few however many connections come and go.
 
+use std::io;
+
+use super::backend::BackendFailed;
+
+/// The reason a connection closes on when `op` ("read", "write") failed with `e`: the
+/// backend's own reason when the backend itself failed (`"io_uring ring failed: …"`, its own
+/// kind, so those closes count apart), else `"<op> failed: <e>"`.
+#[must_use]
+pub fn io_failed(op: &str, e: &io::Error) -> String {
+    match BackendFailed::of(e) {
+        Some(failed) => failed.to_string(),
+        None => format!("{op} failed: {e}"),
+    }
+}
+
 /// The part of `reason` before its first `:`, `,` or `;`, without parenthesised asides and
 /// without the words that hold a digit, its words one space apart; `"other"` if that leaves
 /// nothing.
@@ -90,6 +105,24 @@ mod tests {
         ] {
             assert_eq!(kind_of(reason), kind, "{reason}");
         }
+    }
+
+    #[test]
+    fn a_failed_backend_is_its_own_kind_and_other_errors_name_the_operation() {
+        let dead = super::BackendFailed(
+            "io_uring ring failed: io_uring_enter: Bad file descriptor (os error 9)".into(),
+        )
+        .to_io();
+        assert_eq!(
+            kind_of(&super::io_failed("read", &dead)),
+            "io_uring ring failed"
+        );
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(
+            super::io_failed("write", &reset),
+            format!("write failed: {reset}")
+        );
+        assert_eq!(kind_of(&super::io_failed("write", &reset)), "write failed");
     }
 
     #[test]

@@ -625,7 +625,7 @@ impl Server {
                         break false;
                     }
                     ReadOutcome::Failed(e) => {
-                        let why = format!("read failed: {e}");
+                        let why = super::reason::io_failed("read", &e);
                         self.sessions.close(conn, Disconnect::normal(why));
                         break false;
                     }
@@ -748,7 +748,7 @@ impl Server {
                         self.stats.bytes_out += n as u64;
                     }
                     Err(e) => {
-                        let why = Disconnect::normal(format!("write failed: {e}"));
+                        let why = Disconnect::normal(super::reason::io_failed("write", &e));
                         self.sessions.close(conn, why);
                         break;
                     }

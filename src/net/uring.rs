@@ -25,6 +25,22 @@
 //! Must never parse packets, never block the phase that calls it, and never free or move a
 //! buffer the kernel may still write to or read from.
 //!
+//! # A dead ring
+//!
+//! `io_uring_enter` failing with anything but EINTR, EAGAIN or EBUSY (which mean "try again")
+//! kills the ring: every connection on it fails (`read` and `write` return a
+//! [`BackendFailed`] error, "io_uring ring failed: …", which the server closes them with and
+//! counts as its own disconnect kind), its listeners fail their accepts, nothing is submitted
+//! any more (the driver goes idle instead of retrying in a spin), the thread forgets the ring,
+//! and the fault is reported to the loop ([`crate::runtime::report_fault`]), which stops the
+//! shard with a final save. Stopping, not falling back to epoll: the ring is the process's only
+//! path to its sockets, an error the kernel gives for it that it does not document as
+//! transient (EBADF, EFAULT, EIO…) means this process or kernel is in a state nobody tested,
+//! and every player was disconnected by it already; a restart by the service manager (on a
+//! fresh ring, or with `network.backend = "epoll"`) is the predictable way back, while the last
+//! save is taken. The dead ring's buffers and sockets are leaked (sockets shut down first, so
+//! peers see the close): the kernel may still hold them, and the process is stopping.
+//!
 //! # Invariants
 //!
 //! * **A slot with an operation in flight is never freed.** The kernel holds raw pointers into
@@ -57,8 +73,7 @@ use socket2::SockRef;
 use tokio::io::unix::AsyncFd;
 use tokio::time::{Instant, Sleep};
 
-use super::backend::{Accepted, Acceptor, Backend, ReadOutcome, Transport};
-use super::throttle::Throttle;
+use super::backend::{Accepted, Acceptor, Backend, BackendFailed, ReadOutcome, Transport};
 
 /// A connection's receive buffer. Every idle connection keeps a receive in flight into it, so
 /// this is most of what an idle connection costs.
@@ -94,6 +109,22 @@ const CQ_ENTRIES: u32 = 8 * 1024;
 const IORING_ENTER_GETEVENTS: u32 = 1;
 /// How long dropping the ring waits for the kernel to give back buffers.
 const DROP_WAIT: Duration = Duration::from_secs(1);
+/// Submits `push` tries to make room in a full submission queue before it gives up with an
+/// error (the kernel answering "busy, try again" that many times in a row).
+const PUSH_ATTEMPTS: usize = 4;
+
+thread_local! {
+    /// Fault injection: the error (errno) the next `io_uring_enter` on this thread fails with.
+    static FAIL_NEXT_ENTER: std::cell::Cell<Option<i32>> = const { std::cell::Cell::new(None) };
+}
+
+/// FAULT INJECTION, for tests only: the next `io_uring_enter` of this thread's ring fails with
+/// `errno` instead of entering the kernel (EBADF or EIO kill the ring; EAGAIN, EBUSY and EINTR
+/// are retried). Nothing a client sends and no configuration key reaches it.
+#[doc(hidden)]
+pub fn inject_enter_failure(errno: i32) {
+    FAIL_NEXT_ENTER.with(|f| f.set(Some(errno)));
+}
 
 /// The io_uring backend. Use it on a current-thread runtime that can `spawn_local` (the one
 /// [`crate::net::BackendKind::block_on`] builds): the ring's driver is a local task.
@@ -401,7 +432,11 @@ struct Ring {
     /// Closed connections still sending, oldest first, with their deadlines.
     lingering: VecDeque<(Instant, Key)>,
     linger_timer: Pin<Box<Sleep>>,
-    submit_errors: Throttle,
+    /// The ring failed (see "A dead ring" in the module docs): why, as every socket on it is
+    /// told.
+    dead: Option<BackendFailed>,
+    /// Driver runs so far (a dead ring must not add to them in a spin).
+    runs: u64,
 }
 
 type SharedRing = Rc<RefCell<Ring>>;
@@ -448,7 +483,8 @@ impl Ring {
             driver_woken: false,
             lingering: VecDeque::new(),
             linger_timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
-            submit_errors: Throttle::default(),
+            dead: None,
+            runs: 0,
         })
     }
 
@@ -472,14 +508,24 @@ impl Ring {
     /// work for the next pass, `Ready(false)` once nothing uses the ring and nothing is in
     /// flight, `Pending` (woken by the reactor, a push or the linger timer) otherwise.
     fn drive(ring: &SharedRing, cx: &mut Context<'_>) -> Poll<bool> {
-        let (more, idle) = {
+        let (more, idle, dead) = {
             let mut this = ring.borrow_mut();
             let more = this.run(cx);
             (
                 more,
                 this.in_flight == 0 && this.uring.submission().is_empty(),
+                this.dead.is_some(),
             )
         };
+        if dead {
+            // A later `listen` on this thread gets a fresh ring, not this one.
+            forget_ring(ring);
+            // Nothing will complete: end once the last socket on it is gone.
+            return match Rc::strong_count(ring) {
+                1 => Poll::Ready(false),
+                _ => Poll::Pending,
+            };
+        }
         if more {
             Poll::Ready(true)
         } else if idle && Rc::strong_count(ring) == 1 {
@@ -493,6 +539,7 @@ impl Ring {
     /// finished at once (sends to sockets with room complete inside the submit). True if
     /// entries or completions are left for the next pass.
     fn run(&mut self, cx: &mut Context<'_>) -> bool {
+        self.runs += 1;
         // Work queued while this runs is submitted by this run or the next: no wake needed.
         self.driver_woken = true;
         if !self
@@ -505,6 +552,12 @@ impl Ring {
         // Readiness first, then the queue: a completion after the drain is a new edge.
         while let Poll::Ready(Ok(mut guard)) = self.readable.poll_read_ready(cx) {
             guard.clear_ready();
+        }
+        if self.dead.is_some() {
+            // Nothing more is submitted; the driver waits (woken only by a push) for the last
+            // socket to go.
+            self.driver_woken = false;
+            return false;
         }
         self.complete_all();
         self.expire_lingering(cx);
@@ -531,18 +584,50 @@ impl Ring {
         !self.backlog.is_empty() || !self.uring.completion().is_empty()
     }
 
-    /// Hands up to [`SUBMIT_BATCH`] queued entries to the kernel. True if there were any.
+    /// Hands up to [`SUBMIT_BATCH`] queued entries to the kernel. True if there were any. An
+    /// error that is not "try again" kills the ring.
     fn submit_batch(&mut self) -> bool {
         if self.uring.submission().is_empty() {
             return false;
         }
         if let Err(e) = self.enter_batch_or_make_room() {
-            // Retried on every driver run: say so once a second, not at that rate.
-            self.submit_errors.log(|suppressed| {
-                tracing::error!(suppressed, "io_uring submit failed: {e}; retrying");
-            });
+            self.die(&e);
         }
         true
+    }
+
+    /// Marks the ring dead after `io_uring_enter` failed with `e` (see "A dead ring" in the
+    /// module docs): every socket on it fails with the reason, which is logged once and
+    /// reported to the loop. Returns the error the sockets get.
+    fn die(&mut self, e: &io::Error) -> io::Error {
+        if let Some(dead) = &self.dead {
+            return dead.to_io();
+        }
+        let failed = BackendFailed(format!("io_uring ring failed: io_uring_enter: {e}"));
+        let mut closing = 0;
+        for conn in self.conns.values_mut() {
+            if conn.waker.is_some() {
+                closing += 1;
+                conn.read_error = Some(failed.to_io());
+                conn.wake();
+            }
+        }
+        for listener in self.listeners.values_mut() {
+            if let Some(waker) = &listener.waker {
+                listener.queue.push_back(Err(failed.to_io()));
+                listener.paused = true;
+                waker.wake_by_ref();
+            }
+        }
+        tracing::error!(
+            connections = closing,
+            listeners = self.listeners.len,
+            "{failed}: its connections close and nothing more is submitted to it"
+        );
+        let error = failed.to_io();
+        self.dead = Some(failed.clone());
+        crate::runtime::report_fault(failed.0);
+        error
     }
 
     /// [`Ring::enter_batch`], taking a full completion queue (EBUSY), a kernel short of memory
@@ -568,6 +653,9 @@ impl Ring {
     /// in order, for the next call. Asks for completions too when the completion queue has
     /// overflowed, so the kernel flushes its overflow list.
     fn enter_batch(&mut self) -> io::Result<usize> {
+        if let Some(errno) = FAIL_NEXT_ENTER.with(std::cell::Cell::take) {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
         let queue = self.uring.submission(); // reads the kernel's head: what is still queued
         let to_submit = u32::try_from(queue.len()).map_or(SUBMIT_BATCH, |n| n.min(SUBMIT_BATCH));
         let flags = if queue.cq_overflow() {
@@ -586,23 +674,38 @@ impl Ring {
     }
 
     /// Queues `entry` for the next submit. When the queue is full, a batch is submitted on the
-    /// spot to make room.
+    /// spot to make room, [`PUSH_ATTEMPTS`] times at most. An error means the entry was not
+    /// queued: the queue stayed full, or the ring is dead (or died submitting); the caller
+    /// undoes what it armed.
     ///
     /// # Safety
     ///
     /// Every buffer `entry` points to must stay valid, and unmoved, until its completion has
     /// been handled (the module's first invariant).
-    unsafe fn push(&mut self, entry: &squeue::Entry) {
-        loop {
+    unsafe fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
+        if let Some(dead) = &self.dead {
+            let error = dead.to_io();
+            // The driver ends the ring once the last socket is gone: let it look.
+            self.kick();
+            return Err(error);
+        }
+        for _ in 0..PUSH_ATTEMPTS {
             // SAFETY: the caller guarantees the buffers outlive the operation.
             if unsafe { self.uring.submission().push(entry) }.is_ok() {
-                break;
+                self.kick();
+                return Ok(());
             }
             if let Err(e) = self.enter_batch_or_make_room() {
-                panic!("io_uring submit failed with a full queue: {e}");
+                return Err(self.die(&e));
             }
         }
-        self.kick();
+        Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!(
+                "the io_uring submission queue is full ({SQ_ENTRIES} entries) and the kernel \
+                 took none of it in {PUSH_ATTEMPTS} tries"
+            ),
+        ))
     }
 
     /// Takes completions out of the kernel's queue without handling them (a push may not
@@ -647,14 +750,37 @@ impl Ring {
         debug_assert!(found, "a stale completion: {op:?} for {key:?}");
     }
 
-    /// Arms a cancellation of the operation `op` on `key`.
+    /// Arms a cancellation of the operation `op` on `key`. When it cannot be queued, the
+    /// socket is shut down instead, which completes whatever is in flight on it just as well.
     fn cancel(&mut self, op: Op, key: Key) {
         let entry = opcode::AsyncCancel::new(user_data(op, key))
             .build()
             .user_data(user_data(Op::Cancel, key));
         // SAFETY: a cancellation points to no buffer.
-        unsafe { self.push(&entry) };
+        if unsafe { self.push(&entry) }.is_ok() {
+            return;
+        }
+        let socket = match op {
+            Op::Accept => self
+                .listeners
+                .get_mut(key)
+                .map(|l| SockRef::from(&l.socket)),
+            _ => self.conns.get_mut(key).map(|c| SockRef::from(&c.socket)),
+        };
+        if let Some(socket) = socket {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
     }
+}
+
+/// Makes the thread forget `ring` if it is the one it offers.
+fn forget_ring(ring: &SharedRing) {
+    let _ = THREAD_RING.try_with(|r| {
+        let mut current = r.borrow_mut();
+        if std::ptr::eq(current.as_ptr(), Rc::as_ptr(ring)) {
+            *current = Weak::new();
+        }
+    });
 }
 
 impl Drop for Ring {
@@ -685,6 +811,9 @@ impl Ring {
         }
         for listener in self.listeners.values_mut() {
             let _ = SockRef::from(&listener.socket).shutdown(Shutdown::Both);
+        }
+        if self.dead.is_some() {
+            return false; // it would answer nothing: no point waiting
         }
         let deadline = std::time::Instant::now() + DROP_WAIT;
         let mut done: Vec<cqueue::Entry> = mem::take(&mut self.backlog);
@@ -747,7 +876,19 @@ impl Ring {
         self.in_flight += 1;
         // SAFETY: no buffer; the listening socket lives in its slot, which is not freed while
         // the accept is in flight.
-        unsafe { self.push(&entry) };
+        if let Err(e) = unsafe { self.push(&entry) } {
+            // Not armed: the acceptor gets the error, and the server retries on its timer.
+            self.in_flight -= 1;
+            let Some(listener) = self.listeners.get_mut(key) else {
+                return;
+            };
+            listener.accept_in_flight = false;
+            listener.paused = true;
+            listener.queue.push_back(Err(e));
+            if let Some(waker) = &listener.waker {
+                waker.wake_by_ref();
+            }
+        }
     }
 
     fn accepted(&mut self, key: Key, result: i32) -> bool {
@@ -898,12 +1039,23 @@ impl Ring {
         self.in_flight += 1;
         // SAFETY: `recv` is a boxed slice in the slot, untouched while `recv_in_flight`, and
         // the slot is not freed before the completion.
-        unsafe { self.push(&entry) };
+        if let Err(e) = unsafe { self.push(&entry) } {
+            // Not armed: the next `read` reports the error and the server closes the
+            // connection.
+            self.in_flight -= 1;
+            if let Some(conn) = self.conns.get_mut(key) {
+                conn.recv_in_flight = false;
+                conn.read_error = Some(e);
+                conn.wake();
+            }
+        }
     }
 
-    fn arm_send(&mut self, key: Key) {
+    /// Arms a send of `sending[sent..]`. On an error nothing is in flight and every later
+    /// `write` fails: the caller reports it.
+    fn arm_send(&mut self, key: Key) -> io::Result<()> {
         let Some(conn) = self.conns.get_mut(key) else {
-            return;
+            return Ok(());
         };
         debug_assert!(!conn.send_in_flight && conn.sent < conn.sending.len());
         conn.send_in_flight = true;
@@ -919,7 +1071,18 @@ impl Ring {
         self.in_flight += 1;
         // SAFETY: `sending` is neither written, grown nor dropped while `send_in_flight`, and
         // the slot is not freed before the completion.
-        unsafe { self.push(&entry) };
+        let pushed = unsafe { self.push(&entry) };
+        if pushed.is_err() {
+            self.in_flight -= 1;
+            if let Some(conn) = self.conns.get_mut(key) {
+                conn.send_in_flight = false;
+                conn.write_failed = true;
+                conn.sending = Vec::new();
+                conn.sent = 0;
+                conn.outbox = Vec::new();
+            }
+        }
+        pushed
     }
 
     fn received(&mut self, key: Key, result: i32) -> bool {
@@ -979,11 +1142,23 @@ impl Ring {
             conn.wake();
         }
         if more {
-            self.arm_send(key);
+            if let Err(e) = self.arm_send(key) {
+                self.fail_write(key, e);
+            }
         } else {
             self.free_if_finished(key);
         }
         true
+    }
+
+    /// A send could not be armed: the next `write` reports `e` (a closed connection's slot
+    /// goes, as nothing is in flight for it any more).
+    fn fail_write(&mut self, key: Key, e: io::Error) {
+        if let Some(conn) = self.conns.get_mut(key) {
+            conn.write_error = Some(e);
+            conn.wake();
+        }
+        self.free_if_finished(key);
     }
 
     /// Frees a closed connection's slot (closing its socket) once nothing is in flight.
@@ -1068,6 +1243,9 @@ impl Transport for UringConn {
 
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         let mut ring = self.ring.borrow_mut();
+        if let Some(dead) = &ring.dead {
+            return Err(dead.to_io());
+        }
         let conn = ring.conns.get_mut(self.key).expect("a transport's slot");
         if let Some(e) = conn.write_error.take() {
             conn.write_failed = true;
@@ -1088,7 +1266,7 @@ impl Transport for UringConn {
             conn.outbox.extend_from_slice(&data[..n]);
         } else {
             conn.sending.extend_from_slice(&data[..n]);
-            ring.arm_send(self.key); // submitted by the driver before the loop parks
+            ring.arm_send(self.key)?; // submitted by the driver before the loop parks
         }
         Ok(n)
     }

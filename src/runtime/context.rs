@@ -30,6 +30,7 @@ use crate::timer::job::Job;
 use crate::timer::wheel::Wheel;
 
 use super::executor::Executor;
+use super::fault::FaultState;
 use super::health::Health;
 use super::stats::{Counters, LoopStats};
 
@@ -242,6 +243,7 @@ pub(crate) struct Core {
     pub(crate) executor: Executor,
     pub(crate) counters: Counters,
     pub(crate) health: RefCell<Health>,
+    pub(crate) faults: FaultState,
 }
 
 impl Core {
@@ -255,6 +257,7 @@ impl Core {
             executor: Executor::new(),
             counters: Counters::default(),
             health: RefCell::new(health),
+            faults: FaultState::default(),
         })
     }
 

@@ -14,6 +14,12 @@
 //! The loop is one future, driven by a current-thread tokio runtime. It never hands game
 //! futures to tokio: tokio provides the clock, the reactor and the blocking pool, and the
 //! loop decides what runs and in which order.
+//!
+//! Every phase runs under `catch_unwind`. Timer callbacks, tasks and posted closures are
+//! guarded one by one and the loop goes on (T10); a panic that escapes a phase itself — a bug
+//! in the wheel, a slot handler, the executor or the future passed to `run_until` — stops the
+//! loop at once, mid-iteration, and for good: [`EventLoop::try_run_until`] returns it as a
+//! [`Fault`] (message and site), and the owner decides what to save (see [`super::fault`]).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -28,6 +34,7 @@ use tokio::time::{Duration, Instant};
 
 use super::context::{Clock, Core, LoopContext, Posted, install, uninstall};
 use super::executor::{TaskWaker, panic_message};
+use super::fault::{self, Fault, INJECTED_PANIC, Phase};
 use super::health::{self, Health};
 use super::park::{Park, Woken};
 use super::stats::{Counters, LagHistogram, LoopStats};
@@ -197,8 +204,10 @@ impl EventLoopBuilder {
             health,
         );
         install(&core);
+        fault::install_site_hook();
         EventLoop {
             core,
+            broken: None,
             idle_wait: self.idle_wait,
             probe_host: self.probe_host,
             yield_through_park: self.yield_through_park,
@@ -216,6 +225,8 @@ impl EventLoopBuilder {
 /// current-thread tokio runtime (`enable_all`).
 pub struct EventLoop {
     core: Rc<Core>,
+    /// A panic escaped a phase: the loop never iterates again.
+    broken: Option<Fault>,
     idle_wait: Duration,
     probe_host: Option<Probe>,
     yield_through_park: bool,
@@ -277,8 +288,14 @@ impl EventLoop {
 
     /// Runs the loop until [`LoopContext::shutdown`], then runs what was already posted and
     /// returns. Timers and tasks stay for a later `run_until`.
+    ///
+    /// # Panics
+    /// If a panic escapes a phase (see [`EventLoop::try_run_until`]): this one says where.
     pub async fn run(&mut self) {
-        unconstrained(self.run_inner(std::future::pending::<()>(), true)).await;
+        let ran = unconstrained(self.run_inner(std::future::pending::<()>(), true)).await;
+        if let Err(fault) = ran {
+            panic!("{fault}");
+        }
         // Accepted before shutdown: delivered, not lost.
         let mut rest = self.core.shared.clear_posted();
         rest.extend(self.posted.drain(..));
@@ -289,11 +306,33 @@ impl EventLoop {
 
     /// Runs the loop until `future` completes — at the end of that iteration (L3) — and
     /// returns its output. `future` runs on the loop like a task and may be `!Send`.
+    ///
+    /// # Panics
+    /// If a panic escapes a phase (see [`EventLoop::try_run_until`]): this one says where.
     pub async fn run_until<F: Future>(&mut self, future: F) -> F::Output {
-        match unconstrained(self.run_inner(future, false)).await {
-            Some(output) => output,
+        match self.try_run_until(future).await {
+            Ok(output) => output,
+            Err(fault) => panic!("{fault}"),
+        }
+    }
+
+    /// [`EventLoop::run_until`], except that a panic escaping a phase (outside the guarded
+    /// callbacks, tasks and posts) ends it with a [`Fault::Panic`] naming the phase, the
+    /// message and the site, instead of unwinding through the caller. The loop then stops
+    /// for good: `future` is dropped, and every later run returns the same fault at once.
+    /// What the loop's state is worth after that is the caller's call (the shard saves the
+    /// world as the panic left it, and stops).
+    pub async fn try_run_until<F: Future>(&mut self, future: F) -> Result<F::Output, Fault> {
+        match unconstrained(self.run_inner(future, false)).await? {
+            Some(output) => Ok(output),
             None => unreachable!("run_inner only stops early when asked to stop on shutdown"),
         }
+    }
+
+    /// The fault that stopped this loop for good, if one did.
+    #[must_use]
+    pub fn fault(&self) -> Option<&Fault> {
+        self.broken.as_ref()
     }
 
     /// Iterates until `future` completes or, with `until_closed`, the loop is shut down.
@@ -303,7 +342,14 @@ impl EventLoop {
     /// phases part-way through an iteration with artificial `Pending`s. The loop needs no
     /// such push: it hands control back to tokio at the end of every iteration, and bounds
     /// each phase itself.
-    async fn run_inner<F: Future>(&mut self, future: F, until_closed: bool) -> Option<F::Output> {
+    async fn run_inner<F: Future>(
+        &mut self,
+        future: F,
+        until_closed: bool,
+    ) -> Result<Option<F::Output>, Fault> {
+        if let Some(fault) = &self.broken {
+            return Err(fault.clone());
+        }
         if let Some(probe) = self.probe_host.take()
             && !probe(self.core.clock.tick)
         {
@@ -316,23 +362,32 @@ impl EventLoop {
         self.core.executor.schedule_root();
         loop {
             let mut output = None;
-            let pending = self.iterate(&mut || {
+            let iterated = self.iterate(&mut || {
                 root.clear_queued();
                 let mut cx = Context::from_waker(&root_waker);
                 if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
                     output = Some(out);
                 }
             });
+            let pending = match iterated {
+                Ok(pending) => pending,
+                Err(fault) => {
+                    self.core.shared.set_running(false);
+                    self.broken = Some(fault.clone());
+                    return Err(fault);
+                }
+            };
             if output.is_some() || (until_closed && self.core.shared.is_closed()) {
                 self.core.shared.set_running(false);
-                return output;
+                return Ok(output);
             }
             self.idle(pending).await;
         }
     }
 
-    /// One iteration of the phases. Returns true if work is left pending.
-    fn iterate(&mut self, poll_root: &mut dyn FnMut()) -> bool {
+    /// One iteration of the phases. Returns true if work is left pending, or the fault of a
+    /// panic that escaped a phase (the phases after it did not run).
+    fn iterate(&mut self, poll_root: &mut dyn FnMut()) -> Result<bool, Fault> {
         let core = self.core.clone();
         core.shared.set_running(true);
         Counters::bump(&core.counters.iterations);
@@ -340,17 +395,39 @@ impl EventLoop {
         core.shared.clear_notified();
         let now = Instant::now();
 
-        self.run_timers(now);
+        self.guarded(Phase::Timers, |this| this.run_timers(now))?;
         core.logical_now.set(now);
 
-        let mut pending = self.run_slot(Slot::Network);
-        core.executor.run_ready(&core, poll_root);
-        pending |= self.run_posted();
-        pending |= self.run_slot(Slot::Deltas);
-        pending |= self.run_slot(Slot::Flush);
+        let mut pending = self.guarded(Phase::Network, |this| this.run_slot(Slot::Network))?;
+        self.guarded(Phase::Tasks, |_| core.executor.run_ready(&core, poll_root))?;
+        pending |= self.guarded(Phase::Posted, Self::run_posted)?;
+        pending |= self.guarded(Phase::Deltas, |this| {
+            if this.core.faults.take_injected_panic() {
+                panic!("{INJECTED_PANIC}");
+            }
+            this.run_slot(Slot::Deltas)
+        })?;
+        pending |= self.guarded(Phase::Flush, |this| this.run_slot(Slot::Flush))?;
 
-        self.core.health.borrow_mut().sample(now);
-        pending || core.executor.has_ready() || core.shared.has_posted()
+        self.guarded(Phase::Idle, |this| {
+            this.core.health.borrow_mut().sample(now)
+        })?;
+        Ok(pending || core.executor.has_ready() || core.shared.has_posted())
+    }
+
+    /// Runs one phase; a panic that escapes it becomes the loop's [`Fault`], logged with its
+    /// site and counted.
+    fn guarded<T>(&mut self, phase: Phase, run: impl FnOnce(&mut Self) -> T) -> Result<T, Fault> {
+        catch_unwind(AssertUnwindSafe(|| run(self))).map_err(|payload| {
+            Counters::bump(&self.core.counters.panics);
+            let fault = Fault::Panic {
+                phase,
+                message: panic_message(&*payload).to_owned(),
+                site: fault::take_site(),
+            };
+            tracing::error!("{fault}; the loop stops");
+            fault
+        })
     }
 
     /// Phase 1: every tick boundary up to the clock reading, in order, in one pass.

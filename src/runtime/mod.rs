@@ -1,11 +1,12 @@
-//! The runtime: the event loop, its local executor, the cross-thread context, the idle park
-//! and loop health.
+//! The runtime: the event loop, its local executor, the cross-thread context, the idle park,
+//! loop health and faults (a panic that escapes a phase, or a reported one).
 //!
 //! It knows nothing of worlds or sockets: the shard plugs those into the loop's phase slots.
 
 pub(crate) mod context;
 mod event_loop;
 pub(crate) mod executor;
+pub mod fault;
 mod health;
 pub(crate) mod park;
 mod stats;
@@ -16,6 +17,7 @@ pub use event_loop::{
     DEFAULT_SPIN_BEFORE_PARK, DEFAULT_TICK, EventLoop, EventLoopBuilder, Slot,
 };
 pub use executor::{JoinError, JoinHandle, spawn};
+pub use fault::{Fault, Phase, faulted, report_fault};
 pub use stats::{LagHistogram, LoopStats, Verdict};
 
 /// The counters of this thread's loop, from code running on it (a console command, a status

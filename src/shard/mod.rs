@@ -19,6 +19,14 @@
 //! listeners and connections close (players leave the world), the status line stops with
 //! one last `loop:` line, and [`run`] returns what it did, the final save's outcome included.
 //!
+//! Faults: a fault reported on the loop ([`runtime::report_fault`], a dead io_uring ring)
+//! stops the shard the same way, final save included, and [`run`] returns
+//! [`ShardError::Fault`]. A panic that escapes a loop phase stops the loop itself: nothing
+//! more runs on it, so the shard takes the final save straight from the world as the panic
+//! left it (snapshot on this thread, written on the blocking pool, players not told), lets the
+//! connections drop with the loop, and returns [`ShardError::Fault`] too. Either way the
+//! binary exits with [`ShardError::FAULT_EXIT_CODE`].
+//!
 //! The shard never blocks the loop thread: console reads and writes have their own threads,
 //! and where the stop request comes from is the caller's business (`main` passes SIGINT and
 //! SIGTERM, a test passes a channel).
@@ -42,7 +50,7 @@ use crate::game::{self, Players};
 use crate::net::{self, BackendKind, Limits, Net};
 use crate::persist::archive::{self, Archiver, Plan};
 use crate::persist::{self, Clock};
-use crate::runtime::{self, LoopStats};
+use crate::runtime::{self, Fault, LoopStats};
 use crate::timer;
 use crate::world::{self, World};
 
@@ -87,7 +95,7 @@ pub struct Stopped {
     pub final_save: Result<persist::Report, persist::PersistError>,
 }
 
-/// Why the shard could not start.
+/// Why the shard could not start, or had to stop on a fault.
 #[derive(Debug)]
 pub enum ShardError {
     /// The data directory could not be created.
@@ -107,14 +115,29 @@ pub enum ShardError {
     /// `network.max_connections` does not fit the open-file limit with the descriptors the
     /// shard keeps for itself (the text says both numbers and what to change).
     Descriptors(String),
+    /// The shard stopped itself: a panic escaped a loop phase, or code on the loop reported
+    /// that it cannot go on (a dead io_uring ring). The final save was attempted either way.
+    Fault {
+        fault: Fault,
+        /// The final save's `created` time, or why it failed (the previous save is then the
+        /// one on disk).
+        final_save: Result<jiff::Timestamp, persist::PersistError>,
+    },
 }
 
 impl ShardError {
+    /// The exit code of a stop on a fault: `EX_SOFTWARE` of sysexits.h, "internal software
+    /// error". Not 101 (what an uncaught panic exits with, without a final save), so a
+    /// service manager or an operator can tell "stopped itself, saved" from "crashed".
+    pub const FAULT_EXIT_CODE: u8 = 70;
+
     /// The process exit code for this error: 2 for a save that cannot be loaded (bad input:
-    /// nothing started, nothing changed), 1 for the rest.
+    /// nothing started, nothing changed), [`Self::FAULT_EXIT_CODE`] (70) for a stop on a
+    /// fault, 1 for the rest.
     pub fn exit_code(&self) -> u8 {
         match self {
             ShardError::Load(_) | ShardError::Restore(_) | ShardError::Descriptors(_) => 2,
+            ShardError::Fault { .. } => Self::FAULT_EXIT_CODE,
             _ => 1,
         }
     }
@@ -139,6 +162,16 @@ impl fmt::Display for ShardError {
             ShardError::Load(e) => write!(f, "{e}"),
             ShardError::Restore(e) => write!(f, "{e}"),
             ShardError::Descriptors(why) => f.write_str(why),
+            ShardError::Fault { fault, final_save } => {
+                write!(f, "the shard stopped on a fault: {fault}; ")?;
+                match final_save {
+                    Ok(created) => write!(f, "the final save ({created}) is in Saves/"),
+                    Err(e) => write!(
+                        f,
+                        "the final save failed ({e}): the last save on disk is older"
+                    ),
+                }
+            }
         }
     }
 }
@@ -153,7 +186,7 @@ impl std::error::Error for ShardError {
             | ShardError::Listen(source) => Some(source),
             ShardError::Load(e) => Some(e),
             ShardError::Restore(e) => Some(e),
-            ShardError::Descriptors(_) => None,
+            ShardError::Descriptors(_) | ShardError::Fault { .. } => None,
         }
     }
 }
@@ -214,6 +247,15 @@ pub async fn run_with(
     let players = game::install(&net, world.clone(), &game::Rates::from(&config.network));
     let builder = config.server.loop_builder();
     let mut event_loop = game::wire(builder, &net, world.clone(), players.clone()).build();
+    // One wall clock for autosave, saves and archives (and a save after a fault).
+    let clock = config.time.clock();
+    let after_panic = FaultSave {
+        world: world.clone(),
+        players: players.clone(),
+        layout: layout.clone(),
+        clock,
+        threads: config.save_threads(),
+    };
     let wired = Wired {
         world,
         net,
@@ -221,12 +263,26 @@ pub async fn run_with(
         backend,
         listeners,
         layout,
+        clock,
     };
-    let serving = event_loop
-        .run_until(serve(config, wired, console, stop, started))
-        .await?;
+    let served = event_loop
+        .try_run_until(serve(config, wired, console, stop, started))
+        .await;
     // Nothing more runs on this loop: refuse posts instead of queueing them forever.
     event_loop.context().shutdown();
+    let serving = match served {
+        Ok(serving) => serving?,
+        Err(fault) => {
+            let final_save = after_panic.save().await;
+            return Err(ShardError::Fault { fault, final_save });
+        }
+    };
+    if let Some(fault) = serving.fault {
+        return Err(ShardError::Fault {
+            fault,
+            final_save: serving.final_save.map(|report| report.created),
+        });
+    }
     let stats = event_loop.stats();
     tracing::info!(
         reason = %serving.reason,
@@ -282,6 +338,8 @@ fn generate_world(plan: &GenerateConfig) -> World {
 
 struct Serving {
     reason: StopReason,
+    /// A fault reported on the loop stopped the shard (`reason` is then meaningless).
+    fault: Option<Fault>,
     startup: Duration,
     uptime: Duration,
     final_save: Result<persist::Report, persist::PersistError>,
@@ -296,6 +354,64 @@ struct Wired {
     /// Bound before the world was built; accepting starts on the loop.
     listeners: Vec<std::net::TcpListener>,
     layout: persist::Layout,
+    clock: Clock,
+}
+
+/// What the final save after a phase panic needs: the loop is stopped for good, so the saver
+/// (which runs on it) cannot take it.
+struct FaultSave {
+    world: Rc<RefCell<World>>,
+    players: Rc<RefCell<Players>>,
+    layout: persist::Layout,
+    clock: Clock,
+    threads: usize,
+}
+
+impl FaultSave {
+    /// Saves the world as the panic left it: a snapshot on this thread, written on the
+    /// blocking pool. Never panics: a snapshot that panics too is a failed save.
+    async fn save(self) -> Result<jiff::Timestamp, persist::PersistError> {
+        tracing::warn!(
+            "taking the final save of the world as the panic left it: if the panic interrupted \
+             a change to the world, that change may be saved half done; the save it replaces \
+             goes to Backups/ as usual"
+        );
+        let snapshot = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let players = self.players.borrow();
+            let keep = |m: &world::Mobile| !players.is_player(m.serial);
+            persist::Snapshot::take(&self.world.borrow(), self.clock.now(), keep)
+        }))
+        .map_err(|payload| {
+            let why = runtime::executor::panic_message(&*payload).to_owned();
+            self.failed(io::Error::other(format!(
+                "taking the snapshot panicked: {why}"
+            )))
+        })?;
+        let (layout, threads) = (self.layout.clone(), self.threads);
+        let saved = tokio::task::spawn_blocking(move || {
+            persist::save::write_in_background(&layout, snapshot, threads)
+        })
+        .await
+        .map_err(|e| self.failed(io::Error::other(format!("the save thread died: {e}"))))??;
+        let m = &saved.manifest;
+        tracing::info!(
+            created = %m.created,
+            items = m.items,
+            mobiles = m.mobiles,
+            took = ?saved.took,
+            "final save after the fault written"
+        );
+        Ok(m.created)
+    }
+
+    fn failed(&self, source: io::Error) -> persist::PersistError {
+        persist::PersistError::new(
+            persist::Operation::Save,
+            "saving",
+            &self.layout.saves,
+            source,
+        )
+    }
 }
 
 /// Everything that lives on the loop thread, from "start the game" to the shutdown hooks.
@@ -308,8 +424,7 @@ async fn serve(
 ) -> Result<Serving, ShardError> {
     let listening = start_listening(&wired.net, wired.backend, wired.listeners)?;
     let logic = Rc::new(game::start_game_logic(wired.world.clone()));
-    // One wall clock for autosave, saves and archives.
-    let clock = config.time.clock();
+    let clock = wired.clock;
     let archiver = start_archiver(config, &wired.layout, clock);
     let (saver, autosave) = saving::start_saving(
         config,
@@ -357,13 +472,24 @@ async fn serve(
         "shard ready; type `help` for console commands, Ctrl-C to stop"
     );
     let ready = tokio::time::Instant::now();
+    if let Some(after) = config.server.fault_inject_phase_panic {
+        tracing::warn!(
+            after = %humantime::format_duration(after),
+            "FAULT INJECTION (a test flag): a loop phase will panic"
+        );
+        timer::after(after).start(runtime::fault::inject_phase_panic);
+    }
 
-    let reason = tokio::select! {
+    let (reason, fault) = tokio::select! {
         biased;
-        () = stop => StopReason::Requested,
-        () = console_shutdown.notified() => StopReason::Console,
+        fault = runtime::faulted() => (StopReason::Requested, Some(fault)),
+        () = stop => (StopReason::Requested, None),
+        () = console_shutdown.notified() => (StopReason::Console, None),
     };
-    tracing::info!(%reason, "stopping: running shutdown hooks");
+    match &fault {
+        Some(fault) => tracing::error!(%fault, "stopping on a fault: running shutdown hooks"),
+        None => tracing::info!(%reason, "stopping: running shutdown hooks"),
+    }
     autosave.stop();
     logic.stop();
     // Players are still connected: they hear that the world saves before they are let go.
@@ -386,6 +512,7 @@ async fn serve(
     }
     Ok(Serving {
         reason,
+        fault,
         startup,
         uptime: ready.elapsed(),
         final_save,

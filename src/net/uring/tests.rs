@@ -523,8 +523,19 @@ fn queue_nops(ring: &mut Ring, n: u32) {
             },
         ));
         // SAFETY: a no-op points to no buffer.
-        unsafe { ring.push(&entry) };
+        unsafe { ring.push(&entry) }.expect("a no-op queued");
     }
+}
+
+/// A no-op the ring ignores on completion.
+fn nop() -> squeue::Entry {
+    opcode::Nop::new().build().user_data(user_data(
+        Op::Cancel,
+        Key {
+            index: 0,
+            generation: 0,
+        },
+    ))
 }
 
 fn queued(ring: &mut Ring) -> usize {
@@ -594,5 +605,106 @@ fn the_loop_gets_a_turn_between_two_batches() {
             let queued = queued(&mut shared.borrow_mut());
             assert_eq!(queued, left * SUBMIT_BATCH as usize, "one batch per turn");
         }
+    });
+}
+
+#[test]
+fn a_full_submission_queue_is_flushed_by_a_submit_and_then_fails_with_an_error_not_a_panic() {
+    run(async {
+        let (_acceptor, _) = listen();
+        let shared = THREAD_RING.with(|r| r.borrow().upgrade()).unwrap();
+        let mut ring = shared.borrow_mut();
+        ring.submit_batch(); // the listener's accept
+        let capacity = ring.uring.submission().capacity();
+        let batch = SUBMIT_BATCH as usize;
+        queue_nops(&mut ring, capacity as u32);
+        assert_eq!(queued(&mut ring), capacity, "full");
+
+        // One more: a batch goes to the kernel to make room.
+        queue_nops(&mut ring, 1);
+        assert_eq!(queued(&mut ring), capacity - batch + 1);
+
+        // Full again, and the kernel says "busy" once: retried, still queued.
+        queue_nops(&mut ring, batch as u32 - 1);
+        inject_enter_failure(libc::EBUSY);
+        queue_nops(&mut ring, 1);
+        assert_eq!(queued(&mut ring), capacity - batch + 1);
+        assert!(ring.dead.is_none());
+
+        // Full again, and the kernel refuses the flush for good: an error, the ring dead.
+        queue_nops(&mut ring, batch as u32 - 1);
+        inject_enter_failure(libc::EIO);
+        // SAFETY: a no-op points to no buffer.
+        let e = unsafe { ring.push(&nop()) }.unwrap_err();
+        let failed = BackendFailed::of(&e).expect("a backend failure");
+        assert!(
+            failed
+                .0
+                .starts_with("io_uring ring failed: io_uring_enter: ")
+                && failed
+                    .0
+                    .contains(&io::Error::from_raw_os_error(libc::EIO).to_string()),
+            "{failed}"
+        );
+        assert_eq!(ring.dead.as_ref(), Some(failed));
+        // Later pushes fail at once, without entering the kernel.
+        // SAFETY: as above.
+        assert!(unsafe { ring.push(&nop()) }.is_err());
+        assert_eq!(queued(&mut ring), capacity);
+    });
+}
+
+#[test]
+fn a_dead_ring_fails_its_sockets_with_the_reason_and_goes_idle_instead_of_spinning() {
+    run(async {
+        let mut pair = connected().await;
+        let dead = THREAD_RING.with(|r| r.borrow().upgrade()).unwrap();
+        eventually("an idle ring", || {
+            (queued(&mut dead.borrow_mut()) == 0).then_some(())
+        })
+        .await;
+
+        // The send this write queues is where the kernel refuses the ring.
+        inject_enter_failure(libc::EBADF);
+        let seen = pair.wakes.count();
+        assert_eq!(pair.conn.write(b"hello").unwrap(), 5);
+        woken(&pair.wakes, seen, "the connection's waker").await;
+
+        let mut buf = Vec::new();
+        let ReadOutcome::Failed(e) = pair.conn.read(&mut buf, 100) else {
+            panic!("a read on a dead ring must fail");
+        };
+        // The reason the server closes the connection with, counted as its own kind.
+        let reason = crate::net::reason::io_failed("read", &e);
+        assert!(reason.contains("Bad file descriptor"), "{reason}");
+        assert_eq!(crate::net::reason::kind_of(&reason), "io_uring ring failed");
+        assert!(BackendFailed::of(&pair.conn.write(b"more").unwrap_err()).is_some());
+        let Poll::Ready(Err(e)) = pair._acceptor.poll_accept() else {
+            panic!("the listener must fail too");
+        };
+        assert!(BackendFailed::of(&e).is_some(), "{e}");
+
+        // Idle, not spinning: the driver does not run again by itself.
+        let runs = dead.borrow().runs;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(dead.borrow().runs <= runs + 1, "the driver kept running");
+
+        // The thread forgot it: a new listener gets a fresh ring, which works.
+        let mut fresh = connected().await;
+        let live = THREAD_RING.with(|r| r.borrow().upgrade()).unwrap();
+        assert!(!Rc::ptr_eq(&live, &dead));
+        assert_eq!(fresh.conn.write(b"ok").unwrap(), 2);
+        assert_eq!(receive_up_to(&fresh.client, 2).await, b"ok");
+
+        // The dead ring goes with its last socket, without waiting for answers it cannot get.
+        let began = std::time::Instant::now();
+        let gone = Rc::downgrade(&dead);
+        drop(pair);
+        drop(dead);
+        eventually("the dead ring to go", || {
+            gone.upgrade().is_none().then_some(())
+        })
+        .await;
+        assert!(began.elapsed() < DROP_WAIT, "dropping a dead ring waited");
     });
 }
