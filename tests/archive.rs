@@ -48,6 +48,7 @@ fn plan(root: &Path, compression: Compression) -> Plan {
         retention: [24, 30, 12],
         keep_backups: 2,
         max_age: None,
+        limits: Default::default(),
     }
 }
 
@@ -275,7 +276,7 @@ fn a_crashed_runs_temp_file_is_cleaned_and_the_run_completed() {
     assert!(names(&hourly).iter().all(|n| !n.starts_with(".tmp-")));
     for name in names(&hourly) {
         let path = hourly.join(&name);
-        format::list(&path, Format::TarZst).unwrap();
+        format::list(&path, Format::TarZst, Default::default()).unwrap();
     }
 }
 
