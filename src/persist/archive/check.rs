@@ -186,6 +186,37 @@ mod tests {
     }
 
     #[test]
+    fn archives_of_a_save_verify_in_every_format_and_in_a_top_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = crate::persist::Layout::new(dir.path(), dir.path().join("Saves"));
+        let world = crate::world::generate(3, 200, 20);
+        let at = "2026-12-03T10:00:00Z".parse().unwrap();
+        let snapshot = crate::persist::Snapshot::take(&world, at, |_| true);
+        crate::persist::save::write(&layout, snapshot, 1).unwrap();
+        let names = ["manifest.toml", "items.bin", "mobiles.bin", "spawners.bin"];
+        let paths: Vec<_> = names.iter().map(|n| layout.saves.join(n)).collect();
+        for folder in ["", "Saves/"] {
+            let files: Vec<(String, &Path)> = names
+                .iter()
+                .zip(&paths)
+                .map(|(n, p)| (format!("{folder}{n}"), p.as_path()))
+                .collect();
+            for format in Format::ALL {
+                let path = dir.path().join(format!("a{}", format.extension()));
+                let _ = std::fs::remove_file(&path);
+                format::write(&path, format, 3, &files).unwrap();
+                let manifest = verify(&path, format, Limits::default()).unwrap();
+                assert_eq!((manifest.items, manifest.created), (200, at), "{format:?}");
+                // A data file missing: not an archive of the save its manifest describes.
+                std::fs::remove_file(&path).unwrap();
+                format::write(&path, format, 3, &files[..3]).unwrap();
+                let why = verify(&path, format, Limits::default()).unwrap_err();
+                assert!(why.contains("spawners.bin is missing"), "{format:?}: {why}");
+            }
+        }
+    }
+
+    #[test]
     fn files_that_are_not_archives_of_a_save_fail_verification() {
         let dir = tempfile::tempdir().unwrap();
         let limits = Limits::default();
