@@ -153,6 +153,7 @@ fn loop_during(world: World, root: &Path, rollup: bool) -> (Duration, u64, Durat
                         retention: [24, 30, 12],
                         keep_backups: 2,
                         max_age: None,
+                        limits: Default::default(),
                     };
                     let archiver = Archiver::new(layout, plan, Clock::System);
                     archiver.request();

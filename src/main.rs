@@ -190,7 +190,8 @@ fn restore_command(config: &Config, args: &RestoreArgs) -> ExitCode {
     let archives = config.archive_path();
     let Some(archive) = args.path.as_deref().filter(|_| !args.list) else {
         // Listing only reads, so it works while the shard runs.
-        return match restore::list(data_dir, &layout, &archives) {
+        let limits = config.archive.restore_limits();
+        return match restore::list(data_dir, &layout, &archives, limits) {
             Ok(listed) => {
                 println!("{}", restore::Table(&listed));
                 ExitCode::SUCCESS

@@ -1,6 +1,8 @@
 //! Archive rollups: which periods get an archive and from which backup, that every format
 //! opens with the standard tools and holds a loadable save, retention, backup deletion only
-//! once archived, and a run that is interrupted or fails losing nothing. The full-disk and
+//! once archived, retention 0 deleting nothing, files that do not verify as archives set
+//! aside (and their periods archived again), and a run that is interrupted or fails losing
+//! nothing. The full-disk and
 //! read-only tests mount a tmpfs (root or CAP_SYS_ADMIN; without it they fail unless
 //! `SHARDLOOP_ALLOW_SKIP=1`).
 
@@ -48,6 +50,7 @@ fn plan(root: &Path, compression: Compression) -> Plan {
         retention: [24, 30, 12],
         keep_backups: 2,
         max_age: None,
+        limits: Default::default(),
     }
 }
 
@@ -275,7 +278,7 @@ fn a_crashed_runs_temp_file_is_cleaned_and_the_run_completed() {
     assert!(names(&hourly).iter().all(|n| !n.starts_with(".tmp-")));
     for name in names(&hourly) {
         let path = hourly.join(&name);
-        format::list(&path, Format::TarZst).unwrap();
+        format::list(&path, Format::TarZst, Default::default()).unwrap();
     }
 }
 
@@ -370,4 +373,122 @@ fn a_read_only_disk_during_a_rollup_keeps_every_backup_and_the_next_run_finishes
     no_temp_files(&plan);
     rollup::run(&layout, &plan, NOW.parse().unwrap()).unwrap();
     assert_eq!(names(&plan.dir.join("Daily")), ["2026-11-30.tar.zst"]);
+}
+
+#[test]
+fn retention_0_makes_no_archives_of_that_kind_and_deletes_none_that_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(dir.path(), dir.path().join("Saves"));
+    let world = world();
+    history(&layout, &world);
+    let mut plan = plan(dir.path(), Compression::None);
+    rollup::run(&layout, &plan, NOW.parse().unwrap()).unwrap();
+    let hourly = names(&plan.dir.join("Hourly"));
+    assert_eq!(hourly.len(), 3);
+
+    // Hourly archives switched off, pruning by age on: the ones made before stay.
+    plan.retention = [0, 30, 12];
+    plan.max_age = Some(std::time::Duration::from_secs(3600));
+    backup(&layout, &world, "2026-12-01T03:10:00Z");
+    let later: Timestamp = "2026-12-02T05:00:00Z".parse().unwrap();
+    let report = rollup::run(&layout, &plan, later).unwrap();
+    assert!(
+        report
+            .written
+            .iter()
+            .all(|w| w.period != rollup::Period::Hourly)
+    );
+    assert!(
+        report
+            .pruned
+            .iter()
+            .all(|p| !p.starts_with(plan.dir.join("Hourly")))
+    );
+    assert_eq!(names(&plan.dir.join("Hourly")), hourly);
+    let pruned = rollup::prune(&plan, later).unwrap();
+    assert!(
+        pruned
+            .iter()
+            .all(|p| !p.starts_with(plan.dir.join("Hourly")))
+    );
+    assert_eq!(names(&plan.dir.join("Hourly")), hourly);
+}
+
+#[test]
+fn files_named_like_archives_that_do_not_verify_are_set_aside_and_their_periods_archived() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(dir.path(), dir.path().join("Saves"));
+    let world = world();
+    history(&layout, &world);
+    let plan = plan(dir.path(), Compression::Zstd);
+    let (hourly, daily, monthly) = (
+        plan.dir.join("Hourly"),
+        plan.dir.join("Daily"),
+        plan.dir.join("Monthly"),
+    );
+    for d in [&hourly, &daily, &monthly] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    // Empty; truncated (a real archive of another backup, cut in half); another format
+    // under this one's name; an archive of something that is not this save's files.
+    std::fs::write(hourly.join("2026-11-30-22.tar.zst"), b"").unwrap();
+    let real = dir.path().join("real.tar.zst");
+    let newest = rollup::backups(&layout).unwrap().pop().unwrap().path;
+    let files: Vec<(String, PathBuf)> =
+        ["manifest.toml", "items.bin", "mobiles.bin", "spawners.bin"]
+            .iter()
+            .map(|n| (n.to_string(), newest.join(n)))
+            .collect();
+    let sources: Vec<(String, &Path)> = files
+        .iter()
+        .map(|(n, p)| (n.clone(), p.as_path()))
+        .collect();
+    format::write(&real, Format::TarZst, 3, &sources).unwrap();
+    let bytes = std::fs::read(&real).unwrap();
+    std::fs::write(
+        hourly.join("2026-11-30-23.tar.zst"),
+        &bytes[..bytes.len() / 2],
+    )
+    .unwrap();
+    format::write(&daily.join("2026-11-30.tar.zst"), Format::Zip, 3, &sources).unwrap();
+    format::write(
+        &monthly.join("2026-11.tar.zst"),
+        Format::TarZst,
+        3,
+        &sources[1..],
+    )
+    .unwrap();
+
+    let report = rollup::run(&layout, &plan, NOW.parse().unwrap()).unwrap();
+    let mut aside: Vec<String> = report
+        .set_aside
+        .iter()
+        .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    aside.sort();
+    assert_eq!(
+        aside,
+        [
+            "2026-11-30-22.tar.zst.unverified",
+            "2026-11-30-23.tar.zst.unverified",
+            "2026-11-30.tar.zst.unverified",
+            "2026-11.tar.zst.unverified",
+        ],
+        "{:?}",
+        report.set_aside
+    );
+    // Each period archived again, from its own backup, and the new archives verify.
+    assert_eq!(report.written.len(), 5);
+    for w in &report.written {
+        shardloop::persist::archive::check::verify(&w.path, Format::TarZst, plan.limits).unwrap();
+    }
+    assert_eq!(
+        created_in(&hourly.join("2026-11-30-22.tar.zst")),
+        "2026-11-30T22:50:00Z".parse().unwrap()
+    );
+    // The files set aside are kept, never counted as archives (nor pruned).
+    assert_eq!(names(&hourly).len(), 5);
+    assert_eq!(names(&layout.backups).len(), 2);
+    let again = rollup::run(&layout, &plan, NOW.parse().unwrap()).unwrap();
+    assert!(again.set_aside.is_empty() && again.written.is_empty());
 }

@@ -96,6 +96,7 @@ fn plan(data: &Path) -> Plan {
         retention: [24, 30, 12],
         keep_backups: 2,
         max_age: None,
+        limits: Default::default(),
     }
 }
 
@@ -104,9 +105,10 @@ fn check_archives(plan: &Plan) -> usize {
     let mut count = 0;
     for period in Period::ALL {
         for (_, path) in rollup::archives(plan, period).unwrap() {
-            let entries = format::list(&path, Format::TarZst).unwrap_or_else(|e| {
-                panic!("{} has a final name but is broken: {e}", path.display())
-            });
+            let entries =
+                format::list(&path, Format::TarZst, Default::default()).unwrap_or_else(|e| {
+                    panic!("{} has a final name but is broken: {e}", path.display())
+                });
             let names: Vec<_> = entries.iter().map(|e| e.name.as_str()).collect();
             assert_eq!(
                 names,

@@ -617,7 +617,7 @@ fn list_shows_backups_and_archives_with_their_counts() {
     std::fs::write(archives.join("Daily/.tmp-1-2026-12-03.tar.zst"), b"").unwrap();
     std::fs::create_dir(layout.backups.join(".deleting-2026-12-01-00-00-00")).unwrap();
 
-    let listed = restore::list(data.path(), &layout, &archives).unwrap();
+    let listed = restore::list(data.path(), &layout, &archives, LIMITS).unwrap();
     let summary: Vec<_> = listed
         .iter()
         .map(|l| {

@@ -30,10 +30,12 @@ impl ArchiveConfig {
             ],
             keep_backups: self.keep_backups,
             max_age: self.prune.then_some(self.max_age),
+            limits: self.restore_limits(),
         }
     }
 
-    /// How much a restored archive may unpack to (`archive.max_restore_bytes`).
+    /// How much any archive read may unpack to (`archive.max_restore_bytes`): a restore, the
+    /// startup drop-in, `restore --list`, a rollup checking an archive.
     pub fn restore_limits(&self) -> Limits {
         Limits {
             max_bytes: self.max_restore_bytes,
@@ -78,6 +80,7 @@ mod tests {
         assert_eq!((plan.format, plan.level), (Format::TarGz, 7));
         assert_eq!((plan.retention, plan.keep_backups), ([1, 2, 3], 4));
         assert_eq!(plan.max_age, Some(Duration::from_secs(60)));
+        assert_eq!(plan.limits, config.restore_limits());
         let unpruned = ArchiveConfig {
             prune: false,
             ..config.clone()

@@ -360,7 +360,8 @@ pub struct ArchiveConfig {
     pub max_age: Duration,
     /// Newest automatic backups kept once archived (the rest are deleted).
     pub keep_backups: u32,
-    /// Largest archive a restore unpacks, in bytes of extracted files (declared or actual).
+    /// Largest archive a restore unpacks (or any read of an archive decompresses), in bytes of
+    /// extracted files (declared or actual). Default: 384 MiB, ~64x a default world's save.
     pub max_restore_bytes: u64,
 }
 
@@ -377,7 +378,7 @@ impl Default for ArchiveConfig {
             prune: false,
             max_age: Duration::from_secs(60 * 24 * 3600),
             keep_backups: 2,
-            max_restore_bytes: 4 << 30,
+            max_restore_bytes: crate::persist::archive::bounded::DEFAULT_MAX_RESTORE_BYTES,
         }
     }
 }

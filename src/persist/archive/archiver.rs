@@ -147,6 +147,13 @@ impl Inner {
 fn log(outcome: &Result<rollup::Report, PersistError>) {
     match outcome {
         Ok(report) => {
+            for (path, why) in &report.set_aside {
+                tracing::warn!(
+                    path = %path.display(),
+                    "an archive file did not verify ({why}); it was set aside under this \
+                     name, its period will be archived again and its backups are kept"
+                );
+            }
             for w in &report.written {
                 tracing::info!(
                     kind = %w.period,

@@ -7,7 +7,9 @@
 //! other than a plain file is refused with the entry named — absolute paths, `..`, symbolic
 //! and hard links, devices and fifos, sparse files, PAX or GNU long-name headers that replace
 //! an entry's name, and more bytes or entries than [`Limits`] allow (declared sizes are
-//! checked before writing, actual bytes while copying).
+//! checked before writing, actual bytes while copying). The archive is opened through
+//! [`bounded`]: the decompressed tar stream is capped and a zip's central directory checked
+//! before the `zip` crate parses it.
 //!
 //! [`unpack`] takes any seekable reader, so it can be reviewed, tested and fuzzed on its own.
 //!
@@ -20,23 +22,14 @@ use std::fs;
 use std::io::{self, BufReader, Read, Seek};
 use std::path::{Component, Path, PathBuf};
 
-use super::format::{self, Format};
+use super::bounded::{self, WalkError};
+use super::format::Format;
 use crate::persist::fsio;
 
-/// Entries a restored archive may hold (a save is a handful of files; this leaves room for
-/// folders and the odd extra file, not for an entry-count bomb).
-pub const DEFAULT_MAX_ENTRIES: usize = 256;
+pub use super::bounded::{DEFAULT_MAX_ENTRIES, Limits};
+
 /// Largest PAX header read (they hold a few keys; anything bigger is not a real archive).
 const MAX_PAX_BYTES: u64 = 64 * 1024;
-
-/// How much an archive may unpack to (the configuration's `[archive]` builds one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Bytes of extracted files, declared or actual.
-    pub max_bytes: u64,
-    /// Entries of any kind.
-    pub max_entries: usize,
-}
 
 /// Why an archive is not unpacked: the entry at fault (as named in the archive), if one is,
 /// the reason in operator words, and the OS error when the filesystem failed rather than the
@@ -92,14 +85,21 @@ pub fn unpack<R: Read + Seek>(
     match format {
         Format::Zip => unpack_zip(input, &mut unpacker),
         _ => {
-            let stream = format::decoder(BufReader::new(input), format).map_err(unreadable)?;
-            unpack_tar(stream, &mut unpacker)
+            let stream =
+                bounded::tar_stream(BufReader::new(input), format, limits).map_err(walk)?;
+            unpack_tar(Box::new(stream), &mut unpacker)
         }
     }
 }
 
 fn unreadable(e: impl fmt::Display) -> Refusal {
     Refusal::whole(format!("it is not a readable archive: {e}"))
+}
+
+/// A bounded read that stopped: a limit hit (the stream cap or a zip directory), or an
+/// archive that does not read.
+fn walk(e: impl Into<WalkError>) -> Refusal {
+    Refusal::whole(e.into().to_string())
 }
 
 /// Why writing an entry's file stopped: the disk (creating or syncing it), or the entry.
@@ -167,7 +167,11 @@ impl<'a> Unpacker<'a> {
         // A refusal inside the fill skips the file's fsync: refused bytes are not worth one.
         let copied = fsio::create(&path, |out| {
             let copied = io::copy(&mut data.take(left + 1), out).map_err(|e| {
-                FileFailed::Refused(Refusal::entry(name, format!("cannot be read: {e}")))
+                let why = match bounded::over_limit(&e) {
+                    Some(limit) => limit.to_string(),
+                    None => format!("cannot be read: {e}"),
+                };
+                FileFailed::Refused(Refusal::entry(name, why))
             })?;
             if copied > left {
                 let why = self.too_big(name, "holds more bytes than it declares");
@@ -229,9 +233,9 @@ pub fn safe_path(name: &str) -> Result<PathBuf, Refusal> {
 /// whatever their size. Here they are seen, bounded and refused if they rename anything.
 fn unpack_tar(stream: Box<dyn Read + '_>, unpacker: &mut Unpacker<'_>) -> Result<(), Refusal> {
     let mut tar = tar::Archive::new(stream);
-    let entries = tar.entries().map_err(unreadable)?.raw(true);
+    let entries = tar.entries().map_err(walk)?.raw(true);
     for entry in entries {
-        let mut entry = entry.map_err(unreadable)?;
+        let mut entry = entry.map_err(walk)?;
         let name = String::from_utf8_lossy(&entry.header().path_bytes()).into_owned();
         unpacker.count(&name)?;
         // The bytes that follow the header in the archive (`size()` would read a sparse
@@ -336,14 +340,8 @@ fn refuse_kind(name: &str, kind: tar::EntryType, entry: &mut tar::Entry<'_, impl
 
 /// Unpacks a zip archive, checking each entry's name and kind first.
 fn unpack_zip<R: Read + Seek>(input: R, unpacker: &mut Unpacker<'_>) -> Result<(), Refusal> {
-    let mut zip = zip::ZipArchive::new(BufReader::new(input)).map_err(unreadable)?;
-    if zip.len() > unpacker.limits.max_entries {
-        return Err(Refusal::whole(format!(
-            "it holds {} entries; an archive may hold at most {}",
-            zip.len(),
-            unpacker.limits.max_entries
-        )));
-    }
+    // The end records and central directory are checked before the zip crate parses them.
+    let mut zip = bounded::zip_archive(BufReader::new(input), unpacker.limits).map_err(walk)?;
     for index in 0..zip.len() {
         let listed = zip.name_for_index(index).unwrap_or("?").to_owned();
         let mut entry = zip

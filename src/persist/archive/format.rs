@@ -11,9 +11,10 @@
 //! `extract`'s job, with its checks).
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
 
+use super::bounded::{self, Flow, Limits};
 use crate::persist::fsio;
 
 /// One file in an archive.
@@ -94,7 +95,11 @@ pub fn write_to<W: Write + io::Seek>(
             (entries, out)
         }
         Format::TarZst => {
-            let encoder = zstd::Encoder::new(out, level)?;
+            let mut encoder = zstd::Encoder::new(out, level)?;
+            // Levels 20 to 22 would use a window restore refuses (it bounds the decoder's).
+            if level > 19 {
+                encoder.window_log(bounded::ZSTD_WINDOW_LOG_MAX)?;
+            }
             let (entries, encoder) = write_tar(encoder, files)?;
             (entries, encoder.finish()?)
         }
@@ -153,50 +158,19 @@ fn write_zip<W: Write + io::Seek>(
 }
 
 /// Reads every entry of the archive at `path`, with its size and CRC-32 as stored (to check
-/// against what was written). Names are as in the archive.
-pub fn list(path: &Path, format: Format) -> io::Result<Vec<Entry>> {
-    let file = BufReader::new(File::open(path)?);
-    match format {
-        Format::Zip => list_zip(file),
-        _ => {
-            let mut tar = tar::Archive::new(decoder(file, format)?);
-            let mut entries = Vec::new();
-            for entry in tar.entries()? {
-                let entry = entry?;
-                let name = entry.path()?.to_string_lossy().into_owned();
-                let mut data = Checksummed::new(entry);
-                io::copy(&mut data, &mut io::sink())?;
-                entries.push(data.entry(&name));
-            }
-            Ok(entries)
-        }
-    }
-}
-
-fn list_zip(file: BufReader<File>) -> io::Result<Vec<Entry>> {
-    let mut zip = zip::ZipArchive::new(file).map_err(io::Error::other)?;
-    let mut entries = Vec::with_capacity(zip.len());
-    for i in 0..zip.len() {
-        let entry = zip.by_index(i).map_err(io::Error::other)?;
-        let name = entry.name().to_owned();
-        let mut data = Checksummed::new(entry);
+/// against what was written). Names are as in the archive's own headers (raw tar: a GNU
+/// long-name or PAX header is an entry of its own). Bounded by `limits`
+/// ([`bounded::each_entry`]), as any read of an archive is.
+pub fn list(path: &Path, format: Format, limits: Limits) -> io::Result<Vec<Entry>> {
+    let mut entries = Vec::new();
+    bounded::each_entry(path, format, limits, |name, _, _, data| {
+        let mut data = Checksummed::new(data);
         io::copy(&mut data, &mut io::sink())?;
-        entries.push(data.entry(&name));
-    }
-    Ok(entries)
-}
-
-/// The tar stream inside a `.tar*` archive.
-pub fn decoder<'a, R: io::BufRead + 'a>(
-    input: R,
-    format: Format,
-) -> io::Result<Box<dyn Read + 'a>> {
-    Ok(match format {
-        Format::TarZst => Box::new(zstd::Decoder::with_buffer(input)?),
-        Format::TarGz => Box::new(flate2::bufread::GzDecoder::new(input)),
-        Format::Tar => Box::new(input),
-        Format::Zip => return Err(io::Error::other("a zip archive has no tar stream")),
+        entries.push(data.entry(name));
+        Ok(Flow::Next)
     })
+    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    Ok(entries)
 }
 
 /// A reader that counts and checksums what passes through it.
@@ -259,7 +233,8 @@ mod tests {
             let written = write(&path, format, 3, &files).unwrap();
             assert_eq!(written.len(), 2);
             assert_eq!(written[1].bytes, 400_000);
-            assert_eq!(list(&path, format).unwrap(), written, "{format:?}");
+            let listed = list(&path, format, Limits::default()).unwrap();
+            assert_eq!(listed, written, "{format:?}");
             assert_eq!(Format::from_name(&path.to_string_lossy()), Some(format));
         }
         assert_eq!(Format::from_name("x.TGZ"), Some(Format::TarGz));

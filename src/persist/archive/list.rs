@@ -2,26 +2,25 @@
 //! counts their manifests give, as a table.
 //!
 //! Listing only reads, so it works while the shard runs. Archives are not unpacked: only
-//! their `manifest.toml` entry is read (bounded), wherever a restore would find it.
+//! their `manifest.toml` entry is read, wherever a restore would find it, through
+//! [`check::manifest`]: within the restore's [`Limits`] (entries, decompressed bytes, a
+//! zip's central directory checked first) and at most 64 KiB of manifest.
 //!
 //! Owns finding and describing restorable saves, and the table. Must never write, move or
 //! delete anything, nor extract an archive.
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
 use std::fmt;
-use std::fs::{self, File};
-use std::io::{self, BufReader, Read};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
 
-use super::format::{self, Format};
+use super::bounded::Limits;
+use super::check;
+use super::format::Format;
 use super::restore::{RESTORED_ARCHIVES, RESTORED_BACKUP_PREFIX, restored_backups_dir};
 use crate::persist::layout::{self, Layout};
-use crate::persist::manifest::{self, Manifest};
-
-/// Largest manifest read when listing an archive.
-const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+use crate::persist::manifest::Manifest;
 
 /// A backup or archive that `restore --list` shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,8 +46,14 @@ pub enum ListedKind {
 
 /// Every backup (`Backups/Automatic/*`, `Backups/Restored-*`) and archive
 /// (`<archives_dir>/{Hourly,Daily,Monthly,Restored}/*`), with the counts in its manifest.
-/// Reads only: archives are not unpacked, only their `manifest.toml` entry is read.
-pub fn list(data_dir: &Path, layout: &Layout, archives_dir: &Path) -> io::Result<Vec<Listed>> {
+/// Reads only: archives are not unpacked, only their `manifest.toml` entry is read, within
+/// `limits`.
+pub fn list(
+    data_dir: &Path,
+    layout: &Layout,
+    archives_dir: &Path,
+    limits: Limits,
+) -> io::Result<Vec<Listed>> {
     let mut listed = Vec::new();
     for dir in sorted_entries(&layout.backups, |p| p.is_dir())? {
         listed.push(backup(data_dir, "Automatic", dir));
@@ -64,7 +69,7 @@ pub fn list(data_dir: &Path, layout: &Layout, archives_dir: &Path) -> io::Result
             p.is_file() && Format::from_name(&file_name(p)).is_some()
         })?;
         for path in files {
-            listed.push(archive(data_dir, group, path));
+            listed.push(archive(data_dir, group, path, limits));
         }
     }
     Ok(listed)
@@ -81,14 +86,14 @@ fn backup(data_dir: &Path, group: &str, path: PathBuf) -> Listed {
     }
 }
 
-fn archive(data_dir: &Path, group: &str, path: PathBuf) -> Listed {
+fn archive(data_dir: &Path, group: &str, path: PathBuf, limits: Limits) -> Listed {
     let format = Format::from_name(&file_name(&path)).expect("listed by extension");
     Listed {
         kind: ListedKind::Archive,
         group: group.to_owned(),
         name: relative_name(data_dir, &path),
         bytes: fs::metadata(&path).map_or(0, |m| m.len()),
-        manifest: archive_manifest(&path, format)
+        manifest: check::manifest(&path, format, limits)
             .and_then(|text| Manifest::parse(&text).map_err(|e| format!("manifest.toml: {e}"))),
         path,
     }
@@ -137,63 +142,6 @@ fn tree_bytes(dir: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
-}
-
-/// The text of the archive's `manifest.toml`, at its root or inside one top folder.
-fn archive_manifest(path: &Path, format: Format) -> Result<String, String> {
-    let file = BufReader::new(File::open(path).map_err(|e| format!("cannot read it: {e}"))?);
-    let found = match format {
-        Format::Zip => zip_manifest(file),
-        _ => tar_manifest(file, format),
-    };
-    found
-        .map_err(|e| format!("not a readable archive: {e}"))?
-        .ok_or_else(|| format!("no {} at its root or in a top folder", manifest::FILE_NAME))
-}
-
-/// `manifest.toml` or `<folder>/manifest.toml`.
-fn is_manifest_name(name: &[u8]) -> bool {
-    let path = Path::new(OsStr::from_bytes(name));
-    let parts: Vec<_> = path
-        .components()
-        .filter(|c| !matches!(c, Component::CurDir))
-        .collect();
-    match parts.as_slice() {
-        [Component::Normal(file)] | [Component::Normal(_), Component::Normal(file)] => {
-            *file == manifest::FILE_NAME
-        }
-        _ => false,
-    }
-}
-
-fn tar_manifest(file: BufReader<File>, format: Format) -> io::Result<Option<String>> {
-    let mut tar = tar::Archive::new(format::decoder(file, format)?);
-    for entry in tar.entries()? {
-        let entry = entry?;
-        let regular = entry.header().entry_type().is_file();
-        if regular && is_manifest_name(&entry.path_bytes()) {
-            return read_manifest(entry).map(Some);
-        }
-    }
-    Ok(None)
-}
-
-fn zip_manifest(file: BufReader<File>) -> io::Result<Option<String>> {
-    let mut zip = zip::ZipArchive::new(file).map_err(io::Error::other)?;
-    let index = (0..zip.len()).find(|&i| {
-        zip.name_for_index(i)
-            .is_some_and(|n| is_manifest_name(n.as_bytes()))
-    });
-    match index {
-        None => Ok(None),
-        Some(i) => read_manifest(zip.by_index(i).map_err(io::Error::other)?).map(Some),
-    }
-}
-
-fn read_manifest(entry: impl Read) -> io::Result<String> {
-    let mut text = String::new();
-    entry.take(MAX_MANIFEST_BYTES).read_to_string(&mut text)?;
-    Ok(text)
 }
 
 /// The `restore --list` table.
@@ -268,15 +216,6 @@ fn human_bytes(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn manifest_names_at_the_root_or_one_folder_down() {
-        assert!(is_manifest_name(b"manifest.toml"));
-        assert!(is_manifest_name(b"./Saves/manifest.toml"));
-        assert!(!is_manifest_name(b"a/b/manifest.toml"));
-        assert!(!is_manifest_name(b"../manifest.toml"));
-        assert!(!is_manifest_name(b"items.bin"));
-    }
 
     #[test]
     fn sizes_read_like_ls_h() {

@@ -4,11 +4,16 @@
 //! - [`format`]: the four archive encodings, written and read back;
 //! - [`rollup`]: one rollup run and retention, on a blocking thread; [`archiver`]: runs them
 //!   off the loop, one at a time;
+//! - [`bounded`]: the limits, and the one way an untrusted archive is opened and read
+//!   within them; [`check`]: finding an archive's manifest, and verifying that a file is a
+//!   complete archive of a save;
 //! - [`extract`]: unpacking an untrusted archive, entry by entry, within limits;
 //!   [`restore`]: checking what was unpacked and moving it into place (or back);
 //!   [`list`]: what `restore --list` shows.
 
 pub mod archiver;
+pub mod bounded;
+pub mod check;
 pub mod extract;
 pub mod format;
 pub mod list;

@@ -160,17 +160,13 @@ pub fn restore(
     let tmp = layout
         .create_temp_dir("restore")
         .map_err(|e| refused(Refusal::os(None, "cannot create a temp directory", e)))?;
-    let (root, manifest) = match unpack_and_check(archive, format, &tmp, limits) {
-        Ok(checked) => checked,
-        Err(refusal) => {
-            // Only our own temp directory is removed; if even that fails, startup recovery
-            // deletes it (it has no manifest at its top).
-            let _ = fs::remove_dir_all(&tmp);
-            return Err(refused(refusal));
-        }
-    };
+    // Removed however this ends: a refusal, an error, or a panic unwinding out of the load
+    // of what was unpacked. If even that fails, startup recovery deletes it (it has no
+    // manifest at its top).
+    let tmp = TempDir(tmp);
+    let (root, manifest) = unpack_and_check(archive, format, &tmp.0, limits).map_err(refused)?;
     let mut moves = Moves::new(layout, archive);
-    match moves.run(archives_dir, &root, &tmp) {
+    match moves.run(archives_dir, &root, &tmp.0) {
         Ok(()) => Ok(Restored {
             archive: archive.to_owned(),
             archive_now: moves.archive_now.unwrap_or_else(|| archive.to_owned()),
@@ -180,7 +176,6 @@ pub fn restore(
         }),
         Err(failure) => {
             let left = moves.undo().err();
-            let _ = fs::remove_dir_all(&tmp);
             Err(RestoreError {
                 archive: archive.to_owned(),
                 entry: None,
@@ -189,6 +184,16 @@ pub fn restore(
                 source: Some(Arc::new(failure.source)),
             })
         }
+    }
+}
+
+/// The restore's temp directory, removed with everything in it when dropped (only ours:
+/// it was created fresh by this restore).
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
     }
 }
 

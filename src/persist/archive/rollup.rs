@@ -4,13 +4,19 @@
 //! A run, in order:
 //! 1. remove what a crashed run left: temp files in the archive directories, backups it was
 //!    deleting (renamed `.deleting-*` first, so a half-deleted backup never looks complete);
+//!    then check each archive file of a period that still has backups (the ones whose
+//!    existence would stop that period being archived and let its backups be deleted):
+//!    one that does not verify as a complete archive of a save (`check::verify`: empty,
+//!    truncated, another format, no manifest, a data file not as its manifest records) is
+//!    renamed `<name>.unverified`, with a warning, and its period is archived again;
 //! 2. for each kind (hourly, daily, monthly) with a retention above 0, and each *past* period
 //!    among the newest `retention` periods that have backups and no archive yet: pack that
 //!    period's newest complete backup into a temp file, fsync it, read it back and compare
 //!    every entry's size and CRC-32 with what was written, and only then rename it to
 //!    `<Kind>/<period><ext>`;
 //! 3. retention: keep the newest `retention` archives of each kind (and, with `prune`, none
-//!    older than `max_age`);
+//!    older than `max_age`); a kind whose retention is 0 is off: none are made, and the ones
+//!    that exist are kept (never deleted, by count or by age);
 //! 4. only if every archive of step 2 was written: delete the backups that are neither among
 //!    the newest `keep_backups` nor still needed by an archive that does not exist yet.
 //!
@@ -34,6 +40,8 @@ use jiff::Timestamp;
 use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
 
+use super::bounded::Limits;
+use super::check;
 use super::format::{self, Entry, Format};
 use crate::persist::error::{Operation, PersistError};
 use crate::persist::file::Kind;
@@ -115,6 +123,9 @@ pub struct Plan {
     pub keep_backups: u32,
     /// With `prune`: archives whose period started longer ago than this are deleted.
     pub max_age: Option<Duration>,
+    /// Limits of any read of an archive (as a restore's): checking an archive found in
+    /// place, reading back one just written.
+    pub limits: Limits,
 }
 
 impl Plan {
@@ -141,6 +152,8 @@ pub struct Report {
     pub written: Vec<Written>,
     pub pruned: Vec<PathBuf>,
     pub deleted_backups: Vec<PathBuf>,
+    /// Archive files that did not verify, renamed out of the way: (new path, why).
+    pub set_aside: Vec<(PathBuf, String)>,
     pub took: Duration,
 }
 
@@ -199,6 +212,8 @@ fn run_steps(
     clean_temp_files(plan).map_err(fail("cleaning temp files in", &plan.dir))?;
     clean_deletions(layout).map_err(fail("finishing interrupted deletions in", backups_dir))?;
     let backups = backups(layout).map_err(fail("listing backups in", backups_dir))?;
+    set_aside_unverified(plan, &backups, &mut report.set_aside)
+        .map_err(fail("checking the archives in", &plan.dir))?;
     for period in Period::ALL {
         for (key, backup) in due(plan, period, &backups, now) {
             let target = archive_path(plan, period, &key);
@@ -288,14 +303,19 @@ fn archive_path(plan: &Plan, period: Period, key: &str) -> PathBuf {
 }
 
 /// The archive of this period in any format (switching formats must not archive twice).
+/// A file here counts once it has passed step 1's check (or was written by this run).
 fn existing_archive(plan: &Plan, period: Period, key: &str) -> Option<PathBuf> {
+    candidates(plan, period, key)
+        .map(|(_, path)| path)
+        .find(|p| p.is_file())
+}
+
+/// The names this period's archive may have, one per format.
+fn candidates(plan: &Plan, period: Period, key: &str) -> impl Iterator<Item = (Format, PathBuf)> {
+    let dir = plan.kind_dir(period);
     Format::ALL
         .into_iter()
-        .map(|f| {
-            plan.kind_dir(period)
-                .join(format!("{key}{}", f.extension()))
-        })
-        .find(|p| p.is_file())
+        .map(move |f| (f, dir.join(format!("{key}{}", f.extension()))))
 }
 
 /// Packs `backup` into `target`: temp file, fsync, verify, rename, fsync the directory.
@@ -319,7 +339,10 @@ fn write_archive(
     );
     let written =
         replacement.write(|file| format::write_to(file, plan.format, plan.level, &sources))?;
-    verify(&format::list(replacement.temp(), plan.format)?, &written)?;
+    verify(
+        &format::list(replacement.temp(), plan.format, plan.limits)?,
+        &written,
+    )?;
     replacement.commit()?;
     Ok(Written {
         period,
@@ -339,6 +362,54 @@ fn verify(read_back: &[Entry], written: &[Entry]) -> io::Result<()> {
         io::ErrorKind::InvalidData,
         format!("verification failed: the archive reads back as {read_back:?}, not {written:?}"),
     ))
+}
+
+/// Suffix of an archive file set aside because it did not verify.
+pub const UNVERIFIED: &str = ".unverified";
+
+/// Step 1's check: every archive file of a period (of a kind that is on) that has backups is
+/// verified; one that fails is renamed `<name>.unverified` (`-2`, `-3`… if taken), so that
+/// it no longer counts as the period's archive. Each is recorded in `set_aside`, with why.
+fn set_aside_unverified(
+    plan: &Plan,
+    backups: &[Backup],
+    set_aside: &mut Vec<(PathBuf, String)>,
+) -> io::Result<()> {
+    for period in Period::ALL {
+        if plan.retention(period) == 0 {
+            continue;
+        }
+        let before = set_aside.len();
+        for key in newest_per_period(plan, period, backups).keys() {
+            for (format, path) in candidates(plan, period, key) {
+                if !path.is_file() {
+                    continue;
+                }
+                if let Err(why) = check::verify(&path, format, plan.limits) {
+                    let aside = unverified_name(&path);
+                    std::fs::rename(&path, &aside)?;
+                    set_aside.push((aside, why));
+                }
+            }
+        }
+        if set_aside.len() > before {
+            fsio::sync_dir(&plan.kind_dir(period))?;
+        }
+    }
+    Ok(())
+}
+
+/// `<name>.unverified`, or `<name>.unverified-2`… if taken (never a name retention or a
+/// restore would take for an archive: it does not end in an archive extension).
+fn unverified_name(path: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let mut aside = path.with_file_name(format!("{name}{UNVERIFIED}"));
+    let mut n = 1;
+    while std::fs::symlink_metadata(&aside).is_ok() {
+        n += 1;
+        aside = path.with_file_name(format!("{name}{UNVERIFIED}-{n}"));
+    }
+    aside
 }
 
 /// The files of a save, in a fixed order: the manifest, then the data files.
@@ -407,8 +478,12 @@ pub fn archives(plan: &Plan, period: Period) -> io::Result<Vec<(String, PathBuf)
 fn apply_retention(plan: &Plan, now: Timestamp) -> io::Result<Vec<PathBuf>> {
     let mut deleted = Vec::new();
     for period in Period::ALL {
-        let all = archives(plan, period)?;
         let keep = plan.retention(period);
+        if keep == 0 {
+            // The kind is off: what exists stays (it is the operator's to delete).
+            continue;
+        }
+        let all = archives(plan, period)?;
         let surplus = all.len().saturating_sub(keep);
         let before = deleted.len();
         for (i, (key, path)) in all.iter().enumerate() {
