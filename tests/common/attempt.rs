@@ -65,7 +65,7 @@ pub fn restore_archive(archive: &[u8], format: Format) -> Outcome {
     let hourly = archives.join("Hourly");
     std::fs::create_dir_all(&hourly).expect("archive dir");
     std::fs::write(hourly.join(&name), archive).expect("write archive");
-    let _ = restore::list(&data, &layout, &archives);
+    let _ = restore::list(&data, &layout, &archives, limits());
 
     let upload = dir.path().join(&name);
     std::fs::write(&upload, archive).expect("write archive");
