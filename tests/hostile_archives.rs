@@ -52,12 +52,20 @@ fn tree(dir: &Path) -> Vec<(PathBuf, Option<(usize, u32)>)> {
         for entry in std::fs::read_dir(&d).unwrap() {
             let path = entry.unwrap().path();
             let rel = path.strip_prefix(dir).unwrap().to_path_buf();
-            if rel == Path::new(shardloop::persist::lock::LOCK_FILE) {
+            // The locks a shard or restore takes in each directory it writes are not data.
+            if rel.ends_with(shardloop::persist::lock::LOCK_FILE) {
                 continue;
             }
             if path.symlink_metadata().unwrap().is_dir() {
+                // A directory a start created only to lock it (the archive directory) holds
+                // nothing but its lock: not a change to the data.
+                let only_a_lock = std::fs::read_dir(&path)
+                    .unwrap()
+                    .all(|e| e.unwrap().file_name() == shardloop::persist::lock::LOCK_FILE);
                 stack.push(path);
-                out.push((rel, None));
+                if !only_a_lock {
+                    out.push((rel, None));
+                }
             } else {
                 let bytes = std::fs::read(&path).unwrap();
                 out.push((rel, Some((bytes.len(), crc32fast::hash(&bytes)))));
