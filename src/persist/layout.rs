@@ -13,6 +13,12 @@
 //! where it moves to `Backups/`. Elsewhere it is two renames with a gap that startup
 //! recovery ([`Layout::recover`]) closes.
 //!
+//! Which of two complete saves is newer is decided by the manifest's `sequence` (one more
+//! than the save it replaced), never by its wall-clock `created` time: a clock stepped
+//! backwards, or a save or archive dated in the future, cannot make recovery put an older
+//! save back. `created` only orders saves of equal sequence (saves written before the
+//! sequence existed all read as 0).
+//!
 //! Owns the paths and directory moves (each fsynced, through `fsio`). Must never read or
 //! write save contents beyond the manifest.
 
@@ -25,7 +31,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use jiff::Timestamp;
 
 use super::fsio::{self, sync_dir};
-use super::manifest::Manifest;
+use super::manifest::{self, Manifest};
 
 /// Prefix of every temp directory; anything with it is cleaned (or finished) at startup.
 pub const TEMP_PREFIX: &str = ".tmp-";
@@ -54,6 +60,25 @@ impl Layout {
     /// The directory holding `Saves/` and the temp directories.
     pub fn root(&self) -> &Path {
         self.saves.parent().unwrap_or(Path::new("."))
+    }
+
+    /// The sequence number of the save in `Saves/`; 0 if there is none or its manifest does
+    /// not read (so the next save is 1).
+    pub fn current_sequence(&self) -> u64 {
+        Manifest::read(&self.saves).map_or(0, |m| m.sequence)
+    }
+
+    /// Rewrites the manifest of the complete save in `dir` (not yet in place) so that it
+    /// orders as newer than `Saves/`: sequence one more than the current save's. For a restore,
+    /// whose save may carry any old sequence. Durable (replaced through a synced temp file).
+    /// Returns the manifest as now written.
+    pub fn order_after_current(&self, dir: &Path) -> io::Result<Manifest> {
+        let path = dir.join(manifest::FILE_NAME);
+        let mut m = Manifest::read(dir)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
+        m.sequence = self.current_sequence() + 1;
+        fsio::replace(&path, ".manifest.toml.tmp", m.to_toml().as_bytes())?;
+        Ok(m)
     }
 
     /// A new, empty temp directory for `purpose` ("save", ...), with a name no other run or
@@ -155,14 +180,15 @@ impl Layout {
     /// A temp directory with a readable manifest is a complete save (the manifest is written
     /// last): if `Saves/` is missing it becomes `Saves/` (the newest such one); if it is
     /// newer than `Saves/` the interrupted swap is finished; otherwise it is a replaced save
-    /// that had not reached `Backups/` yet, and goes there. A temp directory without one was
+    /// that had not reached `Backups/` yet, and goes there. Newer means a higher sequence
+    /// number, and only at equal sequence a later `created` ([`order`]). A temp directory without one was
     /// never finished and is deleted. Returns what it did, one line each, for the log.
     pub fn recover(&self) -> io::Result<Vec<String>> {
         let mut done = Vec::new();
         let mut complete = Vec::new();
         for path in self.temp_dirs()? {
             match Manifest::read(&path) {
-                Ok(m) => complete.push((m.created, path)),
+                Ok(m) => complete.push((order(&m), path)),
                 Err(_) => {
                     std::fs::remove_dir_all(&path)?;
                     done.push(format!("removed unfinished {}", path.display()));
@@ -182,11 +208,13 @@ impl Layout {
         }
         // Oldest first, so each newer one replaces the one before it.
         complete.sort();
-        for (created, path) in complete {
-            let current = Manifest::read(&self.saves).ok().map(|m| m.created);
-            let replaced = if current.is_none_or(|c| created > c) {
+        for ((sequence, created), path) in complete {
+            let current = Manifest::read(&self.saves).ok().map(|m| order(&m));
+            let replaced = if current.is_none_or(|c| (sequence, created) > c) {
                 let replaced = self.swap_in(&path)?;
-                done.push(format!("finished putting the save of {created} in place"));
+                done.push(format!(
+                    "finished putting the save of {created} (sequence {sequence}) in place"
+                ));
                 replaced
             } else {
                 self.back_up(&path)
@@ -238,6 +266,12 @@ impl Layout {
         dirs.sort();
         Ok(dirs)
     }
+}
+
+/// How recovery orders complete saves: by sequence number, then (among equals: saves from
+/// before the sequence existed) by creation time.
+pub fn order(m: &Manifest) -> (u64, Timestamp) {
+    (m.sequence, m.created)
 }
 
 /// What became of the save a new one replaced.

@@ -160,7 +160,14 @@ pub fn restore(
     let tmp = layout
         .create_temp_dir("restore")
         .map_err(|e| refused(Refusal::os(None, "cannot create a temp directory", e)))?;
-    let (root, manifest) = match unpack_and_check(archive, format, &tmp, limits) {
+    // Newer than the save it replaces, whatever sequence it was archived with: recovery
+    // orders saves by sequence (`Layout::order_after_current`), rewritten in the temp copy.
+    let checked = unpack_and_check(archive, format, &tmp, limits).and_then(|(root, _)| {
+        let m = layout.order_after_current(&root);
+        m.map(|m| (root, m))
+            .map_err(|e| Refusal::os(None, "cannot rewrite its manifest's sequence", e))
+    });
+    let (root, manifest) = match checked {
         Ok(checked) => checked,
         Err(refusal) => {
             // Only our own temp directory is removed; if even that fails, startup recovery
