@@ -193,8 +193,8 @@ pub fn read(path: &Path, kind: Kind, bytes: u64) -> Result<Checked, String> {
 pub fn check_size(on_disk: u64, listed: u64) -> Result<(), String> {
     if on_disk != listed {
         return Err(format!(
-            "is {on_disk} bytes on disk; the manifest says {listed} bytes: it comes from \
-             another save or was changed"
+            "is {on_disk} bytes on disk; the manifest says {listed} bytes: it is truncated, \
+             comes from another save or was changed"
         ));
     }
     Ok(())

@@ -74,8 +74,12 @@ impl Layout {
     /// Returns the manifest as now written.
     pub fn order_after_current(&self, dir: &Path) -> io::Result<Manifest> {
         let path = dir.join(manifest::FILE_NAME);
-        let mut m = Manifest::read(dir)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
+        let mut m = Manifest::read(dir).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        })?;
         m.sequence = self.current_sequence() + 1;
         fsio::replace(&path, ".manifest.toml.tmp", m.to_toml().as_bytes())?;
         Ok(m)

@@ -81,7 +81,10 @@ impl fmt::Display for Breach {
                  limit)"
             ),
             Breach::Cycle { through } => {
-                write!(f, "is inside itself (a containment cycle through {through})")
+                write!(
+                    f,
+                    "is inside itself (a containment cycle through {through})"
+                )
             }
             Breach::SpawnCount(n) => write!(
                 f,
@@ -248,7 +251,9 @@ mod tests {
     /// A chain of `n` items, each inside the one before, the first worn by a mobile.
     fn chain(n: u32) -> World {
         let mut world = World::new(1);
-        world.restore_mobile(Mobile::new(Serial(1), "m", 1)).unwrap();
+        world
+            .restore_mobile(Mobile::new(Serial(1), "m", 1))
+            .unwrap();
         let base = Serial::ITEM_MIN.0;
         for i in 0..n {
             let parent = if i == 0 { 1 } else { base + i - 1 };
@@ -262,7 +267,10 @@ mod tests {
         let depth = u32::from(MAX_CONTAINER_DEPTH);
         assert_eq!(chain(depth + 1).check_limits(), Ok(()));
         let deepest = Serial(Serial::ITEM_MIN.0 + depth);
-        assert_eq!(chain(depth + 1).container_level(deepest), Ok(MAX_CONTAINER_DEPTH));
+        assert_eq!(
+            chain(depth + 1).container_level(deepest),
+            Ok(MAX_CONTAINER_DEPTH)
+        );
         let (kind, _, breach) = chain(depth + 2).check_limits().unwrap_err();
         assert_eq!((kind, breach), (EntityKind::Item, Breach::TooDeep));
     }
@@ -300,7 +308,10 @@ mod tests {
         world.restore_mobile(m).unwrap();
         let (kind, serial, breach) = world.check_limits().unwrap_err();
         assert_eq!((kind, serial), (EntityKind::Mobile, Serial(3)));
-        assert!(breach.to_string().contains("(60000, 5, 0) on map 0"), "{breach}");
+        assert!(
+            breach.to_string().contains("(60000, 5, 0) on map 0"),
+            "{breach}"
+        );
     }
 
     #[test]

@@ -140,13 +140,19 @@ impl World {
         self.mobile_serials.resume_at(mobile);
     }
 
-    /// Adds an item that appears in the game (marks it `ADDED`). Its parent must exist.
+    /// Adds an item that appears in the game (marks it `ADDED`). Its parent must exist, and
+    /// it must not sit deeper than [`MAX_CONTAINER_DEPTH`](limits::MAX_CONTAINER_DEPTH).
     pub fn add_item(&mut self, item: Item) -> Result<Serial, WorldError> {
-        if let Some(parent) = item.parent
-            && !self.items.contains_key(&parent)
-            && !self.mobiles.contains_key(&parent)
-        {
-            return Err(WorldError::NoSuchParent(parent));
+        if let Some(parent) = item.parent {
+            if !self.items.contains_key(&parent) && !self.mobiles.contains_key(&parent) {
+                return Err(WorldError::NoSuchParent(parent));
+            }
+            if self.items.contains_key(&parent) {
+                let level = self.container_level(parent);
+                if level.is_err() || level.is_ok_and(|l| l >= limits::MAX_CONTAINER_DEPTH) {
+                    return Err(WorldError::OverLimit(item.serial, Breach::TooDeep));
+                }
+            }
         }
         let serial = self.restore_item(item)?;
         self.mark_item(serial, Delta::ADDED);
@@ -225,8 +231,7 @@ impl World {
 
     /// Deletes everything inside `parent`, at any depth, with a stack of its own rather than
     /// recursion: a chain as deep as a hostile save makes it costs heap, not thread stack.
-    /// Items go in the order a recursive walk would take (each before its contents, siblings
-    /// in order), so the `REMOVED` deltas are as before.
+    /// Each item goes (and is marked `REMOVED`) before its contents, siblings in order.
     fn delete_contents(&mut self, parent: Serial) {
         let mut pending: Vec<Serial> = Vec::new();
         push_reversed(&mut pending, self.contents.remove(&parent));

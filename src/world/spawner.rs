@@ -34,7 +34,11 @@ pub fn top_up(world: &mut World, serial: Serial, rng: &mut Rng) -> Option<TopUp>
         .collect();
     let max = spawner.max.min(MAX_SPAWN_COUNT);
     let missing = usize::from(max).saturating_sub(alive.len());
-    let (home, range, kind) = (spawner.home, spawner.range.min(MAX_SPAWN_RANGE), spawner.kind);
+    let (home, range, kind) = (
+        spawner.home,
+        spawner.range.min(MAX_SPAWN_RANGE),
+        spawner.kind,
+    );
     let mut made = TopUp::default();
     for _ in 0..missing {
         let at = home.offset_clamped(rng.offset(range), rng.offset(range));
