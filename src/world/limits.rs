@@ -72,6 +72,22 @@ pub enum Breach {
     HomeNotOnMap(Location),
 }
 
+impl Breach {
+    /// What kind of entity `serial` is, breaking this limit: a spawner's limits are broken by
+    /// spawners, the others by the item or mobile the serial names.
+    pub fn subject(self, serial: Serial) -> EntityKind {
+        match self {
+            Breach::SpawnCount(_)
+            | Breach::SpawnRange(_)
+            | Breach::SpawnInterval(_)
+            | Breach::SpawnedList(_)
+            | Breach::HomeNotOnMap(_) => EntityKind::Spawner,
+            _ if serial.is_mobile() => EntityKind::Mobile,
+            _ => EntityKind::Item,
+        }
+    }
+}
+
 impl fmt::Display for Breach {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

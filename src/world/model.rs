@@ -50,7 +50,7 @@ impl fmt::Display for WorldError {
             WorldError::WrongRange(s) => write!(f, "serial {s} is not in the expected range"),
             WorldError::NoSuchParent(s) => write!(f, "parent {s} does not exist"),
             WorldError::NoSuchItem(s) => write!(f, "item {s} does not exist"),
-            WorldError::OverLimit(s, breach) => write!(f, "{s} {breach}"),
+            WorldError::OverLimit(s, breach) => write!(f, "{} {s} {breach}", breach.subject(*s)),
         }
     }
 }
