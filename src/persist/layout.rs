@@ -346,3 +346,51 @@ fn exchange(a: &Path, b: &Path) -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::persist::{Snapshot, save};
+
+    fn save_at(layout: &Layout, created: &str) -> Manifest {
+        let world = crate::world::generate(4, 200, 20);
+        let snapshot = Snapshot::take(&world, created.parse().unwrap(), |_| true);
+        save::write(layout, snapshot, 1).unwrap().manifest
+    }
+
+    #[test]
+    fn saves_order_by_sequence_and_only_then_by_creation_time() {
+        let older = "2026-12-03T10:00:00Z".parse().unwrap();
+        let newer = "2026-12-03T11:00:00Z".parse().unwrap();
+        let m = |sequence, created| Manifest {
+            sequence,
+            created,
+            ..crate::persist::manifest::tests::sample()
+        };
+        assert!(order(&m(2, older)) > order(&m(1, newer)), "sequence first");
+        assert!(
+            order(&m(0, newer)) > order(&m(0, older)),
+            "the clock among equals"
+        );
+    }
+
+    #[test]
+    fn a_save_put_after_the_current_one_gets_the_next_sequence() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path(), dir.path().join("Saves"));
+        assert_eq!(layout.current_sequence(), 0, "no save yet");
+        assert_eq!(save_at(&layout, "2026-12-03T10:00:00Z").sequence, 1);
+        assert_eq!(save_at(&layout, "2026-12-03T09:00:00Z").sequence, 2);
+        // A save from elsewhere (a restore) with an old sequence is placed after it.
+        let other = tempfile::tempdir().unwrap();
+        let elsewhere = Layout::new(other.path(), other.path().join("Saves"));
+        save_at(&elsewhere, "2099-01-01T00:00:00Z");
+        let rewritten = layout.order_after_current(&elsewhere.saves).unwrap();
+        assert_eq!(rewritten.sequence, 3);
+        assert_eq!(Manifest::read(&elsewhere.saves).unwrap(), rewritten);
+        assert!(
+            crate::persist::load(&elsewhere.saves).is_ok(),
+            "still loads"
+        );
+    }
+}

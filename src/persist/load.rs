@@ -209,3 +209,72 @@ fn check_parents(world: &World) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::persist::{Layout, Snapshot, save};
+
+    /// A small world's save in a fresh directory; returns it and the save's directory.
+    fn saved() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path(), dir.path().join("Saves"));
+        let world = crate::world::generate(4, 300, 40);
+        let snapshot = Snapshot::take(&world, "2026-12-03T10:00:00Z".parse().unwrap(), |_| true);
+        save::write(&layout, snapshot, 1).unwrap();
+        (dir, layout.saves)
+    }
+
+    fn set_count(saves: &Path, kind: Kind, count: u64) {
+        let path = saves.join(manifest::FILE_NAME);
+        let mut m = Manifest::read(saves).unwrap();
+        match kind {
+            Kind::Items => m.items = count,
+            Kind::Mobiles => m.mobiles = count,
+            Kind::Spawners => m.spawners = count,
+        }
+        std::fs::write(path, m.to_toml()).unwrap();
+    }
+
+    #[test]
+    fn a_count_one_past_what_the_bytes_hold_is_refused_and_one_less_gets_to_the_file() {
+        let (_dir, saves) = saved();
+        let bytes = Manifest::read(&saves)
+            .unwrap()
+            .file(Kind::Mobiles)
+            .unwrap()
+            .bytes;
+        let most = Kind::Mobiles.max_records(bytes);
+        set_count(&saves, Kind::Mobiles, most + 1);
+        let e = load(&saves).unwrap_err();
+        assert!(e.file.ends_with(manifest::FILE_NAME), "{e}");
+        assert!(
+            e.reason
+                .contains(&format!("room for at most {most} mobiles")),
+            "{e}"
+        );
+        // Possible by size, so checked further: the file's own count disagrees.
+        set_count(&saves, Kind::Mobiles, most);
+        let e = load(&saves).unwrap_err();
+        assert!(e.file.ends_with("mobiles.bin"), "{e}");
+        assert!(
+            e.reason.contains(&format!("the manifest says {most}")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_size_in_the_manifest_other_than_the_disks_is_refused_before_reading() {
+        let (_dir, saves) = saved();
+        let mut m = Manifest::read(&saves).unwrap();
+        m.files[2].1.bytes = u64::MAX;
+        std::fs::write(saves.join(manifest::FILE_NAME), m.to_toml()).unwrap_or(());
+        // `u64::MAX` does not fit TOML's i64: the manifest is refused as it is parsed.
+        assert!(load(&saves).is_err());
+        m.files[2].1.bytes = i64::MAX as u64;
+        std::fs::write(saves.join(manifest::FILE_NAME), m.to_toml()).unwrap();
+        let e = load(&saves).unwrap_err();
+        assert!(e.file.ends_with("spawners.bin"), "{e}");
+        assert!(e.reason.contains("bytes on disk; the manifest says"), "{e}");
+    }
+}

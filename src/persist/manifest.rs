@@ -190,7 +190,7 @@ fn table<'a>(t: &'a toml::Table, key: &str) -> Result<&'a toml::Table, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn sample() -> Manifest {

@@ -202,11 +202,14 @@ impl World {
         Ok(serial)
     }
 
-    /// Attaches spawning data to an existing item (its serial). Data outside the spawner
-    /// limits (`world::limits::check_spawner`) is refused.
+    /// Attaches spawning data to an existing item (its serial), once. Data outside the
+    /// spawner limits (`world::limits::check_spawner`) is refused.
     pub fn add_spawner(&mut self, spawner: Spawner) -> Result<(), WorldError> {
         if !self.items.contains_key(&spawner.serial) {
             return Err(WorldError::NoSuchItem(spawner.serial));
+        }
+        if self.spawners.contains_key(&spawner.serial) {
+            return Err(WorldError::SerialInUse(spawner.serial));
         }
         limits::check_spawner(&spawner).map_err(|b| WorldError::OverLimit(spawner.serial, b))?;
         self.spawners.insert(spawner.serial, spawner);
