@@ -202,6 +202,16 @@ fn items_cannot_nest_deeper_than_the_limit_nor_inside_themselves() {
     assert!(!world.put_item_in(outer, chain[chain.len() - 2], inside));
     assert!(world.put_item_in(outer, chain[chain.len() - 3], inside));
     assert_eq!(world.check_limits(), Ok(()));
+
+    // Worn by a mobile, the chain's levels are the same (the wearer is no container level).
+    let wearer = npc(&mut world, fel(10, 10));
+    let root = chain[0];
+    assert!(world.put_item_in(root, wearer, Location::INTERNAL));
+    assert_eq!(world.container_level(deepest), Ok(MAX_CONTAINER_DEPTH));
+    let last = bag(&mut world);
+    let last = world.add_item(last).unwrap();
+    assert!(world.put_item_in(last, chain[chain.len() - 2], inside));
+    assert_eq!(world.container_level(last), Ok(MAX_CONTAINER_DEPTH));
 }
 
 #[test]

@@ -50,10 +50,11 @@ impl World {
         if !self.items.contains_key(&parent) {
             return self.nesting_below(serial) <= MAX_CONTAINER_DEPTH; // onto a mobile: level 0
         }
-        // Walk up from the new parent: meeting `serial` means a cycle.
+        // Walk up the items from the new parent (a wearer ends it): meeting `serial` means a
+        // cycle.
         let mut at = Some(parent);
         let mut steps = 0;
-        while let Some(s) = at {
+        while let Some(s) = at.filter(|s| self.items.contains_key(s)) {
             if s == serial || steps > MAX_CONTAINER_DEPTH {
                 return false;
             }
