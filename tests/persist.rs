@@ -137,15 +137,16 @@ fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
 
 #[test]
 fn a_truncated_file_is_refused_naming_it() {
+    // Caught by its size on disk before a byte of it is read.
     refused(
         |s| edit(&s.join("items.bin"), |b| b.truncate(b.len() / 2)),
         "items.bin",
-        "checksum",
+        "bytes on disk; the manifest says",
     );
     refused(
         |s| edit(&s.join("spawners.bin"), |b| b.truncate(7)),
         "spawners.bin",
-        "truncated",
+        "is 7 bytes on disk",
     );
 }
 

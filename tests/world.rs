@@ -105,6 +105,153 @@ fn adding_checks_ranges_duplicates_and_parents() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Structural limits at runtime (the load side is in persist.rs and hostile_saves.rs)
+
+/// A chain of `n` containers, each inside the one before, the first on the ground and
+/// decaying. Restored as a save would be (restoring checks no depth: `load` checks the whole
+/// world after). Returns the world and the serials, root first.
+fn deep_chain(n: u32) -> (World, Vec<Serial>) {
+    let mut world = World::new(3);
+    let mut chain = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let mut item = Item::new(world.new_item_serial(), 0x0E75);
+        item.container = true;
+        match chain.last() {
+            Some(&parent) => item.parent = Some(parent),
+            None => {
+                item.location = fel(100, 100);
+                item.decays = true;
+            }
+        }
+        chain.push(world.restore_item(item).unwrap());
+    }
+    (world, chain)
+}
+
+#[test]
+fn deleting_a_100k_deep_chain_takes_no_stack_depth() {
+    // On a thread with a 256 KiB stack: a recursive delete of 100k levels would overflow it
+    // (and abort the test process) many times over.
+    let left = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(|| {
+            let (mut world, chain) = deep_chain(100_000);
+            world.remove_item(chain[0]).unwrap();
+            assert!(
+                world.pending_item_delta(chain[99_999]) == Some(Delta::REMOVED),
+                "the deepest is marked removed"
+            );
+            world.item_count()
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_decay_of_a_deep_chain_deletes_it_all() {
+    let (world, chain) = deep_chain(100_000);
+    let w = shared(world);
+    let mut el = shard_loop(&w);
+    let logic = game::start_game_logic(w.clone());
+    run_for(&mut el, game::DECAY_MAX + minutes(1)).await;
+    assert_eq!(logic.stats().decays, 1, "the root decayed");
+    assert!(w.borrow().item(chain[99_999]).is_none());
+    assert_eq!(w.borrow().item_count(), 0, "with everything inside it");
+    assert_eq!(el.stats().panics, 0);
+}
+
+#[test]
+fn items_cannot_nest_deeper_than_the_limit_nor_inside_themselves() {
+    use shardloop::world::limits::MAX_CONTAINER_DEPTH;
+    let mut world = World::new(1);
+    let bag = |world: &mut World| {
+        let mut item = Item::new(world.new_item_serial(), 0x0E75);
+        item.container = true;
+        item
+    };
+    let root = bag(&mut world);
+    let mut chain = vec![world.add_item(root).unwrap()];
+    for _ in 0..MAX_CONTAINER_DEPTH {
+        let mut item = bag(&mut world);
+        item.parent = chain.last().copied();
+        chain.push(world.add_item(item).unwrap());
+    }
+    let deepest = *chain.last().unwrap();
+    assert_eq!(world.container_level(deepest), Ok(MAX_CONTAINER_DEPTH));
+    let mut one_more = bag(&mut world);
+    one_more.parent = Some(deepest);
+    let e = world.add_item(one_more).unwrap_err();
+    assert!(e.to_string().contains("containers deep"), "{e}");
+
+    // Putting the root into its own descendant would be a cycle; a loose bag cannot go in
+    // at the bottom (too deep) but can one level up.
+    let inside = Location::new(50, 50, 0, MapId::INTERNAL);
+    assert!(!world.put_item_in(chain[0], chain[5], inside));
+    let loose = bag(&mut world);
+    let loose = world.add_item(loose).unwrap();
+    assert!(!world.put_item_in(loose, deepest, inside));
+    assert!(world.put_item_in(loose, chain[chain.len() - 2], inside));
+    // A bag holding a bag cannot go where only one level is left.
+    let outer = bag(&mut world);
+    let outer = world.add_item(outer).unwrap();
+    let mut inner = bag(&mut world);
+    inner.parent = Some(outer);
+    world.add_item(inner).unwrap();
+    assert!(!world.put_item_in(outer, chain[chain.len() - 2], inside));
+    assert!(world.put_item_in(outer, chain[chain.len() - 3], inside));
+    assert_eq!(world.check_limits(), Ok(()));
+
+    // Worn by a mobile, the chain's levels are the same (the wearer is no container level).
+    let wearer = npc(&mut world, fel(10, 10));
+    let root = chain[0];
+    assert!(world.put_item_in(root, wearer, Location::INTERNAL));
+    assert_eq!(world.container_level(deepest), Ok(MAX_CONTAINER_DEPTH));
+    let last = bag(&mut world);
+    let last = world.add_item(last).unwrap();
+    assert!(world.put_item_in(last, chain[chain.len() - 2], inside));
+    assert_eq!(world.container_level(last), Ok(MAX_CONTAINER_DEPTH));
+}
+
+#[test]
+fn a_spawner_over_the_limits_is_refused_and_a_changed_one_spawns_no_more_than_the_limit() {
+    use shardloop::world::limits::{MAX_SPAWN_COUNT, MAX_SPAWN_RANGE};
+    let mut world = World::new(9);
+    let home = fel(3000, 2000);
+    let item = Item::new(world.new_item_serial(), 0x1F1C);
+    let item = world.add_item(item).unwrap();
+    let mut spawner = world::Spawner {
+        serial: item,
+        home,
+        range: 4,
+        max: 65535,
+        interval_minutes: 10,
+        kind: SpawnKind::Item(0),
+        spawned: Vec::new(),
+    };
+    let e = world.add_spawner(spawner.clone()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("65535 spawns alive; the limit is 256"),
+        "{e}"
+    );
+    spawner.max = 8;
+    world.add_spawner(spawner).unwrap();
+    // Data changed at runtime past the limits: a run still spawns at most the limit.
+    let s = world.spawner_mut(item).unwrap();
+    (s.max, s.range) = (u16::MAX, u16::MAX);
+    let mut rng = world::rng::Rng::new(1);
+    let made = world::top_up(&mut world, item, &mut rng).unwrap();
+    assert_eq!(made.items.len(), usize::from(MAX_SPAWN_COUNT));
+    assert!(
+        made.items.iter().all(|&i| {
+            world.item(i).unwrap().location.distance(&home).unwrap() <= MAX_SPAWN_RANGE
+        })
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // The generator
 
 #[test]

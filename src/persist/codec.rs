@@ -20,6 +20,22 @@ pub const ITEM_VERSION: u16 = 1;
 pub const MOBILE_VERSION: u16 = 1;
 pub const SPAWNER_VERSION: u16 = 1;
 
+/// The fewest bytes one record of each type takes on disk, in the layouts this build reads.
+/// A file of `n` record bytes cannot hold more than `n / MIN` records, so a count claiming
+/// more is refused before anything is allocated for it (see `load`).
+///
+/// An item is fixed-size: serial 4, graphic, amount, hue 2 each, location 6, parent 4,
+/// layer 1, flags 1.
+pub const ITEM_RECORD_BYTES: usize = 22;
+/// A mobile with an empty name: serial 4, name length 2, body and hue 2 each, location 6,
+/// direction 1, seven stats 2 each, flags 1, spawner 4.
+pub const MOBILE_MIN_RECORD_BYTES: usize = 36;
+/// A spawner that spawned nothing: serial 4, home 6, range, max, interval 2 each, kind 1,
+/// template 2, spawned count 4 (then 4 per spawned serial).
+pub const SPAWNER_MIN_RECORD_BYTES: usize = 23;
+/// Each serial in a spawner's spawned list.
+pub const SPAWNED_SERIAL_BYTES: usize = 4;
+
 /// Why bytes could not be read back as records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError {
@@ -119,6 +135,11 @@ impl<'a> Reader<'a> {
             s => Some(Serial(s)),
         })
     }
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
     fn str(&mut self) -> Result<std::sync::Arc<str>, DecodeError> {
         let len = usize::from(self.u16()?);
         let start = self.at;
@@ -287,7 +308,14 @@ pub fn decode_spawner(version: u16, r: &mut Reader<'_>) -> Result<Spawner, Decod
                 (k, _) => return Err(r.error(format!("unknown spawn kind {k}"))),
             };
             let count = r.u32()? as usize;
-            let mut spawned = Vec::with_capacity(count.min(1024));
+            // The list is bounded by the bytes that are really there, not by its claim.
+            if count > r.remaining() / SPAWNED_SERIAL_BYTES {
+                return Err(r.error(format!(
+                    "a spawned list claims {count} serials; only {} bytes are left",
+                    r.remaining()
+                )));
+            }
+            let mut spawned = Vec::with_capacity(count);
             for _ in 0..count {
                 spawned.push(Serial(r.u32()?));
             }
@@ -369,6 +397,54 @@ mod tests {
         assert_eq!(decode_mobile(MOBILE_VERSION, &mut r).unwrap(), m);
         assert_eq!(decode_spawner(SPAWNER_VERSION, &mut r).unwrap(), s);
         assert!(r.is_done());
+    }
+
+    #[test]
+    fn the_smallest_records_take_the_minimum_sizes_named() {
+        let mut bytes = Vec::new();
+        encode_item(&Item::new(Serial(0x4000_0001), 1), &mut bytes);
+        assert_eq!(bytes.len(), ITEM_RECORD_BYTES);
+        bytes.clear();
+        encode_mobile(&Mobile::new(Serial(1), "", 1), &mut bytes);
+        assert_eq!(bytes.len(), MOBILE_MIN_RECORD_BYTES);
+        bytes.clear();
+        let mut s = Spawner {
+            serial: Serial(0x4000_0001),
+            home: Location::INTERNAL,
+            range: 1,
+            max: 1,
+            interval_minutes: 5,
+            kind: SpawnKind::Creature(0),
+            spawned: Vec::new(),
+        };
+        encode_spawner(&s, &mut bytes);
+        assert_eq!(bytes.len(), SPAWNER_MIN_RECORD_BYTES);
+        bytes.clear();
+        s.spawned = vec![Serial(9); 3];
+        encode_spawner(&s, &mut bytes);
+        assert_eq!(
+            bytes.len(),
+            SPAWNER_MIN_RECORD_BYTES + 3 * SPAWNED_SERIAL_BYTES
+        );
+    }
+
+    #[test]
+    fn a_spawned_list_longer_than_the_bytes_left_is_refused_before_allocating() {
+        let s = Spawner {
+            serial: Serial(0x4000_0001),
+            home: Location::INTERNAL,
+            range: 1,
+            max: 1,
+            interval_minutes: 5,
+            kind: SpawnKind::Item(0),
+            spawned: vec![Serial(9)],
+        };
+        let mut bytes = Vec::new();
+        encode_spawner(&s, &mut bytes);
+        let count_at = SPAWNER_MIN_RECORD_BYTES - 4;
+        bytes[count_at..count_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let e = decode_spawner(SPAWNER_VERSION, &mut Reader::new(&bytes)).unwrap_err();
+        assert!(e.what.contains("claims 4294967295 serials"), "{e}");
     }
 
     #[test]

@@ -19,7 +19,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::Path;
 
 use super::codec;
@@ -30,6 +30,8 @@ pub const MAGIC: &[u8; 8] = b"SHLDSAVE";
 pub const FILE_VERSION: u16 = 1;
 const HEADER: usize = 21;
 const TRAILER: usize = 4;
+/// Bytes of a file that are not records: the header and the checksum.
+pub const OVERHEAD: u64 = (HEADER + TRAILER) as u64;
 
 /// The entity types a save holds, one file each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -65,6 +67,21 @@ impl Kind {
             Kind::Mobiles => codec::MOBILE_VERSION,
             Kind::Spawners => codec::SPAWNER_VERSION,
         }
+    }
+
+    /// The fewest bytes one record of this type takes on disk (see `codec`).
+    pub fn min_record_bytes(self) -> u64 {
+        let bytes = match self {
+            Kind::Items => codec::ITEM_RECORD_BYTES,
+            Kind::Mobiles => codec::MOBILE_MIN_RECORD_BYTES,
+            Kind::Spawners => codec::SPAWNER_MIN_RECORD_BYTES,
+        };
+        bytes as u64
+    }
+
+    /// The most records a file of `bytes` bytes (header and checksum included) can hold.
+    pub fn max_records(self, bytes: u64) -> u64 {
+        bytes.saturating_sub(OVERHEAD) / self.min_record_bytes()
     }
 
     fn from_tag(tag: u8) -> Option<Kind> {
@@ -145,11 +162,42 @@ impl Checked {
     }
 }
 
-/// Reads `path` and checks it is an intact file of `kind`. The error says what is wrong in
-/// operator words (the caller adds the path).
-pub fn read(path: &Path, kind: Kind) -> Result<Checked, String> {
-    let data = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
+/// Reads `path` and checks it is an intact file of `kind` of exactly `bytes` bytes (what the
+/// manifest says). The size on disk is compared before anything is allocated, and reading
+/// stops one byte past `bytes` whatever the file does meanwhile: memory is bounded by the
+/// manifest's figure, checked against the disk. The error says what is wrong in operator
+/// words (the caller adds the path).
+pub fn read(path: &Path, kind: Kind, bytes: u64) -> Result<Checked, String> {
+    let cannot = |e: io::Error| format!("cannot read it: {e}");
+    let file = File::open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    check_size(meta.len(), bytes)?;
+    let capacity = usize::try_from(bytes).map_err(|_| format!("{bytes} bytes do not fit"))?;
+    let mut data = Vec::with_capacity(capacity);
+    file.take(bytes + 1)
+        .read_to_end(&mut data)
+        .map_err(cannot)?;
+    if data.len() as u64 != bytes {
+        return Err(format!(
+            "changed while being read ({} bytes read, {bytes} expected)",
+            data.len()
+        ));
+    }
     check(data, kind)
+}
+
+/// The size on disk is the one the manifest names.
+pub fn check_size(on_disk: u64, listed: u64) -> Result<(), String> {
+    if on_disk != listed {
+        return Err(format!(
+            "is {on_disk} bytes on disk; the manifest says {listed} bytes: it is truncated, \
+             comes from another save or was changed"
+        ));
+    }
+    Ok(())
 }
 
 fn check(data: Vec<u8>, kind: Kind) -> Result<Checked, String> {
@@ -207,7 +255,8 @@ mod tests {
     #[test]
     fn a_written_file_reads_back_with_its_records() {
         let dir = tempfile::tempdir().unwrap();
-        let checked = read(&sample(dir.path()), Kind::Items).unwrap();
+        let path = sample(dir.path());
+        let checked = read(&path, Kind::Items, (HEADER + 5 + TRAILER) as u64).unwrap();
         assert_eq!(checked.records(), &[1, 2, 3, 4, 5]);
         assert_eq!(checked.count, 2);
         assert_eq!(checked.record_version, codec::ITEM_VERSION);
@@ -229,5 +278,27 @@ mod tests {
         assert!(err(magic, Kind::Items).contains("magic"));
         assert!(err(good.clone(), Kind::Mobiles).contains("holds items, not mobiles"));
         assert!(write(&dir.path().join("items.bin"), Kind::Items, 0, []).is_err());
+    }
+
+    #[test]
+    fn a_size_other_than_the_manifests_is_refused_before_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = sample(dir.path());
+        let real = std::fs::metadata(&path).unwrap().len();
+        let e = read(&path, Kind::Items, real - 1).unwrap_err();
+        assert!(e.contains(&format!("is {real} bytes on disk")), "{e}");
+        let e = read(&path, Kind::Items, u64::MAX).unwrap_err();
+        assert!(e.contains("the manifest says 18446744073709551615"), "{e}");
+        let e = read(dir.path(), Kind::Items, 0).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+    }
+
+    #[test]
+    fn record_counts_are_bounded_by_the_bytes() {
+        assert_eq!(Kind::Items.max_records(OVERHEAD + 44), 2);
+        assert_eq!(Kind::Items.max_records(OVERHEAD + 43), 1);
+        assert_eq!(Kind::Items.max_records(3), 0);
+        assert_eq!(Kind::Mobiles.max_records(OVERHEAD + 36), 1);
+        assert_eq!(Kind::Spawners.max_records(OVERHEAD + 46), 2);
     }
 }

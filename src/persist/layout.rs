@@ -13,6 +13,12 @@
 //! where it moves to `Backups/`. Elsewhere it is two renames with a gap that startup
 //! recovery ([`Layout::recover`]) closes.
 //!
+//! Which of two complete saves is newer is decided by the manifest's `sequence` (one more
+//! than the save it replaced), never by its wall-clock `created` time: a clock stepped
+//! backwards, or a save or archive dated in the future, cannot make recovery put an older
+//! save back. `created` only orders saves of equal sequence (saves written before the
+//! sequence existed all read as 0).
+//!
 //! Owns the paths and directory moves (each fsynced, through `fsio`). Must never read or
 //! write save contents beyond the manifest.
 
@@ -25,7 +31,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use jiff::Timestamp;
 
 use super::fsio::{self, sync_dir};
-use super::manifest::Manifest;
+use super::manifest::{self, Manifest};
 
 /// Prefix of every temp directory; anything with it is cleaned (or finished) at startup.
 pub const TEMP_PREFIX: &str = ".tmp-";
@@ -54,6 +60,29 @@ impl Layout {
     /// The directory holding `Saves/` and the temp directories.
     pub fn root(&self) -> &Path {
         self.saves.parent().unwrap_or(Path::new("."))
+    }
+
+    /// The sequence number of the save in `Saves/`; 0 if there is none or its manifest does
+    /// not read (so the next save is 1).
+    pub fn current_sequence(&self) -> u64 {
+        Manifest::read(&self.saves).map_or(0, |m| m.sequence)
+    }
+
+    /// Rewrites the manifest of the complete save in `dir` (not yet in place) so that it
+    /// orders as newer than `Saves/`: sequence one more than the current save's. For a restore,
+    /// whose save may carry any old sequence. Durable (replaced through a synced temp file).
+    /// Returns the manifest as now written.
+    pub fn order_after_current(&self, dir: &Path) -> io::Result<Manifest> {
+        let path = dir.join(manifest::FILE_NAME);
+        let mut m = Manifest::read(dir).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+        m.sequence = self.current_sequence() + 1;
+        fsio::replace(&path, ".manifest.toml.tmp", m.to_toml().as_bytes())?;
+        Ok(m)
     }
 
     /// A new, empty temp directory for `purpose` ("save", ...), with a name no other run or
@@ -155,14 +184,15 @@ impl Layout {
     /// A temp directory with a readable manifest is a complete save (the manifest is written
     /// last): if `Saves/` is missing it becomes `Saves/` (the newest such one); if it is
     /// newer than `Saves/` the interrupted swap is finished; otherwise it is a replaced save
-    /// that had not reached `Backups/` yet, and goes there. A temp directory without one was
+    /// that had not reached `Backups/` yet, and goes there. Newer means a higher sequence
+    /// number, and only at equal sequence a later `created` ([`order`]). A temp directory without one was
     /// never finished and is deleted. Returns what it did, one line each, for the log.
     pub fn recover(&self) -> io::Result<Vec<String>> {
         let mut done = Vec::new();
         let mut complete = Vec::new();
         for path in self.temp_dirs()? {
             match Manifest::read(&path) {
-                Ok(m) => complete.push((m.created, path)),
+                Ok(m) => complete.push((order(&m), path)),
                 Err(_) => {
                     std::fs::remove_dir_all(&path)?;
                     done.push(format!("removed unfinished {}", path.display()));
@@ -182,11 +212,13 @@ impl Layout {
         }
         // Oldest first, so each newer one replaces the one before it.
         complete.sort();
-        for (created, path) in complete {
-            let current = Manifest::read(&self.saves).ok().map(|m| m.created);
-            let replaced = if current.is_none_or(|c| created > c) {
+        for ((sequence, created), path) in complete {
+            let current = Manifest::read(&self.saves).ok().map(|m| order(&m));
+            let replaced = if current.is_none_or(|c| (sequence, created) > c) {
                 let replaced = self.swap_in(&path)?;
-                done.push(format!("finished putting the save of {created} in place"));
+                done.push(format!(
+                    "finished putting the save of {created} (sequence {sequence}) in place"
+                ));
                 replaced
             } else {
                 self.back_up(&path)
@@ -238,6 +270,12 @@ impl Layout {
         dirs.sort();
         Ok(dirs)
     }
+}
+
+/// How recovery orders complete saves: by sequence number, then (among equals: saves from
+/// before the sequence existed) by creation time.
+pub fn order(m: &Manifest) -> (u64, Timestamp) {
+    (m.sequence, m.created)
 }
 
 /// What became of the save a new one replaced.
@@ -306,5 +344,53 @@ fn exchange(a: &Path, b: &Path) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::persist::{Snapshot, save};
+
+    fn save_at(layout: &Layout, created: &str) -> Manifest {
+        let world = crate::world::generate(4, 200, 20);
+        let snapshot = Snapshot::take(&world, created.parse().unwrap(), |_| true);
+        save::write(layout, snapshot, 1).unwrap().manifest
+    }
+
+    #[test]
+    fn saves_order_by_sequence_and_only_then_by_creation_time() {
+        let older = "2026-12-03T10:00:00Z".parse().unwrap();
+        let newer = "2026-12-03T11:00:00Z".parse().unwrap();
+        let m = |sequence, created| Manifest {
+            sequence,
+            created,
+            ..crate::persist::manifest::tests::sample()
+        };
+        assert!(order(&m(2, older)) > order(&m(1, newer)), "sequence first");
+        assert!(
+            order(&m(0, newer)) > order(&m(0, older)),
+            "the clock among equals"
+        );
+    }
+
+    #[test]
+    fn a_save_put_after_the_current_one_gets_the_next_sequence() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path(), dir.path().join("Saves"));
+        assert_eq!(layout.current_sequence(), 0, "no save yet");
+        assert_eq!(save_at(&layout, "2026-12-03T10:00:00Z").sequence, 1);
+        assert_eq!(save_at(&layout, "2026-12-03T09:00:00Z").sequence, 2);
+        // A save from elsewhere (a restore) with an old sequence is placed after it.
+        let other = tempfile::tempdir().unwrap();
+        let elsewhere = Layout::new(other.path(), other.path().join("Saves"));
+        save_at(&elsewhere, "2099-01-01T00:00:00Z");
+        let rewritten = layout.order_after_current(&elsewhere.saves).unwrap();
+        assert_eq!(rewritten.sequence, 3);
+        assert_eq!(Manifest::read(&elsewhere.saves).unwrap(), rewritten);
+        assert!(
+            crate::persist::load(&elsewhere.saves).is_ok(),
+            "still loads"
+        );
     }
 }

@@ -2,12 +2,18 @@
 //!
 //! It is written last, after every data file is on disk, so a directory without a manifest
 //! (or with one that does not parse) was never a complete save. It names the world's seed and
-//! serial cursors, the entity counts, the creation time (UTC), and each data file's size and
-//! CRC-32 — so swapping in a file from another save is caught, not only a damaged one.
+//! serial cursors, the entity counts, the creation time (UTC), the save's sequence number,
+//! and each data file's size and CRC-32 — so swapping in a file from another save is caught,
+//! not only a damaged one.
+//!
+//! It is read from untrusted places (an archive, a directory an operator dropped in), so it is
+//! read through a cap ([`MAX_BYTES`]), never whole; its counts are only claims until `load`
+//! has checked them against the files' sizes.
 //!
 //! Owns the manifest's text form. Must never read or write data files.
 
 use std::fmt::Write as _;
+use std::io::Read as _;
 use std::path::Path;
 
 use jiff::Timestamp;
@@ -18,6 +24,9 @@ use crate::world::Serial;
 pub const FILE_NAME: &str = "manifest.toml";
 /// The save format as a whole (directory layout and manifest keys).
 pub const SAVE_FORMAT: u32 = 1;
+/// The largest manifest read: a real one is about 600 bytes, so 64 KiB leaves room for any
+/// comments an operator adds and none for a file meant to exhaust memory.
+pub const MAX_BYTES: u64 = 64 * 1024;
 
 /// Everything a manifest records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +34,10 @@ pub struct Manifest {
     pub format: u32,
     /// When the snapshot was taken.
     pub created: Timestamp,
+    /// One more than the save this one replaced: what crash recovery orders saves by (never
+    /// the clock, which can step backwards). Optional in the file (added after format 1
+    /// shipped): a manifest without it reads as 0.
+    pub sequence: u64,
     /// The shardloop version that wrote it (informational).
     pub writer: String,
     pub seed: u64,
@@ -64,6 +77,7 @@ impl Manifest {
         s.push_str("# Every data file below is checked against its size and CRC-32 at load.\n");
         let _ = writeln!(s, "format = {}", self.format);
         let _ = writeln!(s, "created = \"{}\"", self.created);
+        let _ = writeln!(s, "sequence = {}", self.sequence);
         let _ = writeln!(s, "writer = \"shardloop {}\"", self.writer);
         let _ = writeln!(s, "seed = \"{:#x}\"", self.seed);
         let _ = writeln!(s, "next_item_serial = {}", self.next_item_serial.0);
@@ -80,10 +94,20 @@ impl Manifest {
         s
     }
 
-    /// Reads `dir/manifest.toml`. The error says what is wrong (the caller names the file).
+    /// Reads `dir/manifest.toml`, refusing one over [`MAX_BYTES`] without reading past the
+    /// cap. The error says what is wrong (the caller names the file).
     pub fn read(dir: &Path) -> Result<Manifest, String> {
-        let text = std::fs::read_to_string(dir.join(FILE_NAME))
-            .map_err(|e| format!("cannot read it: {e}"))?;
+        let cannot = |e: std::io::Error| format!("cannot read it: {e}");
+        let file = std::fs::File::open(dir.join(FILE_NAME)).map_err(cannot)?;
+        let mut text = String::new();
+        file.take(MAX_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(cannot)?;
+        if text.len() as u64 > MAX_BYTES {
+            return Err(format!(
+                "larger than the {MAX_BYTES}-byte cap for a manifest (a real one is under 1 KiB)"
+            ));
+        }
         Manifest::parse(&text)
     }
 
@@ -103,9 +127,14 @@ impl Manifest {
             .map_err(|_| format!("`seed` {seed:?} is not a hexadecimal number"))?;
         let counts = table(&doc, "counts")?;
         let files = table(&doc, "files")?;
+        let sequence = match doc.get("sequence") {
+            None => 0,
+            Some(_) => int(&doc, "sequence")?,
+        };
         let mut manifest = Manifest {
             format,
             created,
+            sequence,
             writer: string(&doc, "writer")?
                 .trim_start_matches("shardloop ")
                 .to_owned(),
@@ -161,13 +190,14 @@ fn table<'a>(t: &'a toml::Table, key: &str) -> Result<&'a toml::Table, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn sample() -> Manifest {
         Manifest {
             format: SAVE_FORMAT,
             created: "2026-12-03T10:00:00Z".parse().unwrap(),
+            sequence: 41,
             writer: "0.1.0".into(),
             seed: u64::MAX - 1,
             next_item_serial: Serial(0x4000_0010),
@@ -210,5 +240,26 @@ mod tests {
         let newer = text.replace("format = 1", "format = 7");
         assert!(Manifest::parse(&newer).unwrap_err().contains("format 7"));
         assert!(Manifest::parse("created = ").unwrap_err().contains("TOML"));
+        let negative = text.replace("sequence = 41", "sequence = -1");
+        let e = Manifest::parse(&negative).unwrap_err();
+        assert!(e.contains("`sequence` = -1 is not a count"), "{e}");
+    }
+
+    #[test]
+    fn a_manifest_without_a_sequence_reads_as_sequence_0() {
+        let text = sample().to_toml().replace("sequence = 41\n", "");
+        assert_eq!(Manifest::parse(&text).unwrap().sequence, 0);
+    }
+
+    #[test]
+    fn a_manifest_over_the_cap_is_refused_without_reading_it_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = sample().to_toml();
+        std::fs::write(dir.path().join(FILE_NAME), &text).unwrap();
+        assert_eq!(Manifest::read(dir.path()).unwrap(), sample());
+        text.push_str(&"#".repeat(MAX_BYTES as usize));
+        std::fs::write(dir.path().join(FILE_NAME), &text).unwrap();
+        let e = Manifest::read(dir.path()).unwrap_err();
+        assert!(e.contains("65536-byte cap"), "{e}");
     }
 }

@@ -10,6 +10,10 @@
 //! the writing thread reads in chunk order: the bytes do not depend on the number of
 //! workers, and at most `2 × threads` encoded chunks exist at once, whatever the world's size.
 //!
+//! The new save's sequence number is one more than the one in `Saves/` when the write starts
+//! (the save it replaces): so the loaded save's sequence is carried forward through every
+//! save, read from the disk that holds the truth rather than from a counter kept aside.
+//!
 //! Owns the write. Must never run on the loop thread, and never touch the world (it only has
 //! the snapshot).
 
@@ -61,7 +65,9 @@ pub fn write(
     let staged = layout
         .create_temp_dir("save")
         .map_err(|source| fail("creating", layout.root(), source))?;
-    match stage(&staged, &snapshot, threads.max(1)) {
+    // One more than the save this one replaces: recovery orders saves by it, not by the clock.
+    let sequence = layout.current_sequence() + 1;
+    match stage(&staged, &snapshot, sequence, threads.max(1)) {
         Ok(manifest) => {
             drop(snapshot);
             let replaced = layout.swap_in(&staged).map_err(|source| {
@@ -86,7 +92,12 @@ pub fn write(
 }
 
 /// Writes every file of the save into `dir`, the manifest last.
-fn stage(dir: &Path, snap: &Snapshot, threads: usize) -> Result<Manifest, PersistError> {
+fn stage(
+    dir: &Path,
+    snap: &Snapshot,
+    sequence: u64,
+    threads: usize,
+) -> Result<Manifest, PersistError> {
     let files = vec![
         (
             Kind::Items,
@@ -116,6 +127,7 @@ fn stage(dir: &Path, snap: &Snapshot, threads: usize) -> Result<Manifest, Persis
     let manifest = Manifest {
         format: manifest::SAVE_FORMAT,
         created: snap.created,
+        sequence,
         writer: env!("CARGO_PKG_VERSION").to_owned(),
         seed: snap.seed,
         next_item_serial: snap.next_item_serial,

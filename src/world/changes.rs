@@ -7,6 +7,7 @@
 
 use super::delta::{Delta, DeltaStats};
 use super::entity::Item;
+use super::limits::MAX_CONTAINER_DEPTH;
 use super::location::Location;
 use super::model::World;
 use super::serial::Serial;
@@ -32,10 +33,37 @@ impl World {
     }
 
     /// Puts an item into a container (or onto a mobile) at `position` in its window.
-    /// False if either does not exist, or `parent` is the item itself.
+    /// False if either does not exist, if `parent` is the item itself or inside it (a cycle),
+    /// or if the item and what it holds would then sit deeper than
+    /// [`MAX_CONTAINER_DEPTH`](super::limits::MAX_CONTAINER_DEPTH). Costs a walk up from
+    /// `parent` (bounded by the limit) and one over the item's own contents.
     pub fn put_item_in(&mut self, serial: Serial, parent: Serial, position: Location) -> bool {
         let parent_exists = self.items.contains_key(&parent) || self.mobiles.contains_key(&parent);
-        parent_exists && parent != serial && self.place_item(serial, Some(parent), position)
+        parent_exists
+            && parent != serial
+            && self.fits_inside(serial, parent)
+            && self.place_item(serial, Some(parent), position)
+    }
+
+    /// `serial` may go into `parent` without a cycle and within the depth limit.
+    fn fits_inside(&self, serial: Serial, parent: Serial) -> bool {
+        if !self.items.contains_key(&parent) {
+            return self.nesting_below(serial) <= MAX_CONTAINER_DEPTH; // onto a mobile: level 0
+        }
+        // Walk up the items from the new parent (a wearer ends it): meeting `serial` means a
+        // cycle.
+        let mut at = Some(parent);
+        let mut steps = 0;
+        while let Some(s) = at.filter(|s| self.items.contains_key(s)) {
+            if s == serial || steps > MAX_CONTAINER_DEPTH {
+                return false;
+            }
+            steps += 1;
+            at = self.items.get(&s).and_then(|i| i.parent);
+        }
+        // `steps` is the number of items from `parent` up to its root, so the item's level
+        // would be `steps`; its deepest content that plus what lies below it.
+        steps + self.nesting_below(serial) <= MAX_CONTAINER_DEPTH
     }
 
     fn place_item(&mut self, serial: Serial, parent: Option<Serial>, to: Location) -> bool {

@@ -33,6 +33,7 @@ mod delta;
 mod entity;
 mod generate;
 mod guard;
+pub mod limits;
 mod location;
 mod model;
 pub mod rng;
@@ -50,6 +51,7 @@ pub use generate::{
     DEFAULT_ITEMS, DEFAULT_MOBILES, DEFAULT_SEED, SPAWNER_MINUTES, generate, generate_default,
 };
 pub use guard::{ItemMut, MobileMut};
+pub use limits::{Breach, EntityKind};
 pub use location::{Location, MapId};
 pub use model::{Activity, ActivityHook, World, WorldError};
 pub use sector::{ACTIVE_RANGE, SECTOR_SIZE, SectorId};

@@ -10,6 +10,7 @@ use std::fmt;
 
 use super::delta::{Delta, DeltaQueue, DeltaStats};
 use super::entity::{Item, Mobile, Spawner};
+use super::limits::{self, Breach};
 use super::location::Location;
 use super::sector::{SectorId, Sectors};
 use super::serial::{IdMap, Serial, SerialAllocator};
@@ -38,6 +39,8 @@ pub enum WorldError {
     NoSuchParent(Serial),
     /// The spawner item does not exist.
     NoSuchItem(Serial),
+    /// The entity would break one of the world's structural limits (`world::limits`).
+    OverLimit(Serial, Breach),
 }
 
 impl fmt::Display for WorldError {
@@ -47,6 +50,7 @@ impl fmt::Display for WorldError {
             WorldError::WrongRange(s) => write!(f, "serial {s} is not in the expected range"),
             WorldError::NoSuchParent(s) => write!(f, "parent {s} does not exist"),
             WorldError::NoSuchItem(s) => write!(f, "item {s} does not exist"),
+            WorldError::OverLimit(s, breach) => write!(f, "{} {s} {breach}", breach.subject(*s)),
         }
     }
 }
@@ -136,13 +140,19 @@ impl World {
         self.mobile_serials.resume_at(mobile);
     }
 
-    /// Adds an item that appears in the game (marks it `ADDED`). Its parent must exist.
+    /// Adds an item that appears in the game (marks it `ADDED`). Its parent must exist, and
+    /// it must not sit deeper than [`MAX_CONTAINER_DEPTH`](limits::MAX_CONTAINER_DEPTH).
     pub fn add_item(&mut self, item: Item) -> Result<Serial, WorldError> {
-        if let Some(parent) = item.parent
-            && !self.items.contains_key(&parent)
-            && !self.mobiles.contains_key(&parent)
-        {
-            return Err(WorldError::NoSuchParent(parent));
+        if let Some(parent) = item.parent {
+            if !self.items.contains_key(&parent) && !self.mobiles.contains_key(&parent) {
+                return Err(WorldError::NoSuchParent(parent));
+            }
+            if self.items.contains_key(&parent) {
+                let level = self.container_level(parent);
+                if level.is_err() || level.is_ok_and(|l| l >= limits::MAX_CONTAINER_DEPTH) {
+                    return Err(WorldError::OverLimit(item.serial, Breach::TooDeep));
+                }
+            }
         }
         let serial = self.restore_item(item)?;
         self.mark_item(serial, Delta::ADDED);
@@ -192,11 +202,16 @@ impl World {
         Ok(serial)
     }
 
-    /// Attaches spawning data to an existing item (its serial).
+    /// Attaches spawning data to an existing item (its serial), once. Data outside the
+    /// spawner limits (`world::limits::check_spawner`) is refused.
     pub fn add_spawner(&mut self, spawner: Spawner) -> Result<(), WorldError> {
         if !self.items.contains_key(&spawner.serial) {
             return Err(WorldError::NoSuchItem(spawner.serial));
         }
+        if self.spawners.contains_key(&spawner.serial) {
+            return Err(WorldError::SerialInUse(spawner.serial));
+        }
+        limits::check_spawner(&spawner).map_err(|b| WorldError::OverLimit(spawner.serial, b))?;
         self.spawners.insert(spawner.serial, spawner);
         Ok(())
     }
@@ -211,15 +226,26 @@ impl World {
         if unlink_from_parent || item.parent.is_none() {
             self.unlink_item(serial, item.parent, &item.location);
         }
-        self.delete_contents(serial);
         self.spawners.remove(&serial);
         self.mark_item(serial, Delta::REMOVED);
+        self.delete_contents(serial);
         Some(item)
     }
 
+    /// Deletes everything inside `parent`, at any depth, with a stack of its own rather than
+    /// recursion: a chain as deep as a hostile save makes it costs heap, not thread stack.
+    /// Each item goes (and is marked `REMOVED`) before its contents, siblings in order.
     fn delete_contents(&mut self, parent: Serial) {
-        for child in self.contents.remove(&parent).unwrap_or_default() {
-            self.delete_item(child, false);
+        let mut pending: Vec<Serial> = Vec::new();
+        push_reversed(&mut pending, self.contents.remove(&parent));
+        while let Some(child) = pending.pop() {
+            // Removed already (a cycle, which `check_limits` and `put_item_in` refuse).
+            if self.items.remove(&child).is_none() {
+                continue;
+            }
+            self.spawners.remove(&child);
+            self.mark_item(child, Delta::REMOVED);
+            push_reversed(&mut pending, self.contents.remove(&child));
         }
     }
 
@@ -323,6 +349,11 @@ impl World {
             }
         }
     }
+}
+
+/// Appends `children` last-first, so that popping yields them in order.
+fn push_reversed(stack: &mut Vec<Serial>, children: Option<Vec<Serial>>) {
+    stack.extend(children.unwrap_or_default().into_iter().rev());
 }
 
 impl PartialEq for World {

@@ -6,6 +6,7 @@
 
 use super::content::{self, Origin};
 use super::entity::SpawnKind;
+use super::limits::{MAX_SPAWN_COUNT, MAX_SPAWN_RANGE};
 use super::model::World;
 use super::rng::Rng;
 use super::serial::Serial;
@@ -21,7 +22,8 @@ pub struct TopUp {
 const RESPAWN_GEAR: u32 = 4;
 
 /// Runs spawner `serial` once: prunes its dead, spawns up to `max`. `None` if there is no
-/// such spawner (it was deleted).
+/// such spawner (it was deleted). Whatever its data says (it can be changed through
+/// `spawner_mut`), one run spawns at most [`MAX_SPAWN_COUNT`] within [`MAX_SPAWN_RANGE`].
 pub fn top_up(world: &mut World, serial: Serial, rng: &mut Rng) -> Option<TopUp> {
     let spawner = world.spawners.get(&serial)?;
     let alive: Vec<Serial> = spawner
@@ -30,8 +32,13 @@ pub fn top_up(world: &mut World, serial: Serial, rng: &mut Rng) -> Option<TopUp>
         .copied()
         .filter(|&s| world.items.contains_key(&s) || world.mobiles.contains_key(&s))
         .collect();
-    let missing = usize::from(spawner.max).saturating_sub(alive.len());
-    let (home, range, kind) = (spawner.home, spawner.range, spawner.kind);
+    let max = spawner.max.min(MAX_SPAWN_COUNT);
+    let missing = usize::from(max).saturating_sub(alive.len());
+    let (home, range, kind) = (
+        spawner.home,
+        spawner.range.min(MAX_SPAWN_RANGE),
+        spawner.kind,
+    );
     let mut made = TopUp::default();
     for _ in 0..missing {
         let at = home.offset_clamped(rng.offset(range), rng.offset(range));

@@ -164,7 +164,15 @@ pub fn restore(
     // of what was unpacked. If even that fails, startup recovery deletes it (it has no
     // manifest at its top).
     let tmp = TempDir(tmp);
-    let (root, manifest) = unpack_and_check(archive, format, &tmp.0, limits).map_err(refused)?;
+    // Newer than the save it replaces, whatever sequence it was archived with: recovery
+    // orders saves by sequence (`Layout::order_after_current`), rewritten in the temp copy.
+    let (root, manifest) = unpack_and_check(archive, format, &tmp.0, limits)
+        .and_then(|(root, _)| {
+            let m = layout.order_after_current(&root);
+            m.map(|m| (root, m))
+                .map_err(|e| Refusal::os(None, "cannot rewrite its manifest's sequence", e))
+        })
+        .map_err(refused)?;
     let mut moves = Moves::new(layout, archive);
     match moves.run(archives_dir, &root, &tmp.0) {
         Ok(()) => Ok(Restored {
@@ -341,8 +349,10 @@ fn save_root(dest: &Path) -> Result<PathBuf, Refusal> {
 /// 4. The temp save is renamed to `Saves/`.
 ///
 /// Not `renameat2(RENAME_EXCHANGE)` as a save's swap does: the old save would come out under
-/// a temp name, and recovery, ordering saves by creation time, would swap an old save that
-/// is newer than the restored one straight back in.
+/// a temp name, complete, and a crash right then would leave recovery to judge it against the
+/// restored one. Recovery orders by sequence (the restored save is given the current one's
+/// plus one), so it would keep the restore; but these steps never leave an old save under a
+/// temp name at all, and each crash point above is tested.
 struct Moves<'a> {
     layout: &'a Layout,
     archive: &'a Path,
