@@ -213,7 +213,12 @@ fn main() {
             );
         }
     }
-    report(&found, args.cases, began.elapsed().as_secs_f64(), seed_bytes);
+    report(
+        &found,
+        args.cases,
+        began.elapsed().as_secs_f64(),
+        seed_bytes,
+    );
     if !found.failures.is_empty() {
         std::process::exit(1);
     }
@@ -247,13 +252,25 @@ fn write_corpus(dir: &std::path::Path) {
         std::fs::write(path, bytes).expect("write corpus file");
     };
     put(load.join("manifest-small"), 0, small.manifest.as_bytes());
-    put(load.join("manifest-default"), 0, default.manifest.as_bytes());
+    put(
+        load.join("manifest-default"),
+        0,
+        default.manifest.as_bytes(),
+    );
     for (i, (name, bytes)) in small.files.iter().enumerate() {
         let selector = i as u8 + 1;
         put(load.join(format!("{name}-small")), selector, bytes);
-        put(load.join(format!("{name}-small-resealed")), selector | 4, bytes);
+        put(
+            load.join(format!("{name}-small-resealed")),
+            selector | 4,
+            bytes,
+        );
     }
-    put(load.join("spawners.bin-default"), 3 | 4, &default.files[2].1);
+    put(
+        load.join("spawners.bin-default"),
+        3 | 4,
+        &default.files[2].1,
+    );
     for (i, format) in Format::ALL.iter().enumerate() {
         let name = format!("small{}", format.extension());
         put(restore.join(name), i as u8, &small.pack(*format));
@@ -263,7 +280,10 @@ fn write_corpus(dir: &std::path::Path) {
 
 fn report(found: &Findings, cases: u64, secs: f64, seed_bytes: usize) {
     let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
-    println!("cases      {cases} in {secs:.0} s ({:.0}/s)", cases as f64 / secs);
+    println!(
+        "cases      {cases} in {secs:.0} s ({:.0}/s)",
+        cases as f64 / secs
+    );
     println!(
         "answers    {} accepted, {} refused",
         found.accepted, found.refused
@@ -282,7 +302,10 @@ fn report(found: &Findings, cases: u64, secs: f64, seed_bytes: usize) {
         mib(seed_bytes),
         mib(4 * seed_bytes + (64 << 20))
     );
-    println!("max RSS    {:.1} MiB (whole process)", max_rss_kib() / 1024.0);
+    println!(
+        "max RSS    {:.1} MiB (whole process)",
+        max_rss_kib() / 1024.0
+    );
 }
 
 fn max_rss_kib() -> f64 {

@@ -6,7 +6,7 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -45,35 +45,8 @@ fn save_files(data: &Path) -> Vec<(String, Vec<u8>)> {
 
 /// Every path under `dir` with its file's size and CRC-32 (the lock file aside: any run of
 /// the binary that takes it leaves it): "nothing changed" is equality.
-fn tree(dir: &Path) -> Vec<(PathBuf, Option<(usize, u32)>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            let rel = path.strip_prefix(dir).unwrap().to_path_buf();
-            // The locks a shard or restore takes in each directory it writes are not data.
-            if rel.ends_with(shardloop::persist::lock::LOCK_FILE) {
-                continue;
-            }
-            if path.symlink_metadata().unwrap().is_dir() {
-                // A directory a start created only to lock it (the archive directory) holds
-                // nothing but its lock: not a change to the data.
-                let only_a_lock = std::fs::read_dir(&path)
-                    .unwrap()
-                    .all(|e| e.unwrap().file_name() == shardloop::persist::lock::LOCK_FILE);
-                stack.push(path);
-                if !only_a_lock {
-                    out.push((rel, None));
-                }
-            } else {
-                let bytes = std::fs::read(&path).unwrap();
-                out.push((rel, Some((bytes.len(), crc32fast::hash(&bytes)))));
-            }
-        }
-    }
-    out.sort();
-    out
+fn tree(dir: &Path) -> Vec<common::tree::Entry> {
+    common::tree::data(dir)
 }
 
 fn shardloop(data: &Path) -> Command {

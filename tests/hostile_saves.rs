@@ -68,23 +68,8 @@ fn small_save_with(hostile: impl FnOnce(&mut Snapshot)) -> tempfile::TempDir {
 
 /// Every file under `dir`, relative, sorted, with its bytes — except the shard's lock file,
 /// which every start creates (it is not part of any save).
-fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            let relative = path.strip_prefix(dir).unwrap().to_path_buf();
-            if path.is_dir() {
-                out.push((relative, Vec::new()));
-                stack.push(path);
-            } else if relative != Path::new(persist::lock::LOCK_FILE) {
-                out.push((relative, std::fs::read(&path).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
+fn tree(dir: &Path) -> Vec<common::tree::Entry> {
+    common::tree::data(dir)
 }
 
 /// Starts the shard on `data_dir`; returns what it printed once it exited.

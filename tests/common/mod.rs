@@ -17,3 +17,4 @@ pub mod fd_limit;
 pub mod mutate;
 pub mod skip;
 pub mod tmpfs;
+pub mod tree;

@@ -360,10 +360,19 @@ fn mutate_tar_header(tar: &mut [u8], rng: &mut Rng) -> String {
             format!("tar header at {at}: type {:?}", kind as char)
         }
         2 => {
-            let name = *rng.pick(&[&b"../../escape"[..], b"/etc/passwd", b"a/../../b", b"", b"."]);
+            let name = *rng.pick(&[
+                &b"../../escape"[..],
+                b"/etc/passwd",
+                b"a/../../b",
+                b"",
+                b".",
+            ]);
             header[..100].fill(0);
             header[..name.len()].copy_from_slice(name);
-            format!("tar header at {at}: name {:?}", String::from_utf8_lossy(name))
+            format!(
+                "tar header at {at}: name {:?}",
+                String::from_utf8_lossy(name)
+            )
         }
         3 => {
             header[157..257].fill(0);
