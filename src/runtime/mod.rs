@@ -7,6 +7,7 @@ pub(crate) mod context;
 mod event_loop;
 pub(crate) mod executor;
 mod health;
+pub mod history;
 pub(crate) mod park;
 mod stats;
 
