@@ -104,14 +104,19 @@ fn episodes(t: u64, s: &mut LoopSecond, j: &mut Jitter) {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let svg_path = args.next().ok_or("usage: loopstats_example OUT.svg [OUT.csv]")?;
+    let svg_path = args
+        .next()
+        .ok_or("usage: loopstats_example OUT.svg [OUT.csv]")?;
     let mut jitter = Jitter(0x5eed_1234_abcd_0001);
     let mut history = History::new();
     for t in (0..=History::CAPACITY as u64).filter(|&t| t != STALL + 1) {
         history.push(second(t, &mut jitter));
     }
     let seconds: Vec<LoopSecond> = history.iter().copied().collect();
-    let svg = chart::svg(&seconds, "shardloop loop thread, one second per column (example)")?;
+    let svg = chart::svg(
+        &seconds,
+        "shardloop loop thread, one second per column (example)",
+    )?;
     std::fs::write(&svg_path, svg)?;
     if let Some(csv_path) = args.next() {
         history.write_csv(std::fs::File::create(&csv_path)?)?;

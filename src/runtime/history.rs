@@ -23,8 +23,8 @@ use std::slice;
 use std::time::Duration;
 
 pub use csv::{COLUMNS, Column, CsvError, MAX_LINE_BYTES, MAX_ROWS, read_csv, write_csv};
-pub use summary::{PartSummary, Summary, Worst};
 pub(crate) use summary::time_of_day;
+pub use summary::{PartSummary, Summary, Worst};
 
 /// A part of the loop thread's wall time. The seven work parts are the loop's phases and the
 /// save snapshot (which runs inside a phase and is counted here, not there); with sleep and

@@ -28,39 +28,96 @@ const fn col(name: &'static str, doc: &'static str) -> Column {
 
 /// Every column, in order.
 pub const COLUMNS: [Column; 33] = [
-    col("unix_s", "wall-clock start of the second, seconds since the Unix epoch (UTC)"),
-    col("uptime_s", "the loop's uptime at the start of the second, whole seconds"),
-    col("wall_us", "wall time the row covers (about 1 000 000; more when work ran past the second)"),
+    col(
+        "unix_s",
+        "wall-clock start of the second, seconds since the Unix epoch (UTC)",
+    ),
+    col(
+        "uptime_s",
+        "the loop's uptime at the start of the second, whole seconds",
+    ),
+    col(
+        "wall_us",
+        "wall time the row covers (about 1 000 000; more when work ran past the second)",
+    ),
     col("timers_us", "running due timer callbacks"),
-    col("network_us", "the Network phase: accepting connections, handling packets"),
+    col(
+        "network_us",
+        "the Network phase: accepting connections, handling packets",
+    ),
     col("tasks_us", "polling woken tasks"),
     col("posted_us", "running closures posted from other threads"),
     col("deltas_us", "the Deltas phase: world changes into packets"),
     col("flush_us", "the Flush phase: buffers to the socket writers"),
-    col("save_us", "copying the world for a save (the snapshot; files are written off the loop)"),
+    col(
+        "save_us",
+        "copying the world for a save (the snapshot; files are written off the loop)",
+    ),
     col("sleep_us", "parked with every queue empty"),
-    col("stolen_us", "runnable but off the CPU: run-queue wait plus host steal"),
-    col("run_queue_us", "the part of stolen_us measured as run-queue wait (schedstat)"),
+    col(
+        "stolen_us",
+        "runnable but off the CPU: run-queue wait plus host steal",
+    ),
+    col(
+        "run_queue_us",
+        "the part of stolen_us measured as run-queue wait (schedstat)",
+    ),
     col("iterations", "loop iterations"),
     col("sleeps", "idle sleeps (parks)"),
-    col("max_overshoot_us", "the most one sleep overran its deadline"),
+    col(
+        "max_overshoot_us",
+        "the most one sleep overran its deadline",
+    ),
     col("late_wakes", "sleeps that came back one tick or more late"),
-    col("ticks_fired", "tick boundaries processed that had a due timer"),
-    col("max_wheel_lag_us", "the largest processing time minus boundary of a fired tick"),
+    col(
+        "ticks_fired",
+        "tick boundaries processed that had a due timer",
+    ),
+    col(
+        "max_wheel_lag_us",
+        "the largest processing time minus boundary of a fired tick",
+    ),
     col("posts", "closures posted to the loop"),
     col("wakes_issued", "wakes sent to a possibly parked loop"),
-    col("wakes_elided", "wakes not needed (the loop was running or already signalled)"),
+    col(
+        "wakes_elided",
+        "wakes not needed (the loop was running or already signalled)",
+    ),
     col("packets_in", "packets handled"),
     col("packets_out", "packets queued to players"),
     col("players", "players logged in at the end of the second"),
-    col("worst_timer_us", "the longest timer callback; empty when none ran"),
-    col("worst_timer_site", "where that timer was created, file:line:column"),
-    col("worst_task_us", "the longest task poll; empty when none ran"),
-    col("worst_task_site", "where that task was spawned, file:line:column"),
-    col("worst_posted_us", "the longest posted closure; empty when none ran"),
-    col("worst_posted_site", "where that closure was posted, file:line:column"),
-    col("worst_handler_us", "the longest packet handler; empty when none ran"),
-    col("worst_handler_packet", "that handler's packet id, hexadecimal (0x02)"),
+    col(
+        "worst_timer_us",
+        "the longest timer callback; empty when none ran",
+    ),
+    col(
+        "worst_timer_site",
+        "where that timer was created, file:line:column",
+    ),
+    col(
+        "worst_task_us",
+        "the longest task poll; empty when none ran",
+    ),
+    col(
+        "worst_task_site",
+        "where that task was spawned, file:line:column",
+    ),
+    col(
+        "worst_posted_us",
+        "the longest posted closure; empty when none ran",
+    ),
+    col(
+        "worst_posted_site",
+        "where that closure was posted, file:line:column",
+    ),
+    col(
+        "worst_handler_us",
+        "the longest packet handler; empty when none ran",
+    ),
+    col(
+        "worst_handler_packet",
+        "that handler's packet id, hexadecimal (0x02)",
+    ),
 ];
 
 /// The most rows [`read_csv`] takes: a day of seconds and then some (a ring holds 900).
@@ -97,7 +154,13 @@ fn micros(d: Duration) -> u64 {
 }
 
 fn write_row(s: &LoopSecond, out: &mut impl Write) -> io::Result<()> {
-    write!(out, "{},{},{}", s.unix_second, s.uptime_second, micros(s.wall))?;
+    write!(
+        out,
+        "{},{},{}",
+        s.unix_second,
+        s.uptime_second,
+        micros(s.wall)
+    )?;
     for part in Part::ALL {
         write!(out, ",{}", micros(s.spent(part)))?;
     }
@@ -291,13 +354,21 @@ fn check_header(header: &str) -> Result<(), CsvError> {
                 ));
             }
             None => {
-                let reason = format!("header has {} columns, expected {}", found.len(), COLUMNS.len());
+                let reason = format!(
+                    "header has {} columns, expected {}",
+                    found.len(),
+                    COLUMNS.len()
+                );
                 return Err(bad(1, reason));
             }
         }
     }
     if found.len() > COLUMNS.len() {
-        let reason = format!("header has {} columns, expected {}", found.len(), COLUMNS.len());
+        let reason = format!(
+            "header has {} columns, expected {}",
+            found.len(),
+            COLUMNS.len()
+        );
         return Err(bad(1, reason));
     }
     Ok(())
@@ -319,7 +390,10 @@ fn split_fields(text: &str, line: usize) -> Result<Vec<String>, CsvError> {
             ('"', true) => {
                 quoted = false;
                 if chars.peek().is_some_and(|&next| next != ',') {
-                    return Err(bad(line, format!("text after a closing quote in field {}", fields.len())));
+                    return Err(bad(
+                        line,
+                        format!("text after a closing quote in field {}", fields.len()),
+                    ));
                 }
             }
             (',', false) => {
@@ -333,7 +407,10 @@ fn split_fields(text: &str, line: usize) -> Result<Vec<String>, CsvError> {
         }
     }
     if quoted {
-        return Err(bad(line, format!("unclosed quote in field {}", fields.len())));
+        return Err(bad(
+            line,
+            format!("unclosed quote in field {}", fields.len()),
+        ));
     }
     if fields.len() < COLUMNS.len() {
         let reason = format!("{} fields, expected {}", fields.len(), COLUMNS.len());
@@ -374,7 +451,10 @@ impl Fields {
     }
 
     /// An offender: `took` in µs and a site, both empty or both present.
-    fn offender<S>(&mut self, site: fn(&str) -> Result<S, String>) -> Result<Option<Offender<S>>, CsvError> {
+    fn offender<S>(
+        &mut self,
+        site: fn(&str) -> Result<S, String>,
+    ) -> Result<Option<Offender<S>>, CsvError> {
         let (took, took_index) = self.take();
         let (text, site_index) = self.take();
         match (took.is_empty(), text.is_empty()) {
@@ -484,7 +564,9 @@ fn intern(file: &str) -> Result<&'static str, String> {
         return Ok(known);
     }
     if files.len() == MAX_SITE_FILES {
-        return Err(format!("more than {MAX_SITE_FILES} distinct source files in sites"));
+        return Err(format!(
+            "more than {MAX_SITE_FILES} distinct source files in sites"
+        ));
     }
     let leaked: &'static str = Box::leak(file.to_owned().into_boxed_str());
     files.insert(leaked);

@@ -136,7 +136,12 @@ impl Summary {
         self.players_peak = self.players_peak.max(second.players);
         let overshoot = second.max_sleep_overshoot;
         Worst::offer(&mut self.max_sleep_overshoot, overshoot, second, greater);
-        Worst::offer(&mut self.max_wheel_lag, second.max_wheel_lag, second, greater);
+        Worst::offer(
+            &mut self.max_wheel_lag,
+            second.max_wheel_lag,
+            second,
+            greater,
+        );
     }
 
     /// `part`'s share of the window's wall time, 0–1.
@@ -154,7 +159,10 @@ pub(crate) fn time_of_day(unix_second: u64) -> String {
     i64::try_from(unix_second)
         .ok()
         .and_then(|s| jiff::Timestamp::from_second(s).ok())
-        .map_or_else(|| format!("@{unix_second}"), |t| t.strftime("%H:%M:%S").to_string())
+        .map_or_else(
+            || format!("@{unix_second}"),
+            |t| t.strftime("%H:%M:%S").to_string(),
+        )
 }
 
 /// " at HH:MM:SS (uptime N s)".
@@ -204,7 +212,11 @@ impl Summary {
             let summary = &self.parts[part as usize];
             write!(f, "{:<14} {:>6.2} %", part.name(), self.share(part) * 100.0)?;
             if let Some(worst) = &summary.worst {
-                let which = if part == Part::Sleep { "lowest" } else { "highest" };
+                let which = if part == Part::Sleep {
+                    "lowest"
+                } else {
+                    "highest"
+                };
                 write!(f, "  {which} {:.1} % {}", worst.value * 100.0, at(worst))?;
             }
             if part == Part::Stolen && !self.wall.is_zero() {
