@@ -211,7 +211,11 @@ impl Summary {
         for part in Part::ALL {
             let summary = &self.parts[part as usize];
             write!(f, "{:<14} {:>6.2} %", part.name(), self.share(part) * 100.0)?;
-            if let Some(worst) = &summary.worst {
+            // A part that never ran has no worst second worth a line.
+            let worst = summary
+                .worst
+                .filter(|w| part == Part::Sleep || w.value > 0.0);
+            if let Some(worst) = &worst {
                 let which = if part == Part::Sleep {
                     "lowest"
                 } else {

@@ -154,6 +154,14 @@ fn the_summary_adds_up_shares_counts_and_finds_the_worst_second() {
     assert!(screen.contains("highest 40.0 %"), "{screen}");
     assert!(screen.contains("max wheel lag 380.0 ms"), "{screen}");
     assert!(screen.contains("worst task poll       none"), "{screen}");
+    let posted = screen.lines().find(|l| l.starts_with("posted")).unwrap();
+    assert_eq!(
+        posted.trim_end(),
+        "posted           0.00 %",
+        "never ran: no worst second"
+    );
+    let timers = screen.lines().find(|l| l.starts_with("timers")).unwrap();
+    assert!(timers.contains("highest 40.0 % at"), "{timers}");
 }
 
 #[test]
