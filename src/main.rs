@@ -14,6 +14,8 @@
 //!   `examples/tokio_echo.rs`) on this machine; prints round trips/s and RTT percentiles, or
 //!   in a hostile mode (`idle`, `ping-only`, `move-flood`, `slow-reader`, `churn`) what the
 //!   server did to its connections.
+//! - `shardloop chart FILE.csv [-o OUT.svg]`: draw a `loopstats csv` history as an SVG chart
+//!   (beside the CSV by default); exit 2 naming the file, line and column when the CSV is bad.
 //!
 //! The two operator tools are the binary's own modules ([`tools`]), not the library's.
 
@@ -26,6 +28,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use shardloop::config::{Config, ConfigArgs, ConfigError, Loaded};
 use shardloop::persist::archive::restore;
 use shardloop::persist::{Layout, lock::ShardLocks};
+use shardloop::runtime::history::read_csv;
+use shardloop::shard::chart;
 use shardloop::{logs, shard};
 
 use tools::loadgen::{self, LoadgenArgs};
@@ -72,6 +76,20 @@ enum Cmd {
     /// Put the save in an archive in place (the shard must be stopped), or list backups and
     /// archives.
     Restore(RestoreArgs),
+    /// Draw the chart of a `loopstats csv` file: where the loop thread's time went, second by
+    /// second, with the wheel lag.
+    Chart(ChartArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct ChartArgs {
+    /// The CSV that `loopstats csv` wrote.
+    #[arg(value_name = "FILE.csv")]
+    csv: PathBuf,
+
+    /// Where to write the SVG; by default beside the CSV, with the extension `.svg`.
+    #[arg(short, long, value_name = "OUT.svg")]
+    output: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -125,6 +143,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Cmd::Chart(args) => chart_command(&args),
         Cmd::ProbeHost => {
             println!("{}", probe_host::report(&probe_host::run()));
             ExitCode::SUCCESS
@@ -249,6 +268,53 @@ fn restore_command(config: &Config, args: &RestoreArgs) -> ExitCode {
         Err(e) => {
             eprintln!("shardloop restore: {e}");
             ExitCode::from(REFUSED)
+        }
+    }
+}
+
+/// `shardloop chart`: exit 0 with the SVG written, 2 when the CSV cannot be read or is not a
+/// loopstats CSV (the message names the file, line and column), 1 when the SVG cannot be
+/// written.
+fn chart_command(args: &ChartArgs) -> ExitCode {
+    const BAD_INPUT: u8 = 2;
+    let csv = &args.csv;
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| csv.with_extension("svg"));
+    if output == *csv {
+        eprintln!(
+            "shardloop chart: {} would be overwritten by the chart; name another with -o",
+            csv.display()
+        );
+        return ExitCode::from(BAD_INPUT);
+    }
+    let seconds = match std::fs::File::open(csv)
+        .map_err(|e| format!("cannot open: {e}"))
+        .and_then(|file| read_csv(file).map_err(|e| e.to_string()))
+    {
+        Ok(seconds) => seconds,
+        Err(e) => {
+            eprintln!("shardloop chart: {}: {e}; no chart written", csv.display());
+            return ExitCode::from(BAD_INPUT);
+        }
+    };
+    let name = csv.file_name().unwrap_or(csv.as_os_str()).to_string_lossy();
+    let svg = match chart::svg(&seconds, &format!("shardloop loop thread: {name}")) {
+        Ok(svg) => svg,
+        Err(e) => {
+            eprintln!("shardloop chart: {}: {e}; no chart written", csv.display());
+            return ExitCode::from(BAD_INPUT);
+        }
+    };
+    match std::fs::write(&output, svg) {
+        Ok(()) => {
+            println!("{} seconds drawn to {}", seconds.len(), output.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("shardloop chart: cannot write {}: {e}", output.display());
+            ExitCode::FAILURE
         }
     }
 }

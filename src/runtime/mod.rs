@@ -8,6 +8,7 @@ mod event_loop;
 pub(crate) mod executor;
 pub mod fault;
 mod health;
+pub mod history;
 pub(crate) mod park;
 mod stats;
 

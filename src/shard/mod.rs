@@ -31,6 +31,7 @@
 //! and where the stop request comes from is the caller's business (`main` passes SIGINT and
 //! SIGTERM, a test passes a channel).
 
+pub mod chart;
 pub mod console;
 mod saving;
 pub mod status;
