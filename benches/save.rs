@@ -21,13 +21,11 @@
 //! Running: `cargo bench --bench save` (~1 min). `cargo test --bench save` runs each group
 //! once on a small world.
 
-use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::RefCell;
 use std::hint::black_box;
 use std::io::Write;
 use std::path::Path;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode};
@@ -38,36 +36,12 @@ use shardloop::{EventLoop, game, runtime, timer};
 mod support;
 use support::median;
 
-/// Counts the bytes the process has asked for and not yet freed, and their peak since the
-/// last reset: the memory a save needs, whatever the allocator keeps cached.
-struct Counting;
+#[path = "support/peak_heap.rs"]
+mod peak_heap;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: defers every call to `System`, only counting on the side.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
-        // SAFETY: our caller keeps `GlobalAlloc::alloc`'s contract for `layout` (a non-zero
-        // size), which is all `System.alloc` asks.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
-        // SAFETY: our caller passes a block this allocator returned for `layout`, and every
-        // such block came from `System.alloc` with that same layout.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
-
+/// Counts live heap bytes and their peak: the memory a save needs.
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: peak_heap::PeakHeap = peak_heap::PeakHeap;
 
 /// Saves in the summary.
 const SAVES: usize = 7;
@@ -221,16 +195,15 @@ fn summary(world: World) {
                     lag = lag.max(runtime::take_lag_window().max());
                     let (before, _) = rss();
                     reset_peak();
-                    let heap_before = LIVE.load(Ordering::Relaxed);
-                    PEAK.store(heap_before, Ordering::Relaxed);
+                    let heap_before = peak_heap::reset_peak();
                     let report = saver.save().await.expect("save");
                     let (_, peak) = rss();
-                    let heap_peak = PEAK.load(Ordering::Relaxed);
+                    let heap_peak = peak_heap::peak();
                     let save_lag = runtime::take_lag_window().max();
                     lag = lag.max(save_lag);
                     timer::pause(200).await;
                     let (after, _) = rss();
-                    let heap = (heap_before, heap_peak, LIVE.load(Ordering::Relaxed));
+                    let heap = (heap_before, heap_peak, peak_heap::live());
                     rows.push(Row {
                         heap,
                         lag: save_lag,

@@ -23,9 +23,7 @@
 //! `--write-corpus DIR` writes the seed corpora of the cargo-fuzz targets instead
 //! (`DIR/load_save/`, `DIR/restore_archive/`; see `fuzz/README.md`).
 
-use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -42,35 +40,11 @@ mod attempt;
 use attempt::Outcome;
 use mutate::{Rng, SaveFiles, mutate_archive, mutate_save};
 
-/// Live heap bytes, and their peak since the last reset.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: defers every call to `System`, only counting on the side.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
-        // SAFETY: our caller keeps `GlobalAlloc::alloc`'s contract for `layout`, which is
-        // all `System.alloc` asks.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
-        // SAFETY: our caller passes a block this allocator returned for `layout`, and every
-        // such block came from `System.alloc` with that same layout.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
+#[path = "../benches/support/peak_heap.rs"]
+mod peak_heap;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: peak_heap::PeakHeap = peak_heap::PeakHeap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -186,10 +160,9 @@ fn main() {
                 )
             }
         };
-        let base = LIVE.load(Ordering::Relaxed);
-        PEAK.store(base, Ordering::Relaxed);
+        let base = peak_heap::reset_peak();
         let outcome = catch_unwind(AssertUnwindSafe(run));
-        let heap = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+        let heap = peak_heap::peak().saturating_sub(base);
         if heap > found.peak_heap.0 {
             found.peak_heap = (heap, format!("case {case} ({what})"));
         }

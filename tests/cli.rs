@@ -4,7 +4,7 @@
 //!
 //! Bounds are generous (tens of seconds): these tests check behaviour, not speed.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -153,22 +153,7 @@ fn headless_shard_stops_on_sigterm_with_json_logs() {
 /// Runs the binary until it logs "shard ready"; returns it, its log lines so far, and the
 /// receiver of the rest.
 fn start_until_ready(mut cmd: Command) -> (Child, Vec<String>, mpsc::Receiver<String>) {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (lines_tx, lines_rx) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { return };
-            if lines_tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let (mut child, lines_rx) = common::binary::spawn_logged(&mut cmd);
     let mut seen = Vec::new();
     while !seen.iter().any(|l: &String| l.contains("shard ready")) {
         match lines_rx.recv_timeout(PATIENCE) {

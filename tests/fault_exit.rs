@@ -4,9 +4,8 @@
 //!
 //! Bounds are generous (a minute): these tests check behaviour, not speed.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -25,23 +24,7 @@ fn shardloop(dir: &Path, clock_start: &str) -> Command {
 
 /// Starts `cmd` with its log (stderr) read line by line on a thread.
 fn start(mut cmd: Command) -> (Child, mpsc::Receiver<String>) {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (lines_tx, lines_rx) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { return };
-            if lines_tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    (child, lines_rx)
+    common::binary::spawn_logged(&mut cmd)
 }
 
 /// Reads log lines into `seen` until one contains `what`.
@@ -127,28 +110,6 @@ fn a_phase_panic_exits_70_after_a_final_save_and_logs_the_panic_and_its_site() {
     assert!(backups >= 1, "the replaced save is in Backups/");
 }
 
-/// The address in the `listening` line of a `status` answer on `screen`, waiting for it.
-#[cfg(all(target_os = "linux", feature = "io-uring"))]
-fn listening_address(screen: &common::capture::Capture) -> std::net::SocketAddr {
-    let deadline = std::time::Instant::now() + PATIENCE;
-    loop {
-        let text = screen.text();
-        let found = text
-            .lines()
-            .find_map(|l| l.strip_prefix("listening "))
-            .and_then(|rest| rest.split([',', ' ']).next())
-            .map(|addr| addr.parse().expect("an address in the listening line"));
-        if let Some(addr) = found {
-            return addr;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no listening line in `status`:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
 #[test]
 fn a_dead_io_uring_ring_closes_its_players_and_stops_the_shard_with_a_final_save() {
@@ -179,7 +140,7 @@ fn a_dead_io_uring_ring_closes_its_players_and_stops_the_shard_with_a_final_save
     let (attached, on_ring) = tokio::sync::oneshot::channel::<()>();
     let (injected, ring_failing) = mpsc::channel::<()>();
     let player = std::thread::spawn(move || {
-        let mut stream = connect(listening_address(&screen));
+        let mut stream = connect(screen.listening_address(PATIENCE));
         ping(&mut stream, b"before");
         attached.send(()).unwrap();
         ring_failing.recv_timeout(PATIENCE).unwrap();

@@ -196,28 +196,6 @@ impl std::io::Read for Lines {
     }
 }
 
-/// The address the shard listens on, from the `listening` line of a `status` answer on
-/// `screen` (the configured port 0 resolved), waiting up to 30 s for it.
-fn listening_address(screen: &Screen) -> std::net::SocketAddr {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = screen.text();
-        let found = text
-            .lines()
-            .find_map(|l| l.strip_prefix("listening "))
-            .and_then(|rest| rest.split([',', ' ']).next())
-            .map(|addr| addr.parse().expect("an address in the listening line"));
-        if let Some(addr) = found {
-            return addr;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no listening line in `status`:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[tokio::test]
 async fn players_hear_a_save_start_and_finish_as_system_messages() {
     use shardloop::game::packets::{client, server};
@@ -235,7 +213,7 @@ async fn players_hear_a_save_start_and_finish_as_system_messages() {
     let player = std::thread::spawn(move || {
         let _ended = ended;
         commands.send("status".to_owned()).unwrap();
-        let addr = listening_address(&screen);
+        let addr = screen.listening_address(Duration::from_secs(30));
         let mut stream = connect(addr);
         // Generous: the save the player waits to hear about runs on a busy machine.
         stream

@@ -42,3 +42,27 @@ pub fn temp_dirs(root: &Path) -> Vec<PathBuf> {
     found.sort();
     found
 }
+
+/// Spawns `cmd` with stdin and stdout closed and its log (stderr) read line by line on a
+/// thread; the receiver hangs up when the child closes stderr.
+pub fn spawn_logged(cmd: &mut Command) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, lines_rx)
+}

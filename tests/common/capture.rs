@@ -16,6 +16,28 @@ impl Capture {
     pub fn lines(&self) -> Vec<String> {
         self.text().lines().map(str::to_owned).collect()
     }
+
+    /// The address in the `listening` line of a console `status` answer on this screen (the
+    /// configured port 0 resolved), waiting up to `patience` for it.
+    pub fn listening_address(&self, patience: std::time::Duration) -> std::net::SocketAddr {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            let text = self.text();
+            let found = text
+                .lines()
+                .find_map(|l| l.strip_prefix("listening "))
+                .and_then(|rest| rest.split([',', ' ']).next())
+                .map(|addr| addr.parse().expect("an address in the listening line"));
+            if let Some(addr) = found {
+                return addr;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no listening line in `status`:\n{text}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
 }
 
 impl Write for Capture {
