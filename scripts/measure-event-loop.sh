@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# Idle CPU of the shard, spinning vs sleeping, side by side.
+# Idle CPU of the shard, spinning vs sleeping, side by side, and what the host did meanwhile.
 #
 #   scripts/measure-event-loop.sh [warmup_s] [sample_s]      (defaults: 10 60)
 #
 # Boots the release binary twice against the same configuration — server.idle_wait = 0ms
-# (spin) and the configured default — with autosave off, lets each warm up, samples the
-# process's CPU time from /proc over the window (nanoseconds, all threads), and prints both
-# CPU figures, the reduction factor, and each run's `loop:` status lines.
+# (spin) and the configured default — with autosave off, lets each warm up, and samples over
+# the window (all from /proc, so nothing is added to the shard):
+# - the process's CPU time (all threads; schedstat, nanoseconds), the headline figure;
+# - the loop thread's own CPU time, its run-queue wait (schedstat's 2nd field: time it was
+#   runnable but not on a CPU) and its voluntary / involuntary context switches (status);
+# - the host's steal (/proc/stat, cpu line: time the hypervisor ran something else while
+#   this guest wanted a CPU), as a share of all CPUs' time over the window, like top's %st.
+# It prints both CPU figures, the reduction factor, a side-by-side table of the rest, and each
+# run's `shard ready` and `loop:` lines. docs/measuring.md says how to read them.
+#
+# The loop thread is found by name: the thread whose comm is the binary's name (the main
+# thread, which runs the loop; the others are shardloop-log, shardloop-save, console-in, …).
+# LOOP_THREAD=NAME overrides the name; with no such thread the main thread is used.
 #
 # It builds nothing: run `cargo build --release` first (or point SHARDLOOP_BIN at a binary).
 # It never edits the config: overrides go through SHARD_* environment variables.
@@ -28,13 +38,43 @@ fi
 # shellcheck source=scripts/cpu-time.sh
 source "$(dirname "$0")/cpu-time.sh"
 
+# The kernel keeps 15 bytes of a thread's name.
+loop_name=${LOOP_THREAD:-$(basename "$bin" | cut -c1-15)}
+cpus=$(getconf _NPROCESSORS_ONLN)
+
 now_ns() { date +%s%N; }
 
-# measure LABEL [VAR=value ...]: prints "LABEL <cpu percent>" and the run's loop: lines.
+# loop_tid PID: the id of the thread named $loop_name, else PID itself (the main thread).
+loop_tid() {
+    local t
+    for t in /proc/"$1"/task/*; do
+        if [[ "$(cat "$t/comm" 2>/dev/null)" == "$loop_name" ]]; then
+            echo "${t##*/}"
+            return
+        fi
+    done
+    echo "measure-event-loop: no thread named '$loop_name'; using the main thread" >&2
+    echo "$1"
+}
+
+# thread_sample PID TID: "cpu_ns run_queue_wait_ns voluntary involuntary" for that thread.
+thread_sample() {
+    local run wait _
+    read -r run wait _ <"/proc/$1/task/$2/schedstat"
+    awk -v r="$run" -v w="$wait" '
+        /^voluntary_ctxt_switches/ { v = $2 }
+        /^nonvoluntary_ctxt_switches/ { n = $2 }
+        END { print r, w, v, n }' "/proc/$1/task/$2/status"
+}
+
+# measure LABEL [VAR=value ...]: prints one line of figures for the summary —
+# "LABEL cpu% window_ns loop_cpu_ns wait_ns steal_ns voluntary involuntary" — and the run's
+# loop: lines and host figures on stderr.
 measure() {
     local label=$1
     shift
-    local log data pid c0 c1 t0 t1 rss
+    local log data pid tid comm c0 c1 t0 t1 s0 s1 rss
+    local r0 w0 v0 n0 r1 w1 v1 n1
     log=$(mktemp)
     data=$(mktemp -d)
     env "$@" \
@@ -48,29 +88,62 @@ measure() {
         cat "$log" >&2
         exit 1
     fi
+    tid=$(loop_tid "$pid")
     c0=$(cpu_ns "$pid")
+    read -r r0 w0 v0 n0 < <(thread_sample "$pid" "$tid")
+    s0=$(steal_ns)
     t0=$(now_ns)
     sleep "$sample"
     sleep 1 # let the status line for the window be written
     c1=$(cpu_ns "$pid")
+    read -r r1 w1 v1 n1 < <(thread_sample "$pid" "$tid")
+    s1=$(steal_ns)
     t1=$(now_ns)
     rss=$(awk '/^VmHWM/ { print $2 / 1024 " MB" }' /proc/"$pid"/status)
+    comm=$(cat "/proc/$pid/task/$tid/comm")
     kill -INT "$pid"
     wait "$pid" || true
     awk -v c=$((c1 - c0)) -v t=$((t1 - t0)) -v l="$label" \
-        'BEGIN { printf "%s %.4f\n", l, 100 * c / t }'
-    grep -a -e 'loop:' -e 'shard ready' "$log" | sed "s/^/  [$label] /" >&2 || true
+        -v r=$((r1 - r0)) -v w=$((w1 - w0)) -v s=$((s1 - s0)) -v v=$((v1 - v0)) -v n=$((n1 - n0)) \
+        'BEGIN { printf "%s %.4f %.0f %.0f %.0f %.0f %.0f %.0f\n", l, 100 * c / t, t, r, w, s, v, n }'
+    grep -a -E '( loop: |shard ready)' "$log" | sed "s/^/  [$label] /" >&2 || true
+    echo "  [$label] loop thread: tid $tid ($comm)" >&2
     echo "  [$label] peak resident memory: $rss" >&2
     rm -rf "$data" "$log"
 }
 
-echo "measuring: warmup ${warmup}s, sample ${sample}s, binary $bin" >&2
+echo "measuring: warmup ${warmup}s, sample ${sample}s, binary $bin, $cpus CPUs" >&2
 spin=$(measure spin SHARD_SERVER__IDLE_WAIT=0ms)
 sleeping=$(measure default)
 
-spin_pct=${spin#* }
-sleep_pct=${sleeping#* }
+read -r _ spin_pct _ <<<"$spin"
+read -r _ sleep_pct _ <<<"$sleeping"
 echo "idle CPU, spin    (idle_wait = 0ms): ${spin_pct}% of one core"
 echo "idle CPU, default (sleep when idle): ${sleep_pct}% of one core"
 awk -v a="$spin_pct" -v b="$sleep_pct" \
     'BEGIN { if (b > 0) printf "reduction: %.0fx less CPU when sleeping\n", a / b; else print "reduction: sleeping used no measurable CPU" }'
+
+# Side by side, one column per run. Run-queue wait is the loop thread's; steal is the whole
+# guest's, as a share of all its CPUs' time over the window (top's %st).
+printf '%s\n%s\n' "$spin" "$sleeping" | awk -v cpus="$cpus" '
+    {
+        label[NR] = $1; window[NR] = $3; run[NR] = $4; wait[NR] = $5; steal[NR] = $6
+        vol[NR] = $7; invol[NR] = $8
+    }
+    function ms(ns) { return sprintf("%.1f ms", ns / 1e6) }
+    function pct(ns, of) { return sprintf("%.3f %%", 100 * ns / of) }
+    function row(name, a, b) { printf "  %-36s %-24s %s\n", name, a, b }
+    END {
+        printf "per run, over the sample window:\n"
+        row("", label[1], label[2])
+        row("window", sprintf("%.1f s", window[1] / 1e9), sprintf("%.1f s", window[2] / 1e9))
+        row("loop thread cpu (% of one core)", pct(run[1], window[1]), pct(run[2], window[2]))
+        row("loop thread run-queue wait", ms(wait[1]) " (" pct(wait[1], window[1]) ")",
+            ms(wait[2]) " (" pct(wait[2], window[2]) ")")
+        row("loop thread switches, voluntary/s", sprintf("%.1f", vol[1] / (window[1] / 1e9)),
+            sprintf("%.1f", vol[2] / (window[2] / 1e9)))
+        row("loop thread switches, involuntary/s", sprintf("%.1f", invol[1] / (window[1] / 1e9)),
+            sprintf("%.1f", invol[2] / (window[2] / 1e9)))
+        row("host steal (" cpus " CPUs, like %st)", ms(steal[1]) " (" pct(steal[1], window[1] * cpus) ")",
+            ms(steal[2]) " (" pct(steal[2], window[2] * cpus) ")")
+    }'
