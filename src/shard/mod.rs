@@ -473,13 +473,16 @@ async fn serve(
             data_dir: config.server.data_dir.clone(),
             listening: listening.clone(),
             backend: wired.backend.name(),
+            printer: Rc::default(),
+            loop_csv: console::loopstats::CsvWriter::default(),
         };
-        printer = Some(
-            console::start(input, output, move |line| {
-                console::language::answer(COMMANDS, &shell, line)
-            })
-            .map_err(ShardError::Console)?,
-        );
+        let later = shell.printer.clone();
+        let started = console::start(input, output, move |line| {
+            console::language::answer(COMMANDS, &shell, line)
+        })
+        .map_err(ShardError::Console)?;
+        let _ = later.set(started.clone());
+        printer = Some(started);
     }
     let startup = started.elapsed();
     tracing::info!(
