@@ -326,7 +326,9 @@ async fn loopstats_shows_the_last_minute_and_csv_writes_the_history_and_its_char
         std::thread::sleep(Duration::from_millis(2500));
         commands.send("loopstats".to_owned()).unwrap();
         wait_for(&seen, "since start:", Duration::from_secs(30));
-        commands.send("loopstats csv episode.svg".to_owned()).unwrap();
+        commands
+            .send("loopstats csv episode.svg".to_owned())
+            .unwrap();
         wait_for(&seen, "does not end in .csv", Duration::from_secs(30));
         commands
             .send(format!("loopstats csv {}", path.display()))
@@ -371,5 +373,8 @@ async fn loopstats_shows_the_last_minute_and_csv_writes_the_history_and_its_char
     assert_eq!(seconds.len(), rows);
     let svg = std::fs::read_to_string(csv.with_extension("svg")).expect("the chart beside it");
     assert!(svg.contains("<svg"), "{svg:.200}");
-    assert!(text.contains("File exists") || text.contains("exists"), "{text}");
+    assert!(
+        text.contains("File exists") || text.contains("exists"),
+        "{text}"
+    );
 }

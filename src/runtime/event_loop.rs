@@ -11,6 +11,9 @@
 //! 7 Park     only if all of the above left nothing pending
 //! ```
 //!
+//! With the loop profile ([`super::profile`]) each phase boundary is one clock read, and the
+//! time between iterations is the park (sleep) or tokio's reactor poll (network).
+//!
 //! The loop is one future, driven by a current-thread tokio runtime. It never hands game
 //! futures to tokio: tokio provides the clock, the reactor and the blocking pool, and the
 //! loop decides what runs and in which order.
@@ -400,7 +403,8 @@ impl EventLoop {
         // Anything pushed from now on raises the signal again, so nothing is missed.
         core.shared.clear_notified();
         if PROFILING {
-            core.profile.iteration_start(self.idle_part, || core.stats());
+            core.profile
+                .iteration_start(self.idle_part, || core.stats());
         }
         // What a profiled phase does at its end: one clock read.
         let end = |part: Part| {
@@ -596,9 +600,11 @@ impl EventLoop {
         if PROFILING {
             core.profile.slept(overshoot);
         }
-        core.health
-            .borrow_mut()
-            .record_sleep(late, deadline.saturating_duration_since(now), overshoot);
+        core.health.borrow_mut().record_sleep(
+            late,
+            deadline.saturating_duration_since(now),
+            overshoot,
+        );
         Part::Sleep
     }
 

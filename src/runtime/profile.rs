@@ -157,7 +157,13 @@ impl Profile {
 
     /// Ends one timed run that started at `*since`: offers it as the worst of its kind and
     /// moves `*since` to now. Save snapshot time inside the run does not count.
-    pub(crate) fn ran(&self, kind: Kind, since: &mut Instant, save_before: &mut Duration, site: Site) {
+    pub(crate) fn ran(
+        &self,
+        kind: Kind,
+        since: &mut Instant,
+        save_before: &mut Duration,
+        site: Site,
+    ) {
         let now = Instant::now();
         let save = self.save_total.get();
         let took = now
@@ -220,7 +226,10 @@ impl Profile {
         let mut record = {
             let mut state = self.state.borrow_mut();
             let cpu = thread_cpu_time();
-            let run_queue = state.schedstat.as_ref().map_or(Duration::ZERO, run_queue_wait);
+            let run_queue = state
+                .schedstat
+                .as_ref()
+                .map_or(Duration::ZERO, run_queue_wait);
             let mut record = std::mem::take(&mut state.current);
             let since_start = state.second_start.saturating_duration_since(state.start);
             record.uptime_second = since_start.as_secs();

@@ -175,7 +175,10 @@ impl fmt::Display for LoopStats {
             ("wakes elided", &self.wakes_elided),
             ("sleep backoffs", &self.backoffs),
             ("stolen", &format_args!("{:.3?}", self.stolen)),
-            ("run-queue wait", &format_args!("{:.3?}", self.run_queue_wait)),
+            (
+                "run-queue wait",
+                &format_args!("{:.3?}", self.run_queue_wait),
+            ),
             ("panics caught", &self.panics),
         ];
         for (name, value) in rows {

@@ -195,11 +195,8 @@ impl Shell {
             .get()
             .cloned()
             .ok_or("the console is not running")?;
-        self.loop_csv.start(
-            || runtime::with_history(Clone::clone),
-            path,
-            printer,
-        )
+        self.loop_csv
+            .start(|| runtime::with_history(Clone::clone), path, printer)
     }
 
     fn save(&self, args: Args<'_>) -> Result<String, String> {
@@ -351,8 +348,7 @@ impl Shell {
     }
 }
 
-const PROFILE_OFF: &str =
-    "the loop profile is not in this build (cargo feature loop-profiling)";
+const PROFILE_OFF: &str = "the loop profile is not in this build (cargo feature loop-profiling)";
 
 /// `loopstats`: the last minute of the profile, then the counters since start.
 fn loop_report() -> String {
@@ -361,10 +357,13 @@ fn loop_report() -> String {
     } else {
         PROFILE_OFF.to_owned()
     };
-    format!("{minute}
+    format!(
+        "{minute}
 
 since start:
-{}", runtime::stats())
+{}",
+        runtime::stats()
+    )
 }
 
 /// `savefrequency`'s arguments: the cadence and, optionally, the warning.

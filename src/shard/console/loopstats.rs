@@ -139,4 +139,26 @@ mod tests {
         assert!(default.starts_with("/data"), "{default:?}");
         assert!(svg_path(&default).is_ok(), "{default:?}");
     }
+
+    #[test]
+    fn a_second_request_while_one_writes_is_busy_and_copies_nothing() {
+        let writer = CsvWriter::default();
+        writer.busy.store(true, Ordering::Release); // a write in progress
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let copied = std::cell::Cell::new(false);
+        let answer = writer.start(
+            || {
+                copied.set(true);
+                History::new()
+            },
+            PathBuf::from("/nowhere/x.csv"),
+            Printer { tx },
+        );
+        assert!(answer.unwrap_err().starts_with("busy"));
+        assert!(!copied.get(), "the ring is not copied for a busy answer");
+        assert!(
+            writer.busy.load(Ordering::Acquire),
+            "the running write keeps the flag"
+        );
+    }
 }
