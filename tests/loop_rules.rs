@@ -354,10 +354,11 @@ fn busy(d: std::time::Duration) {
 /// to its wall time within 2 %, the timer callback must show as time in the Timers part, and
 /// each kind of work must be named with its site. Bounds are seconds, not speed.
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "loop-profiling"),
+    ignore = "the loop profile is opt-in: cargo test --features loop-profiling"
+)]
 async fn the_profile_adds_up_and_names_the_slow_callback_with_its_line() {
-    if !shardloop::runtime::profiling() {
-        return; // a build without the loop-profiling feature keeps no history
-    }
     let mut el = EventLoop::new();
     let ctx = el.context();
     let timer_line = line!() + 1;

@@ -304,10 +304,11 @@ fn wait_for(screen: &Screen, needle: &str, patience: Duration) -> String {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "loop-profiling"),
+    ignore = "the loop profile is opt-in: cargo test --features loop-profiling"
+)]
 async fn loopstats_shows_the_last_minute_and_csv_writes_the_history_and_its_chart() {
-    if !shardloop::runtime::profiling() {
-        return; // a build without the loop-profiling feature keeps no history
-    }
     let dir = tempfile::tempdir().unwrap();
     let config = small_config(dir.path());
     let csv = dir.path().join("episode.csv");
