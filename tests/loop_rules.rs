@@ -389,7 +389,7 @@ async fn the_profile_adds_up_and_names_the_slow_callback_with_its_line() {
     for s in &seconds {
         let sum: Duration = Part::ALL.iter().map(|&p| s.spent(p)).sum();
         let wall = s.wall.as_secs_f64();
-        assert!(wall >= 1.0 && wall < 10.0, "{s:?}");
+        assert!((1.0..10.0).contains(&wall), "{s:?}");
         assert!(
             (sum.as_secs_f64() - wall).abs() <= 0.02 * wall,
             "parts add up to {sum:?} of a {:?} second: {s:?}",
