@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 
+use shardloop::runtime::history::Part;
 use shardloop::timer;
 use shardloop::{EventLoop, LoopClosed, LoopContext, spawn};
 use tokio::time::{Duration, Instant};
@@ -338,4 +339,82 @@ async fn dropping_a_loop_whose_timers_own_pauses_and_handles_is_clean() {
     });
     drop(el);
     assert!(LoopContext::try_current().is_none());
+}
+
+/// Spins on the real clock for `d` (the work of a slow callback).
+fn busy(d: std::time::Duration) {
+    let began = std::time::Instant::now();
+    while began.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// The loop profile, in real time: a slow timer callback (20 ms every 50 ms), a slow task
+/// poll and a slow posted closure, with sleeps between them. Every closed second must add up
+/// to its wall time within 2 %, the timer callback must show as time in the Timers part, and
+/// each kind of work must be named with its site. Bounds are seconds, not speed.
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "loop-profiling"),
+    ignore = "the loop profile is opt-in: cargo test --features loop-profiling"
+)]
+async fn the_profile_adds_up_and_names_the_slow_callback_with_its_line() {
+    let mut el = EventLoop::new();
+    let ctx = el.context();
+    let timer_line = line!() + 1;
+    let slow = timer::every(ms(50)).start(|| busy(std::time::Duration::from_millis(20)));
+    let post_line = line!() + 1;
+    ctx.post(|| busy(std::time::Duration::from_millis(15)))
+        .unwrap();
+    let spawn_line = line!() + 1;
+    drop(spawn(async {
+        timer::pause(100).await;
+        busy(std::time::Duration::from_millis(10));
+    }));
+    let began = std::time::Instant::now();
+    el.run_until(async {
+        while shardloop::runtime::with_history(|h| h.len()) < 2 {
+            assert!(
+                began.elapsed() < std::time::Duration::from_secs(30),
+                "no two seconds recorded in 30 s"
+            );
+            timer::pause(50).await;
+        }
+    })
+    .await;
+    slow.cancel();
+    let seconds: Vec<_> = el
+        .run_until(async { shardloop::runtime::with_history(|h| h.iter().copied().collect()) })
+        .await;
+    for s in &seconds {
+        let sum: Duration = Part::ALL.iter().map(|&p| s.spent(p)).sum();
+        let wall = s.wall.as_secs_f64();
+        assert!((1.0..10.0).contains(&wall), "{s:?}");
+        assert!(
+            (sum.as_secs_f64() - wall).abs() <= 0.02 * wall,
+            "parts add up to {sum:?} of a {:?} second: {s:?}",
+            s.wall
+        );
+        assert!(s.iterations > 0 && s.ticks_fired > 0, "{s:?}");
+    }
+    let file = file!();
+    let first = &seconds[0];
+    let worst = first.worst.timer.expect("a timer callback ran");
+    assert!(worst.site.file.ends_with(file), "{worst:?}");
+    assert_eq!(worst.site.line, timer_line, "{worst:?}");
+    assert!(worst.took >= ms(5), "a 20 ms callback measured {worst:?}");
+    assert!(
+        first.spent(Part::Timers) + first.spent(Part::Stolen) >= ms(100),
+        "{first:?}"
+    );
+    let summary = shardloop::runtime::history::Summary::of(&seconds);
+    let posted = summary.worst_posted.expect("a posted closure ran").value;
+    assert_eq!((posted.site.file, posted.site.line), (file, post_line));
+    let task = summary.worst_task.expect("a task ran").value;
+    assert_eq!((task.site.file, task.site.line), (file, spawn_line));
+    let text = summary.to_string();
+    assert!(
+        text.contains(&format!("{file}:{timer_line}:")),
+        "the summary names the callback's line:\n{text}"
+    );
 }

@@ -286,3 +286,96 @@ async fn archive_console_commands_answer() {
         screen.text()
     );
 }
+
+/// Waits (blocking, up to `patience`) until the screen shows a line containing `needle`.
+fn wait_for(screen: &Screen, needle: &str, patience: Duration) -> String {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        let text = screen.text();
+        if let Some(line) = text.lines().find(|l| l.contains(needle)) {
+            return line.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {needle:?} on the screen:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "loop-profiling"),
+    ignore = "the loop profile is opt-in: cargo test --features loop-profiling"
+)]
+async fn loopstats_shows_the_last_minute_and_csv_writes_the_history_and_its_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(dir.path());
+    let csv = dir.path().join("episode.csv");
+    let (commands, lines) = std::sync::mpsc::channel();
+    let screen = Screen::default();
+    let console = Console::new(
+        std::io::BufReader::new(Lines(lines, Vec::new())),
+        screen.clone(),
+    );
+    let (ended, operator_ended) = tokio::sync::oneshot::channel::<()>();
+    let seen = screen.clone();
+    let path = csv.clone();
+    let operator = std::thread::spawn(move || {
+        let _ended = ended;
+        // The profile closes its first second a second after the loop starts.
+        std::thread::sleep(Duration::from_millis(2500));
+        commands.send("loopstats".to_owned()).unwrap();
+        wait_for(&seen, "since start:", Duration::from_secs(30));
+        commands
+            .send("loopstats csv episode.svg".to_owned())
+            .unwrap();
+        wait_for(&seen, "does not end in .csv", Duration::from_secs(30));
+        commands
+            .send(format!("loopstats csv {}", path.display()))
+            .unwrap();
+        let wrote = wait_for(&seen, "loopstats csv: wrote", Duration::from_secs(30));
+        // The file exists now: a second write to it is refused, not overwritten.
+        commands
+            .send(format!("loopstats csv {}", path.display()))
+            .unwrap();
+        wait_for(&seen, "error: loopstats csv:", Duration::from_secs(30));
+        commands.send("shutdown".to_owned()).unwrap();
+        wrote
+    });
+    let stop = async {
+        let _ = operator_ended.await;
+    };
+    run(&config, console, stop, REAL_TIME_LIMIT)
+        .await
+        .expect("the shard runs");
+    let wrote = operator.join().expect("the operator thread");
+    let text = screen.text();
+    for expected in [
+        "last ",
+        "timers",
+        "sleep",
+        "stolen",
+        "worst timer callback",
+        "since start:",
+        "fired ticks",
+        "copied ",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing:\n{text}");
+    }
+    let rows: usize = wrote
+        .split_whitespace()
+        .nth(3)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a row count in {wrote:?}"));
+    assert!(rows >= 2, "{wrote}");
+    let file = std::fs::File::open(&csv).expect("the CSV");
+    let seconds = shardloop::runtime::history::read_csv(file).expect("read_csv accepts it");
+    assert_eq!(seconds.len(), rows);
+    let svg = std::fs::read_to_string(csv.with_extension("svg")).expect("the chart beside it");
+    assert!(svg.contains("<svg"), "{svg:.200}");
+    assert!(
+        text.contains("File exists") || text.contains("exists"),
+        "{text}"
+    );
+}

@@ -35,6 +35,8 @@ use super::session::{ConnId, Disconnect, NetState, Sessions};
 use super::throttle::Throttle;
 use crate::LoopContext;
 use crate::runtime::executor::panic_message;
+use crate::runtime::history::Offender;
+use crate::runtime::profile::ENABLED as PROFILING;
 use crate::timer::{self, TimerToken};
 
 /// Connections accepted per listener per iteration; a login rush takes a few iterations
@@ -130,6 +132,8 @@ pub struct NetStats {
     /// Disconnects for breaking the protocol or a limit.
     pub faults: u64,
     pub packets_in: u64,
+    /// Packets queued to connections.
+    pub packets_out: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
 }
@@ -158,6 +162,8 @@ struct Server {
     /// turn.
     scratch: Vec<u8>,
     stats: NetStats,
+    /// The longest packet handler since the loop profile last took it (profiled builds).
+    worst_handler: Option<Offender<u8>>,
     accept_errors: Throttle,
     /// Open connections per host.
     per_host: PerHost,
@@ -192,6 +198,7 @@ impl Net {
                 to_read: VecDeque::new(),
                 to_accept: Vec::new(),
                 scratch: Vec::new(),
+                worst_handler: None,
                 stats: NetStats::default(),
                 accept_errors: Throttle::default(),
                 per_host: PerHost::default(),
@@ -302,6 +309,12 @@ impl Net {
         f(&mut self.0.borrow_mut().sessions)
     }
 
+    /// The longest packet handler run since the last call (its packet id), for the loop
+    /// profile; `None` when none ran or the build does not profile.
+    pub fn take_worst_handler(&self) -> Option<Offender<u8>> {
+        self.0.borrow_mut().worst_handler.take()
+    }
+
     #[must_use]
     pub fn stats(&self) -> NetStats {
         let server = self.0.borrow();
@@ -310,6 +323,7 @@ impl Net {
             flood_dropped: server.stats.flood_dropped,
             outbound_evictions: server.sessions.evictions,
             send_overflows: server.sessions.overflows,
+            packets_out: server.sessions.packets_out,
             ..server.stats
         }
     }
@@ -702,9 +716,13 @@ impl Server {
                 }
             }
             let sessions = &mut self.sessions;
+            let began = PROFILING.then(std::time::Instant::now);
             let handled = catch_unwind(AssertUnwindSafe(|| {
                 (entry.handler)(sessions, conn, frame.payload())
             }));
+            if let Some(began) = began {
+                Offender::offer(&mut self.worst_handler, began.elapsed(), frame.id);
+            }
             let why = match handled {
                 Ok(Ok(())) => continue,
                 Ok(Err(bad)) => format!("bad packet 0x{:02x} ({}): {bad}", frame.id, entry.name),

@@ -194,6 +194,8 @@ pub struct Sessions {
     /// Connections disconnected for the outbound budget, and for their own send limit.
     pub(super) evictions: u64,
     pub(super) overflows: u64,
+    /// Packets queued to connections since start.
+    pub(super) packets_out: u64,
     /// Connections with output queued since the last Flush phase.
     pub(super) to_flush: Vec<ConnId>,
     /// Connections condemned since they were last reaped.
@@ -211,6 +213,7 @@ impl Sessions {
             outbound_budget,
             evictions: 0,
             overflows: 0,
+            packets_out: 0,
             to_flush: Vec::new(),
             to_close: Vec::new(),
             churn: Churn::new(),
@@ -298,6 +301,7 @@ impl Sessions {
             return false;
         };
         frame::put(&mut state.send, id, parts);
+        self.packets_out += 1;
         self.outbound += len;
         self.queue_flush(conn);
         true

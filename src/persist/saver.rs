@@ -173,12 +173,15 @@ impl Inner {
                 .await
                 .map_err(|e| thread_died("preparing the snapshot buffers for", saves, e))?;
         let began = Instant::now();
-        let snapshot = Snapshot::take_into(
-            buffers,
-            &self.world.borrow(),
-            self.config.clock.now(),
-            &self.config.keep,
-        );
+        // Timed by the loop profile as its own part, out of the phase it runs in.
+        let snapshot = crate::runtime::time_save_snapshot(|| {
+            Snapshot::take_into(
+                buffers,
+                &self.world.borrow(),
+                self.config.clock.now(),
+                &self.config.keep,
+            )
+        });
         let stall = began.elapsed();
         tracing::debug!(?stall, "world save: snapshot taken");
         let layout = self.config.layout.clone();

@@ -32,10 +32,14 @@ use crate::timer::wheel::Wheel;
 use super::executor::Executor;
 use super::fault::FaultState;
 use super::health::Health;
+use super::profile::Profile;
 use super::stats::{Counters, LoopStats};
 
-/// A closure posted to the loop.
-pub(crate) type Posted = Box<dyn FnOnce() + Send + 'static>;
+/// A closure posted to the loop, and where it was posted.
+pub(crate) type Posted = (
+    Box<dyn FnOnce() + Send + 'static>,
+    &'static std::panic::Location<'static>,
+);
 
 /// Identifies one loop for the lifetime of the process.
 pub(crate) type LoopId = u64;
@@ -244,6 +248,7 @@ pub(crate) struct Core {
     pub(crate) counters: Counters,
     pub(crate) health: RefCell<Health>,
     pub(crate) faults: FaultState,
+    pub(crate) profile: Profile,
 }
 
 impl Core {
@@ -258,6 +263,7 @@ impl Core {
             counters: Counters::default(),
             health: RefCell::new(health),
             faults: FaultState::default(),
+            profile: Profile::new(),
         })
     }
 
@@ -279,6 +285,8 @@ impl Core {
             verdict: health.verdict(),
             backoffs: health.backoffs,
             posts: shared.posts.load(Ordering::Relaxed),
+            stolen: self.profile.totals().0,
+            run_queue_wait: self.profile.totals().1,
         }
     }
 
@@ -384,9 +392,12 @@ impl LoopContext {
     }
 
     /// Runs `job` on the loop thread, after what was posted before it (FIFO per sender).
-    /// Wakes a parked loop at once; from the loop thread itself no wake is needed.
+    /// Wakes a parked loop at once; from the loop thread itself no wake is needed. The
+    /// caller's line is the site the loop profile names if the closure runs long.
+    #[track_caller]
     pub fn post(&self, job: impl FnOnce() + Send + 'static) -> Result<(), LoopClosed> {
-        self.shared.push_posted(Box::new(job))
+        self.shared
+            .push_posted((Box::new(job), std::panic::Location::caller()))
     }
 
     /// Runs a `Send` future as a task on the loop.
@@ -396,7 +407,10 @@ impl LoopContext {
         future: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), LoopClosed> {
         let site = std::panic::Location::caller();
-        self.post(move || super::executor::spawn_detached(future, site))
+        self.shared.push_posted((
+            Box::new(move || super::executor::spawn_detached(future, site)),
+            site,
+        ))
     }
 
     /// Builds a future on the loop thread and runs it there: `make` crosses threads, the
@@ -408,7 +422,10 @@ impl LoopContext {
         Fut: Future<Output = ()> + 'static,
     {
         let site = std::panic::Location::caller();
-        self.post(move || super::executor::spawn_detached(make(), site))
+        self.shared.push_posted((
+            Box::new(move || super::executor::spawn_detached(make(), site)),
+            site,
+        ))
     }
 
     /// Makes the loop run another iteration soon, waking it if it is parked. For I/O sources

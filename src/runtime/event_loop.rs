@@ -11,6 +11,9 @@
 //! 7 Park     only if all of the above left nothing pending
 //! ```
 //!
+//! With the loop profile ([`super::profile`]) each phase boundary is one clock read, and the
+//! time between iterations is the park (sleep) or tokio's reactor poll (network).
+//!
 //! The loop is one future, driven by a current-thread tokio runtime. It never hands game
 //! futures to tokio: tokio provides the clock, the reactor and the blocking pool, and the
 //! loop decides what runs and in which order.
@@ -36,7 +39,9 @@ use super::context::{Clock, Core, LoopContext, Posted, install, uninstall};
 use super::executor::{TaskWaker, panic_message};
 use super::fault::{self, Fault, INJECTED_PANIC, Phase};
 use super::health::{self, Health};
+use super::history::{Part, Site};
 use super::park::{Park, Woken};
+use super::profile::{ENABLED as PROFILING, Kind};
 use super::stats::{Counters, LagHistogram, LoopStats};
 use crate::timer::job::fire;
 
@@ -217,6 +222,7 @@ impl EventLoopBuilder {
             handlers: self.handlers,
             posted: VecDeque::new(),
             park: Park::default(),
+            idle_part: Part::Sleep,
         }
     }
 }
@@ -238,6 +244,9 @@ pub struct EventLoop {
     handlers: Vec<(Slot, Handler)>,
     posted: VecDeque<Posted>,
     park: Park,
+    /// What the time since the last iteration was, for the profile: a park, or a poll of
+    /// tokio's reactor.
+    idle_part: Part,
 }
 
 impl fmt::Debug for EventLoop {
@@ -381,7 +390,7 @@ impl EventLoop {
                 self.core.shared.set_running(false);
                 return Ok(output);
             }
-            self.idle(pending).await;
+            self.idle_part = self.idle(pending).await;
         }
     }
 
@@ -393,21 +402,37 @@ impl EventLoop {
         Counters::bump(&core.counters.iterations);
         // Anything pushed from now on raises the signal again, so nothing is missed.
         core.shared.clear_notified();
+        if PROFILING {
+            core.profile
+                .iteration_start(self.idle_part, || core.stats());
+        }
+        // What a profiled phase does at its end: one clock read.
+        let end = |part: Part| {
+            if PROFILING {
+                core.profile.phase_end(part);
+            }
+        };
         let now = Instant::now();
 
         self.guarded(Phase::Timers, |this| this.run_timers(now))?;
         core.logical_now.set(now);
+        end(Part::Timers);
 
         let mut pending = self.guarded(Phase::Network, |this| this.run_slot(Slot::Network))?;
+        end(Part::Network);
         self.guarded(Phase::Tasks, |_| core.executor.run_ready(&core, poll_root))?;
+        end(Part::Tasks);
         pending |= self.guarded(Phase::Posted, Self::run_posted)?;
+        end(Part::Posted);
         pending |= self.guarded(Phase::Deltas, |this| {
             if this.core.faults.take_injected_panic() {
                 panic!("{INJECTED_PANIC}");
             }
             this.run_slot(Slot::Deltas)
         })?;
+        end(Part::Deltas);
         pending |= self.guarded(Phase::Flush, |this| this.run_slot(Slot::Flush))?;
+        end(Part::Flush);
 
         self.guarded(Phase::Idle, |this| {
             this.core.health.borrow_mut().sample(now)
@@ -436,6 +461,13 @@ impl EventLoop {
         let clock = core.clock;
         let target = clock.tick_at(now);
         let mut current_tick = None;
+        // Each callback's time runs from the previous clock read to the next (see profile).
+        let mut since = if PROFILING {
+            core.profile.mark()
+        } else {
+            std::time::Instant::now()
+        };
+        let mut save_before = core.profile.save_total();
         loop {
             let expired = core.wheel.borrow_mut().poll(target);
             let Some(expired) = expired else { break };
@@ -445,7 +477,11 @@ impl EventLoop {
                 core.logical_now.set(boundary);
                 self.account_tick(boundary);
             }
-            fire(core, expired.key);
+            let ran = fire(core, expired.key);
+            if PROFILING && let Some(site) = ran {
+                core.profile
+                    .ran(Kind::Timer, &mut since, &mut save_before, Site::from(site));
+            }
         }
     }
 
@@ -462,6 +498,9 @@ impl EventLoop {
         }
         if lag > c.max_wheel_lag.get() {
             c.max_wheel_lag.set(lag);
+        }
+        if PROFILING {
+            self.core.profile.lagged(lag);
         }
         c.record_lag(lag);
     }
@@ -483,28 +522,42 @@ impl EventLoop {
                 .shared
                 .take_posted(&mut self.posted, POSTED_PER_ITERATION);
         }
+        let profile = &self.core.profile;
+        let mut since = if PROFILING {
+            profile.mark()
+        } else {
+            std::time::Instant::now()
+        };
+        let mut save_before = profile.save_total();
         for _ in 0..POSTED_PER_ITERATION {
             let Some(job) = self.posted.pop_front() else {
                 break;
             };
-            self.run_posted_job(job);
+            let site = self.run_posted_job(job);
+            if PROFILING {
+                profile.ran(Kind::Posted, &mut since, &mut save_before, Site::from(site));
+            }
         }
         !self.posted.is_empty()
     }
 
-    fn run_posted_job(&self, job: Posted) {
+    /// Runs one posted closure; returns where it was posted.
+    fn run_posted_job(&self, (job, site): Posted) -> &'static std::panic::Location<'static> {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
             Counters::bump(&self.core.counters.panics);
             tracing::error!(
+                posted_at = %site,
                 "a posted closure panicked: {}; the loop goes on",
                 panic_message(&*payload)
             );
         }
+        site
     }
 
     /// Phase 7: park until the next due boundary (capped by `idle_wait`) or a notify — or,
-    /// with work pending or sleeping off, just let tokio run its reactor once.
-    async fn idle(&mut self, pending: bool) {
+    /// with work pending or sleeping off, just let tokio run its reactor once. Returns which
+    /// of the two it was, as a profile part.
+    async fn idle(&mut self, pending: bool) -> Part {
         let core = self.core.clone();
         let now = Instant::now();
         let spinning = self.in_spin_window();
@@ -519,7 +572,7 @@ impl EventLoop {
             } else {
                 tokio::task::yield_now().await;
             }
-            return;
+            return Part::Network;
         }
         let next_due = core
             .wheel
@@ -531,17 +584,28 @@ impl EventLoop {
             .unwrap_or(now + Duration::from_secs(86_400 * 365));
         let deadline = next_due.map_or(cap, |due| due.min(cap));
         if deadline <= now {
-            return;
+            return Part::Network;
         }
         Counters::bump(&core.counters.sleeps);
         core.shared.set_running(false);
         let woken = self.park.wait(&core.shared, deadline).await;
-        let overshoot = Instant::now().saturating_duration_since(deadline);
-        let late = woken == Woken::Deadline && overshoot >= core.clock.tick;
+        let overshoot = match woken {
+            Woken::Deadline => Instant::now().saturating_duration_since(deadline),
+            Woken::Notified => Duration::ZERO,
+        };
+        let late = overshoot >= core.clock.tick;
         if late {
             Counters::bump(&core.counters.late_wakes);
         }
-        core.health.borrow_mut().record_sleep(late);
+        if PROFILING {
+            core.profile.slept(overshoot);
+        }
+        core.health.borrow_mut().record_sleep(
+            late,
+            deadline.saturating_duration_since(now),
+            overshoot,
+        );
+        Part::Sleep
     }
 
     /// Opens a spin window when an outside event woke the loop since it last looked (see

@@ -27,6 +27,8 @@ use futures::task::AtomicWaker;
 use crate::slab::{Key, Slab};
 
 use super::context::{Core, Shared, core, is_loop_thread, with_current};
+use super::history::Site;
+use super::profile::{ENABLED as PROFILING, Kind};
 
 type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
 
@@ -137,28 +139,41 @@ impl Executor {
             self.ready.borrow_mut().extend(remote.drain(..));
         }
         let batch = self.ready.borrow().len();
+        // Each poll's time runs from the previous clock read to the next (see profile).
+        let profile = &core.profile;
+        let mut since = if PROFILING {
+            profile.mark()
+        } else {
+            std::time::Instant::now()
+        };
+        let mut save_before = profile.save_total();
         for _ in 0..batch {
             let Some(id) = self.ready.borrow_mut().pop_front() else {
                 break;
             };
             if id == ROOT {
                 poll_root();
-            } else {
-                self.poll_task(core, id);
+                if PROFILING {
+                    // `run_until`'s own future has no spawn site: restart the chain after it.
+                    since = std::time::Instant::now();
+                    save_before = profile.save_total();
+                }
+            } else if let Some(site) = self.poll_task(core, id)
+                && PROFILING
+            {
+                profile.ran(Kind::Task, &mut since, &mut save_before, Site::from(site));
             }
         }
         batch > 0
     }
 
-    fn poll_task(&self, core: &Core, id: Key) {
+    /// Polls task `id` once; returns its spawn site if it was polled.
+    fn poll_task(&self, core: &Core, id: Key) -> Option<&'static Location<'static>> {
         let (mut future, waker, site) = {
             let mut tasks = self.tasks.borrow_mut();
-            let Some(task) = tasks.get_mut(id) else {
-                return; // finished or dropped since it was woken
-            };
-            let Some(future) = task.future.take() else {
-                return;
-            };
+            // Finished or dropped since it was woken.
+            let task = tasks.get_mut(id)?;
+            let future = task.future.take()?;
             (future, task.waker.clone(), task.site)
         };
         waker.clear_queued();
@@ -185,6 +200,7 @@ impl Executor {
                 drop((future, task));
             }
         }
+        Some(site)
     }
 
     /// Drops every task (the loop is going away). Their `JoinHandle`s report cancellation.

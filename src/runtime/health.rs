@@ -30,6 +30,16 @@ enum Mode {
     SpinningUnsupported,
 }
 
+/// What one second's sample saw, for the backoff's log line.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    late: u64,
+    sleeps: u64,
+    /// The sleep that overshot most: what it asked, and by how much it overshot.
+    asked: Duration,
+    overshoot: Duration,
+}
+
 pub(crate) struct Health {
     threshold: u32,
     percent: u32,
@@ -37,6 +47,10 @@ pub(crate) struct Health {
     window_start: Instant,
     window_sleeps: u64,
     window_late: u64,
+    /// The sleep of the window that overshot most: asked, overshoot.
+    window_worst: (Duration, Duration),
+    /// The late count, sleeps and worst sleep of the last sample (the one that backs off).
+    last_sample: Sample,
     bad_in_row: u32,
     /// k: backoffs in a row.
     backoffs_in_row: u32,
@@ -58,6 +72,8 @@ impl Health {
             window_start: now,
             window_sleeps: 0,
             window_late: 0,
+            window_worst: (Duration::ZERO, Duration::ZERO),
+            last_sample: Sample::default(),
             bad_in_row: 0,
             backoffs_in_row: 0,
             last_suspension_end: None,
@@ -90,16 +106,21 @@ impl Health {
                 self.window_start = now;
                 self.window_sleeps = 0;
                 self.window_late = 0;
+                self.window_worst = (Duration::ZERO, Duration::ZERO);
                 true
             }
             _ => false,
         }
     }
 
-    /// One sleep returned; `late` when it overshot its deadline by a tick or more.
-    pub(crate) fn record_sleep(&mut self, late: bool) {
+    /// One sleep of `asked` returned `overshoot` after its deadline; `late` when that is a
+    /// tick or more.
+    pub(crate) fn record_sleep(&mut self, late: bool, asked: Duration, overshoot: Duration) {
         self.window_sleeps += 1;
         self.window_late += u64::from(late);
+        if overshoot > self.window_worst.1 {
+            self.window_worst = (asked, overshoot);
+        }
     }
 
     /// Called once per iteration; evaluates a sample each second.
@@ -109,9 +130,16 @@ impl Health {
         }
         let bad = self.window_late > u64::from(self.threshold)
             && self.window_late * 100 >= u64::from(self.percent) * self.window_sleeps;
+        self.last_sample = Sample {
+            late: self.window_late,
+            sleeps: self.window_sleeps,
+            asked: self.window_worst.0,
+            overshoot: self.window_worst.1,
+        };
         self.window_start = now;
         self.window_sleeps = 0;
         self.window_late = 0;
+        self.window_worst = (Duration::ZERO, Duration::ZERO);
         if !matches!(self.mode, Mode::Sleeping) {
             return;
         }
@@ -137,17 +165,38 @@ impl Health {
         self.mode = Mode::Suspended {
             until: now + suspension,
         };
+        let s = self.last_sample;
+        // Every backoff is visible at the default level: the first two at info (a busy host
+        // moment), the ones after at warn (the host keeps doing it).
         if self.backoffs_in_row <= 2 {
-            tracing::debug!(
+            tracing::info!(
                 backoff = self.backoffs_in_row,
+                late = s.late,
+                sleeps = s.sleeps,
+                asked = ?s.asked,
+                overshoot = ?s.overshoot,
                 ?suspension,
-                "idle sleeps returned late twice in a row; suspending sleep"
+                "idle sleeps returned late two seconds in a row ({} of {} sleeps in the last;                  worst: asked {:?}, overshot by {:?}); suspending sleep for {:?}",
+                s.late,
+                s.sleeps,
+                s.asked,
+                s.overshoot,
+                suspension
             );
         } else {
             tracing::warn!(
                 backoff = self.backoffs_in_row,
+                late = s.late,
+                sleeps = s.sleeps,
+                asked = ?s.asked,
+                overshoot = ?s.overshoot,
                 ?suspension,
-                "the host keeps returning idle sleeps late; suspending sleep"
+                "the host keeps returning idle sleeps late ({} of {} sleeps in the last                  second; worst: asked {:?}, overshot by {:?}); suspending sleep for {:?}",
+                s.late,
+                s.sleeps,
+                s.asked,
+                s.overshoot,
+                suspension
             );
         }
         if suspension == MAX_SUSPENSION && !self.ceiling_reported {
@@ -208,7 +257,12 @@ mod tests {
     /// Feeds one second of `sleeps` sleeps, `late` of them late, and samples.
     fn second(h: &mut Health, now: &mut Instant, sleeps: u64, late: u64) {
         for i in 0..sleeps {
-            h.record_sleep(i < late);
+            let overshoot = if i < late {
+                Duration::from_millis(9)
+            } else {
+                Duration::ZERO
+            };
+            h.record_sleep(i < late, Duration::from_millis(8), overshoot);
         }
         *now += SAMPLE;
         h.may_sleep(*now);

@@ -10,6 +10,7 @@ pub mod fault;
 mod health;
 pub mod history;
 pub(crate) mod park;
+pub(crate) mod profile;
 mod stats;
 
 pub use context::{LoopClosed, LoopContext};
@@ -41,4 +42,49 @@ pub fn take_lag_window() -> LagHistogram {
         .counters
         .lag_window
         .take()
+}
+
+/// Runs `snapshot` — copying the world for a save — and counts its time as the profile's
+/// [`history::Part::Save`], out of the phase it runs in. Off the loop thread, or without the
+/// profile, it just runs `snapshot`.
+pub fn time_save_snapshot<R>(snapshot: impl FnOnce() -> R) -> R {
+    if !profile::ENABLED {
+        return snapshot();
+    }
+    let began = std::time::Instant::now();
+    let out = snapshot();
+    let took = began.elapsed();
+    context::with_current(|core| core.profile.saved(took));
+    out
+}
+
+/// Registers what the loop calls as each profiled second closes, to fill in what only the
+/// caller knows (packets in and out, players, the worst packet handler). One hook per loop:
+/// a second call replaces the first. It runs on the loop thread between iterations, must be
+/// quick, and is dropped if it panics.
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn on_each_second(hook: impl FnMut(&mut history::LoopSecond) + 'static) {
+    context::core("runtime::on_each_second")
+        .profile
+        .set_hook(Box::new(hook));
+}
+
+/// Runs `f` with the loop's per-second history (empty without the `loop-profiling` profile),
+/// from code running on the loop. Keep it short: the loop waits. To write the history out,
+/// clone it here (a copy of the fixed ring) and write the copy elsewhere.
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn with_history<R>(f: impl FnOnce(&history::History) -> R) -> R {
+    f(&context::core("runtime::with_history").profile.history())
+}
+
+/// Whether this build profiles the loop (the `loop-profiling` feature).
+#[must_use]
+pub fn profiling() -> bool {
+    profile::ENABLED
 }

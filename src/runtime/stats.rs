@@ -149,12 +149,17 @@ pub struct LoopStats {
     pub backoffs: u64,
     /// Closures accepted by `LoopContext::post` (and `spawn`, which posts).
     pub posts: u64,
+    /// Wall time the loop was neither parked nor on a CPU (run-queue wait, host steal), over
+    /// the seconds the profile has closed; zero without the profile.
+    pub stolen: Duration,
+    /// The part of `stolen` measured as run-queue wait.
+    pub run_queue_wait: Duration,
 }
 
 /// One counter per line, `name  value`, for the console's `loopstats`.
 impl fmt::Display for LoopStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: [(&str, &dyn fmt::Display); 12] = [
+        let rows: [(&str, &dyn fmt::Display); 14] = [
             ("iterations", &self.iterations),
             ("idle sleeps", &self.sleeps),
             ("late wakes", &self.late_wakes),
@@ -169,6 +174,11 @@ impl fmt::Display for LoopStats {
             ("wakes issued", &self.wakes_issued),
             ("wakes elided", &self.wakes_elided),
             ("sleep backoffs", &self.backoffs),
+            ("stolen", &format_args!("{:.3?}", self.stolen)),
+            (
+                "run-queue wait",
+                &format_args!("{:.3?}", self.run_queue_wait),
+            ),
             ("panics caught", &self.panics),
         ];
         for (name, value) in rows {

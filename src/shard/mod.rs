@@ -415,6 +415,21 @@ impl FaultSave {
     }
 }
 
+/// Hands the loop profile what only the shard knows, as each second closes: packets in and
+/// out, players logged in, the longest packet handler.
+fn profile_each_second(net: &Net, players: &Rc<RefCell<Players>>) {
+    let (net, players) = (net.clone(), players.clone());
+    let mut was = net.stats();
+    runtime::on_each_second(move |second| {
+        let now = net.stats();
+        second.packets_in = now.packets_in.saturating_sub(was.packets_in);
+        second.packets_out = now.packets_out.saturating_sub(was.packets_out);
+        second.players = players.borrow().len() as u64;
+        second.worst.handler = net.take_worst_handler();
+        was = now;
+    });
+}
+
 /// Everything that lives on the loop thread, from "start the game" to the shutdown hooks.
 async fn serve(
     config: &Config,
@@ -436,6 +451,7 @@ async fn serve(
         &wired.players,
         archiver.clone(),
     );
+    profile_each_second(&wired.net, &wired.players);
     let status = Rc::new(StatusState::new(config));
     let status_timer = config
         .server
@@ -457,13 +473,16 @@ async fn serve(
             data_dir: config.server.data_dir.clone(),
             listening: listening.clone(),
             backend: wired.backend.name(),
+            printer: Rc::default(),
+            loop_csv: console::loopstats::CsvWriter::default(),
         };
-        printer = Some(
-            console::start(input, output, move |line| {
-                console::language::answer(COMMANDS, &shell, line)
-            })
-            .map_err(ShardError::Console)?,
-        );
+        let later = shell.printer.clone();
+        let started = console::start(input, output, move |line| {
+            console::language::answer(COMMANDS, &shell, line)
+        })
+        .map_err(ShardError::Console)?;
+        let _ = later.set(started.clone());
+        printer = Some(started);
     }
     let startup = started.elapsed();
     tracing::info!(

@@ -2,8 +2,11 @@
 //! is healthy, from figures they can act on.
 //!
 //! Each line covers the interval since the previous one: process CPU (from `getrusage`, so
-//! it includes every thread), loop wake-ups per second, iterations, fired and late ticks, peak
-//! and p99 wheel lag, posts, wakes issued/elided, sleep backoffs, the verdict and `idle_wait`.
+//! it includes every thread), loop wake-ups per second, iterations, fired and late ticks (and
+//! of those, ticks two ticks or more late), peak and p99 wheel lag, the loop thread's
+//! run-queue wait and steal (from the loop profile's closed seconds: stolen time is wall time
+//! neither parked nor on a CPU; steal is the part of it that is not run-queue wait), posts,
+//! wakes issued/elided, sleep backoffs, the verdict and `idle_wait`.
 //!
 //! This module measures, formats and schedules the line (a repeating timer on the loop); it
 //! must never block: the line goes to the log like any other.
@@ -31,6 +34,10 @@ pub struct StatusLine {
     pub very_late_ticks: u64,
     pub peak_lag: Duration,
     pub p99_lag: Duration,
+    /// The loop thread's run-queue wait over the interval.
+    pub run_queue_wait: Duration,
+    /// Its other stolen time (host steal) over the interval.
+    pub steal: Duration,
     pub posts: u64,
     pub wakes_issued: u64,
     pub wakes_elided: u64,
@@ -93,6 +100,11 @@ impl StatusReporter {
             very_late_ticks: now.very_late_ticks - was.very_late_ticks,
             peak_lag: lags.max(),
             p99_lag: lags.percentile(99.0),
+            run_queue_wait: now.run_queue_wait.saturating_sub(was.run_queue_wait),
+            steal: now
+                .stolen
+                .saturating_sub(was.stolen)
+                .saturating_sub(now.run_queue_wait.saturating_sub(was.run_queue_wait)),
             posts: now.posts - was.posts,
             wakes_issued: now.wakes_issued - was.wakes_issued,
             wakes_elided: now.wakes_elided - was.wakes_elided,
@@ -108,8 +120,9 @@ impl fmt::Display for StatusLine {
         write!(
             f,
             "loop: cpu {:.2}% | wakes {:.1}/s | iterations {} | fired ticks {} | late ticks {} \
-             (>=16ms {}) | wheel lag peak {:.3?} p99<={:.3?} | posts {} | wakes issued {} \
-             elided {} | backoffs {} | verdict {:?} | idle_wait {:?}",
+             (>=2 ticks {}) | wheel lag peak {:.3?} p99<={:.3?} | run-queue wait {:.3?} steal \
+             {:.3?} | posts {} | wakes issued {} elided {} | backoffs {} | verdict {:?} | \
+             idle_wait {:?}",
             self.cpu_percent,
             self.wakes_per_sec,
             self.iterations,
@@ -118,6 +131,8 @@ impl fmt::Display for StatusLine {
             self.very_late_ticks,
             self.peak_lag,
             self.p99_lag,
+            self.run_queue_wait,
+            self.steal,
             self.posts,
             self.wakes_issued,
             self.wakes_elided,
@@ -189,7 +204,10 @@ mod tests {
             sleeps: 60,
             ticks_fired: 50,
             late_ticks: 1,
+            very_late_ticks: 1,
             posts: 9,
+            stolen: Duration::from_millis(7),
+            run_queue_wait: Duration::from_millis(5),
             ..before
         };
         let line = reporter.line(
@@ -206,6 +224,12 @@ mod tests {
         let text = line.to_string();
         assert!(text.starts_with("loop: cpu 0.05% | wakes 2.0/s"), "{text}");
         assert!(text.contains("verdict Healthy"), "{text}");
+        assert!(text.contains("late ticks 1 (>=2 ticks 1)"), "{text}");
+        assert!(!text.contains("16ms"), "{text}");
+        assert!(
+            text.contains("run-queue wait 5.000ms steal 2.000ms"),
+            "{text}"
+        );
     }
 
     #[test]

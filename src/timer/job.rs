@@ -62,19 +62,18 @@ impl TimerJob {
     }
 }
 
-/// Runs the entry `key` that the wheel just yielded.
-pub(crate) fn fire(core: &Core, key: Key) {
+/// Runs the entry `key` that the wheel just yielded. Returns the timer's creation site when
+/// a callback ran (for the loop profile), `None` for a pause woken or nothing run.
+pub(crate) fn fire(core: &Core, key: Key) -> Option<&'static Location<'static>> {
     let mut wheel = core.wheel.borrow_mut();
-    let Some(job) = wheel.get_mut(key) else {
-        return;
-    };
+    let job = wheel.get_mut(key)?;
     let timer = match job {
         Job::Wake { .. } => {
             if let Some(Job::Wake { waker, .. }) = wheel.remove(key) {
                 drop(wheel);
                 waker.wake();
             }
-            return;
+            return None;
         }
         Job::Timer(timer) => timer,
     };
@@ -89,9 +88,7 @@ pub(crate) fn fire(core: &Core, key: Key) {
     }
     drop(wheel);
 
-    let Some(mut callback) = callback else {
-        return;
-    };
+    let mut callback = callback?;
     core.current_timer.set(Some(key));
     let outcome = catch_unwind(AssertUnwindSafe(&mut callback));
     core.current_timer.set(None);
@@ -107,7 +104,7 @@ pub(crate) fn fire(core: &Core, key: Key) {
         let removed = wheel.remove(key);
         drop(wheel);
         drop((removed, callback));
-        return;
+        return Some(site);
     }
     match wheel.get_mut(key) {
         Some(Job::Timer(timer)) if !last => {
@@ -125,4 +122,5 @@ pub(crate) fn fire(core: &Core, key: Key) {
             drop(callback);
         }
     }
+    Some(site)
 }

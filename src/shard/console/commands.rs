@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::Printer;
 use super::language::{self, Args, Spec, duration};
+use super::loopstats::{self, CsvWriter};
 use crate::game::{GameLogic, Players};
 use crate::net::Net;
 use crate::persist::archive::{self, Archiver};
@@ -53,8 +55,10 @@ pub(in crate::shard) const COMMANDS: &[Spec<Shell>] = &[
     },
     Spec {
         name: "loopstats",
-        args: "",
-        help: "the loop's production counters since start",
+        args: "[csv [PATH]]",
+        help: "the last minute of the loop profile (phase shares, worst seconds and \
+               offenders) and the counters since start; `csv` writes the 15-minute history \
+               to PATH (default <data_dir>/loopstats-<UTC time>.csv) and its chart beside it",
         run: Shell::loop_stats,
     },
     Spec {
@@ -118,6 +122,10 @@ pub(in crate::shard) struct Shell {
     /// backend serving them.
     pub(in crate::shard) listening: Vec<SocketAddr>,
     pub(in crate::shard) backend: &'static str,
+    /// Where answers that come later (`loopstats csv`) are printed; set once the console
+    /// runs.
+    pub(in crate::shard) printer: Rc<std::cell::OnceCell<Printer>>,
+    pub(in crate::shard) loop_csv: CsvWriter,
 }
 
 impl Shell {
@@ -173,8 +181,22 @@ impl Shell {
     }
 
     fn loop_stats(&self, args: Args<'_>) -> Result<String, String> {
-        args.none()?;
-        Ok(runtime::stats().to_string())
+        let path = match args.words() {
+            [] => return Ok(loop_report()),
+            [csv] if csv.eq_ignore_ascii_case("csv") => loopstats::default_path(&self.data_dir),
+            [csv, path] if csv.eq_ignore_ascii_case("csv") => PathBuf::from(path),
+            _ => return Err("usage: loopstats [csv [PATH]]".into()),
+        };
+        if !runtime::profiling() {
+            return Err(PROFILE_OFF.into());
+        }
+        let printer = self
+            .printer
+            .get()
+            .cloned()
+            .ok_or("the console is not running")?;
+        self.loop_csv
+            .start(|| runtime::with_history(Clone::clone), path, printer)
     }
 
     fn save(&self, args: Args<'_>) -> Result<String, String> {
@@ -324,6 +346,24 @@ impl Shell {
             crate::logs::dropped(),
         )
     }
+}
+
+const PROFILE_OFF: &str = "the loop profile is not in this build (cargo feature loop-profiling)";
+
+/// `loopstats`: the last minute of the profile, then the counters since start.
+fn loop_report() -> String {
+    let minute = if runtime::profiling() {
+        runtime::with_history(|h| h.summary(60)).to_string()
+    } else {
+        PROFILE_OFF.to_owned()
+    };
+    format!(
+        "{minute}
+
+since start:
+{}",
+        runtime::stats()
+    )
 }
 
 /// `savefrequency`'s arguments: the cadence and, optionally, the warning.

@@ -15,6 +15,7 @@
 
 pub(super) mod commands;
 pub mod language;
+pub(super) mod loopstats;
 
 use std::io::{self, BufRead, Write};
 use std::sync::mpsc as std_mpsc;
@@ -158,6 +159,12 @@ impl Printer {
     pub fn flush(&self, timeout: std::time::Duration) -> bool {
         let (done_tx, done_rx) = std_mpsc::channel();
         self.tx.send(Print::Flush(done_tx)).is_ok() && done_rx.recv_timeout(timeout).is_ok()
+    }
+
+    /// Prints `answer` after what was answered before it: for work a command started that
+    /// answers later, from any thread. False if the printer is gone.
+    pub fn say(&self, answer: String) -> bool {
+        self.tx.send(Print::Answer(answer)).is_ok()
     }
 }
 
