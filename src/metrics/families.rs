@@ -33,7 +33,8 @@ use super::saves::SaveMetrics;
 /// The content type of [`classic_text`]'s output.
 pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The content type of OpenMetrics text.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Every verdict with its label value, for the labelled verdict gauge.
 pub const VERDICTS: [(Verdict, &str); 4] = [
@@ -151,16 +152,56 @@ fn register_loop(registry: &mut Registry, snapshot: &Snapshot, readings: &Readin
     let s = &snapshot.stats;
     let counters: [(&str, &str, u64); 11] = [
         ("loop_iterations", "Loop iterations run", s.iterations),
-        ("loop_sleeps", "Idle sleeps: the loop parked with every queue empty", s.sleeps),
-        ("loop_late_wakes", "Idle sleeps that came back a tick or more after their deadline", s.late_wakes),
-        ("loop_ticks_fired", "Tick boundaries processed that had a due timer", s.ticks_fired),
-        ("loop_late_ticks", "Fired ticks processed a tick or more after their boundary", s.late_ticks),
-        ("loop_very_late_ticks", "Fired ticks processed two ticks or more after their boundary", s.very_late_ticks),
-        ("loop_posts", "Closures posted to the loop from other threads", s.posts),
-        ("loop_wakes_issued", "Wakes sent to a possibly parked loop", s.wakes_issued),
-        ("loop_wakes_elided", "Wakes not needed: the loop was running or already signalled", s.wakes_elided),
-        ("loop_sleep_backoffs", "Times sleeping was suspended because the host returned sleeps late", s.backoffs),
-        ("loop_panics", "Panics caught in timer callbacks and tasks", s.panics),
+        (
+            "loop_sleeps",
+            "Idle sleeps: the loop parked with every queue empty",
+            s.sleeps,
+        ),
+        (
+            "loop_late_wakes",
+            "Idle sleeps that came back a tick or more after their deadline",
+            s.late_wakes,
+        ),
+        (
+            "loop_ticks_fired",
+            "Tick boundaries processed that had a due timer",
+            s.ticks_fired,
+        ),
+        (
+            "loop_late_ticks",
+            "Fired ticks processed a tick or more after their boundary",
+            s.late_ticks,
+        ),
+        (
+            "loop_very_late_ticks",
+            "Fired ticks processed two ticks or more after their boundary",
+            s.very_late_ticks,
+        ),
+        (
+            "loop_posts",
+            "Closures posted to the loop from other threads",
+            s.posts,
+        ),
+        (
+            "loop_wakes_issued",
+            "Wakes sent to a possibly parked loop",
+            s.wakes_issued,
+        ),
+        (
+            "loop_wakes_elided",
+            "Wakes not needed: the loop was running or already signalled",
+            s.wakes_elided,
+        ),
+        (
+            "loop_sleep_backoffs",
+            "Times sleeping was suspended because the host returned sleeps late",
+            s.backoffs,
+        ),
+        (
+            "loop_panics",
+            "Panics caught in timer callbacks and tasks",
+            s.panics,
+        ),
     ];
     for (name, help, value) in counters {
         counter(registry, name, help, value);
@@ -203,7 +244,10 @@ fn register_loop(registry: &mut Registry, snapshot: &Snapshot, readings: &Readin
         readings.heartbeat_still.as_secs_f64(),
     );
     if readings.phases.seen.is_some() {
-        let phases = Family::<PhaseLabel, prometheus_client::metrics::counter::Counter<f64, AtomicU64>>::default();
+        let phases = Family::<
+            PhaseLabel,
+            prometheus_client::metrics::counter::Counter<f64, AtomicU64>,
+        >::default();
         for part in Part::ALL {
             phases
                 .get_or_create(&PhaseLabel {
@@ -236,13 +280,24 @@ fn register_process(registry: &mut Registry, p: &ProcessFacts, start_time: f64) 
         p.cpu,
     );
     if let Some(rss) = p.resident_bytes {
-        unit_gauge(registry, "process_resident_memory", "Resident memory", Unit::Bytes, rss as f64);
+        unit_gauge(
+            registry,
+            "process_resident_memory",
+            "Resident memory",
+            Unit::Bytes,
+            rss as f64,
+        );
     }
     if let Some(open) = p.open_fds {
         gauge(registry, "process_open_fds", "Open file descriptors", open);
     }
     if let Some(max) = p.max_fds {
-        gauge(registry, "process_max_fds", "The open-file limit (soft)", max);
+        gauge(
+            registry,
+            "process_max_fds",
+            "The open-file limit (soft)",
+            max,
+        );
     }
     unit_gauge(
         registry,
@@ -255,7 +310,12 @@ fn register_process(registry: &mut Registry, p: &ProcessFacts, start_time: f64) 
 
 fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
     let n = &snapshot.net;
-    gauge(registry, "net_connections", "Client connections open", n.connections as u64);
+    gauge(
+        registry,
+        "net_connections",
+        "Client connections open",
+        n.connections as u64,
+    );
     counter(registry, "net_accepted", "Connections accepted", n.accepted);
     let refused = Family::<ReasonLabel, prometheus_client::metrics::counter::Counter>::default();
     for (reason, value) in [
@@ -270,9 +330,12 @@ fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
         "Connections accepted and closed at once, by reason",
         refused,
     );
-    let disconnects = Family::<ReasonLabel, prometheus_client::metrics::counter::Counter>::default();
+    let disconnects =
+        Family::<ReasonLabel, prometheus_client::metrics::counter::Counter>::default();
     for (reason, value) in disconnect_reasons(n) {
-        disconnects.get_or_create(&ReasonLabel { reason }).inc_by(value);
+        disconnects
+            .get_or_create(&ReasonLabel { reason })
+            .inc_by(value);
     }
     registry.register(
         "net_disconnects",
@@ -285,9 +348,24 @@ fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
         "Packets dropped for coming faster than their kind's rate",
         n.flood_dropped,
     );
-    counter(registry, "net_received_packets", "Packets received and handled", n.packets_in);
-    registry.register_with_unit("net_received", "Bytes received from clients", Unit::Bytes, ConstCounter::new(n.bytes_in));
-    registry.register_with_unit("net_sent", "Bytes sent to clients", Unit::Bytes, ConstCounter::new(n.bytes_out));
+    counter(
+        registry,
+        "net_received_packets",
+        "Packets received and handled",
+        n.packets_in,
+    );
+    registry.register_with_unit(
+        "net_received",
+        "Bytes received from clients",
+        Unit::Bytes,
+        ConstCounter::new(n.bytes_in),
+    );
+    registry.register_with_unit(
+        "net_sent",
+        "Bytes sent to clients",
+        Unit::Bytes,
+        ConstCounter::new(n.bytes_out),
+    );
 }
 
 /// Disconnects split into reasons that do not overlap: the server counts every close, the
@@ -315,17 +393,37 @@ pub fn disconnect_reasons(n: &crate::net::NetStats) -> [(&'static str, u64); 7] 
 fn register_world(registry: &mut Registry, snapshot: &Snapshot) {
     let w = &snapshot.world;
     gauge(registry, "world_items", "Items in the world", w.items);
-    gauge(registry, "world_mobiles", "Mobiles in the world, players' included", w.mobiles);
+    gauge(
+        registry,
+        "world_mobiles",
+        "Mobiles in the world, players' included",
+        w.mobiles,
+    );
     gauge(registry, "world_players", "Players logged in", w.players);
-    gauge(registry, "loop_timers", "Timers armed on the loop's wheel", w.live_timers);
+    gauge(
+        registry,
+        "loop_timers",
+        "Timers armed on the loop's wheel",
+        w.live_timers,
+    );
 }
 
 fn register_persist(registry: &mut Registry, snapshot: &Snapshot, readings: &Readings<'_>) {
     readings.saves.register(registry);
     let p = &snapshot.persist;
-    gauge(registry, "save_in_progress", "1 while a world save is writing", u64::from(p.saving));
+    gauge(
+        registry,
+        "save_in_progress",
+        "1 while a world save is writing",
+        u64::from(p.saving),
+    );
     if let Some(archive) = &p.archive {
-        counter(registry, "archive_runs", "Archive rollup and prune runs finished", archive.runs);
+        counter(
+            registry,
+            "archive_runs",
+            "Archive rollup and prune runs finished",
+            archive.runs,
+        );
         if let Some(last) = &archive.last {
             unit_gauge(
                 registry,
@@ -380,7 +478,12 @@ impl EncodeMetric for LagFamily {
             .buckets()
             .map(|(bound, count)| (bound.map_or(f64::INFINITY, |b| b.as_secs_f64()), count))
             .collect();
-        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(self.0.sum().as_secs_f64(), self.0.count(), &buckets, None)
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            self.0.sum().as_secs_f64(),
+            self.0.count(),
+            &buckets,
+            None,
+        )
     }
 
     fn metric_type(&self) -> MetricType {

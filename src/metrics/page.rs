@@ -108,7 +108,11 @@ fn row(html: &mut String, id: &str, name: &str, value: &str) {
 
 fn last_save(snapshot: &Snapshot) -> String {
     let p = &snapshot.persist;
-    let now = if p.saving { " (a save is writing now)" } else { "" };
+    let now = if p.saving {
+        " (a save is writing now)"
+    } else {
+        ""
+    };
     match &p.last_save {
         None => format!("none since start{now}"),
         Some(save) => match &save.outcome {
@@ -122,7 +126,11 @@ fn archive(snapshot: &Snapshot) -> String {
     let Some(archive) = &snapshot.persist.archive else {
         return "off".into();
     };
-    let running = if archive.running { " (running now)" } else { "" };
+    let running = if archive.running {
+        " (running now)"
+    } else {
+        ""
+    };
     match &archive.last {
         None => format!("no run yet{running}"),
         Some(last) => match &last.outcome {

@@ -140,7 +140,9 @@ impl SaveLog {
         let m = &self.metrics;
         match notice {
             Notice::Saved(report) => {
-                m.saves.get_or_create(&OutcomeLabels { outcome: "ok" }).inc();
+                m.saves
+                    .get_or_create(&OutcomeLabels { outcome: "ok" })
+                    .inc();
                 m.duration.observe(report.took.as_secs_f64());
                 m.stall.observe(report.stall.as_secs_f64());
                 m.last_success

@@ -264,7 +264,11 @@ async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|accept| accept.contains("application/openmetrics-text"));
     match openmetrics {
-        true => ([(header::CONTENT_TYPE, families::OPENMETRICS_CONTENT_TYPE)], text).into_response(),
+        true => (
+            [(header::CONTENT_TYPE, families::OPENMETRICS_CONTENT_TYPE)],
+            text,
+        )
+            .into_response(),
         false => (
             [(header::CONTENT_TYPE, families::CLASSIC_CONTENT_TYPE)],
             families::classic_text(&text),

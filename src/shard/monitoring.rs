@@ -91,5 +91,6 @@ pub(super) fn start(
         ],
         ..Settings::default()
     };
-    MetricsServer::start(listener, sources, save_log.metrics(), settings).map_err(ShardError::Metrics)
+    MetricsServer::start(listener, sources, save_log.metrics(), settings)
+        .map_err(ShardError::Metrics)
 }
