@@ -345,21 +345,24 @@ fn the_status_page_renders_the_chart_and_the_verdict_in_headless_chromium() {
         "chromium failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let head = &dom[..dom.len().min(3000)];
     let verdict = dom
-        .split("id=\"verdict\">")
+        .split("id=\"verdict\"")
         .nth(1)
-        .and_then(|rest| rest.split('<').next())
-        .unwrap_or_else(|| panic!("no verdict in the DOM:\n{dom}"));
-    assert!(verdict.starts_with("healthy"), "{verdict}");
-    assert!(dom.contains("id=\"players\">3 "), "{dom}");
+        .and_then(|rest| rest.split_once('>'))
+        .and_then(|(attributes, rest)| Some((attributes, rest.split('<').next()?)))
+        .unwrap_or_else(|| panic!("no verdict in the DOM:\n{head}"));
+    assert!(verdict.0.contains("data-verdict=\"healthy\""), "{head}");
+    assert!(verdict.1.starts_with("healthy: "), "{head}");
+    assert!(dom.contains("id=\"players\">3 "), "{head}");
     let chart = dom
         .split("id=\"chart\">")
         .nth(1)
-        .unwrap_or_else(|| panic!("no chart section:\n{dom}"));
-    assert!(chart.trim_start().starts_with("<svg"), "{chart}");
+        .unwrap_or_else(|| panic!("no chart section:\n{head}"));
+    assert!(chart.trim_start().starts_with("<svg"), "{head}");
     // One band per part of the loop's time, the lag line, the legend's names.
-    assert_eq!(chart.matches("<polygon").count(), Part::COUNT, "{chart}");
-    assert!(chart.contains("<polyline"), "{chart}");
+    assert_eq!(chart.matches("<polygon").count(), Part::COUNT);
+    assert!(chart.contains("<polyline"));
     for name in [
         "timers",
         "network",
@@ -452,4 +455,28 @@ fn many_idle_clients_do_not_stop_a_scrape_and_hold_a_bounded_number_of_connectio
         (n >= idle - MAX_CONNECTIONS).then_some(())
     });
     assert_eq!(get(endpoint.addr, "/healthz").0, 200);
+}
+
+#[test]
+fn the_example_alert_rules_pass_promtool_check_and_their_unit_tests() {
+    if !have("promtool", "prometheus") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/monitoring");
+    for args in [
+        ["check", "rules", "alerts.yml"],
+        ["test", "rules", "alerts.test.yml"],
+    ] {
+        let out = run_within(
+            Command::new("promtool").args(args).current_dir(&dir),
+            Duration::from_secs(30),
+        );
+        assert!(
+            out.status.success(),
+            "promtool {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -32,11 +32,12 @@ pub fn render(snapshot: &Snapshot, uptime: Duration) -> String {
          <title>shardloop status</title><style>{STYLE}</style></head><body>\
          <h1>shardloop</h1><dl id=\"summary\">"
     );
-    row(
-        &mut html,
-        "verdict",
-        "Loop verdict",
-        &format!("{} — {}", verdict_label(s.verdict), s.verdict),
+    // The sentence starts with the verdict's word; the label is there for scripts.
+    let _ = write!(
+        html,
+        "<dt>Loop verdict</dt><dd id=\"verdict\" data-verdict=\"{}\">{}</dd>",
+        verdict_label(s.verdict),
+        escape(&s.verdict.to_string())
     );
     row(
         &mut html,
