@@ -85,11 +85,11 @@ pub fn render(snapshot: &Snapshot, uptime: Duration) -> String {
             );
         }
     }
-    let _ = write!(
+    let _ = writeln!(
         html,
         "</section><footer>Reloads every {REFRESH_SECONDS} s · \
          <a href=\"/metrics\">/metrics</a> · <a href=\"/healthz\">/healthz</a></footer>\
-         </body></html>\n"
+         </body></html>"
     );
     html
 }
