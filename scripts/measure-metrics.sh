@@ -98,7 +98,7 @@ echo "== /metrics latency with 1000 clients pinging"
     >"$work/ping.txt" &
 pingers=$!
 sleep 6
-grep -o 'shardloop_net_connections [0-9]*' <(curl -s "http://127.0.0.1:$mport/metrics")
+grep -E '^shardloop_net_connections [0-9]+' <(curl -s "http://127.0.0.1:$mport/metrics")
 for _ in $(seq 300); do
     curl -s -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$mport/metrics"
 done | sort -n | awk '{ t[NR] = $1 } END {
