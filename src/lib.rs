@@ -22,6 +22,7 @@ pub mod config;
 pub mod game;
 pub mod host;
 pub mod logs;
+pub mod metrics;
 pub mod net;
 pub mod persist;
 pub mod runtime;

@@ -74,6 +74,8 @@ pub struct Config {
     pub archive: ArchiveConfig,
     /// The time zone used for wall-clock schedules and archive names.
     pub time: TimeConfig,
+    /// The HTTP endpoint for Prometheus, orchestrators and a browser (off by default).
+    pub metrics: MetricsConfig,
 }
 
 /// `[server]`: the event loop.
@@ -433,6 +435,39 @@ impl TimeConfig {
     }
 }
 
+/// `[metrics]`: the operators' HTTP endpoint (`/metrics`, `/healthz`, a status page).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address to serve on, e.g. `"127.0.0.1:9593"`; empty (the default) = off.
+    pub listen: String,
+}
+
+/// The address `docs/monitoring.md` shows for `metrics.listen` (9593: the game's 2593, +7000).
+pub const EXAMPLE_METRICS_LISTEN: &str = "127.0.0.1:9593";
+
+impl MetricsConfig {
+    /// The address to serve on, `None` when the endpoint is off.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        // `check` refused anything that does not parse.
+        self.listen.trim().parse().ok()
+    }
+
+    fn check(&self) -> Result<(), Invalid> {
+        let text = self.listen.trim();
+        if !text.is_empty() && text.parse::<SocketAddr>().is_err() {
+            return invalid(
+                "metrics.listen",
+                format!(
+                    "{text:?} is not an address and port: write one like \"{EXAMPLE_METRICS_LISTEN}\", \
+                     or \"\" to turn the endpoint off"
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Config {
     /// Loads the layered configuration; see the module docs and `docs/configuration.md`.
     pub fn load(options: &LoadOptions) -> Result<Loaded, ConfigError> {
@@ -490,7 +525,8 @@ impl Config {
             );
         }
         self.autosave.check()?;
-        self.archive.check()
+        self.archive.check()?;
+        self.metrics.check()
     }
 }
 

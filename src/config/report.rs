@@ -13,7 +13,9 @@ use super::load::{CLI_NAME, ENV_NAME, FileSource};
 use super::{Config, Invalid, toml_lines};
 
 /// Sections in the order of `config/shard.toml`, for the report.
-const SECTIONS: [&str; 6] = ["server", "network", "world", "autosave", "archive", "time"];
+const SECTIONS: [&str; 7] = [
+    "server", "network", "world", "autosave", "archive", "time", "metrics",
+];
 
 /// The effective configuration, with where each value came from.
 #[derive(Debug, Clone)]

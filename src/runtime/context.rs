@@ -58,6 +58,9 @@ pub(crate) struct Shared {
     /// True while the loop thread is inside an iteration (not parked, not yielded to tokio).
     /// Only the loop thread touches it.
     running: AtomicBool,
+    /// Bumped at the start of every iteration (loop thread only): how a watcher on another
+    /// thread tells a loop that iterates from one that hangs.
+    heartbeat: AtomicU64,
     pub(crate) wakes_issued: AtomicU64,
     pub(crate) wakes_elided: AtomicU64,
     pub(crate) posts: AtomicU64,
@@ -85,6 +88,7 @@ impl Shared {
             waker: AtomicWaker::new(),
             closed: AtomicBool::new(false),
             running: AtomicBool::new(false),
+            heartbeat: AtomicU64::new(0),
             wakes_issued: AtomicU64::new(0),
             wakes_elided: AtomicU64::new(0),
             posts: AtomicU64::new(0),
@@ -172,6 +176,11 @@ impl Shared {
     }
 
     pub(crate) fn set_running(&self, running: bool) {
+        if running {
+            // Only the loop thread writes it: a plain load and store, no locked instruction.
+            let beat = self.heartbeat.load(Ordering::Relaxed).wrapping_add(1);
+            self.heartbeat.store(beat, Ordering::Relaxed);
+        }
         self.running.store(running, Ordering::Relaxed);
     }
 
@@ -440,6 +449,14 @@ impl LoopContext {
     /// and later posts fail with [`LoopClosed`]. Idempotent, callable from any thread.
     pub fn shutdown(&self) {
         self.shared.close();
+    }
+
+    /// A number that changes every time the loop starts an iteration. Another thread that
+    /// sees it unchanged for longer than the loop ever idles (it wakes at least every
+    /// `idle_wait`, and at once for a post) knows the loop is stuck inside one.
+    #[must_use]
+    pub fn heartbeat(&self) -> u64 {
+        self.shared.heartbeat.load(Ordering::Relaxed)
     }
 
     /// True once [`LoopContext::shutdown`] was called.

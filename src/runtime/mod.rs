@@ -88,3 +88,16 @@ pub fn with_history<R>(f: impl FnOnce(&history::History) -> R) -> R {
 pub fn profiling() -> bool {
     profile::ENABLED
 }
+
+/// The wheel lag of every tick fired since the loop was built, from code running on it (the
+/// metrics endpoint's probe). Unlike [`take_lag_window`] it takes nothing away.
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn lag_histogram() -> LagHistogram {
+    context::core("runtime::lag_histogram")
+        .counters
+        .lag_total
+        .get()
+}

@@ -21,6 +21,8 @@ pub(crate) struct Counters {
     pub(crate) panics: Cell<u64>,
     /// Wheel lag of fired ticks since the last [`LagHistogram`] was taken.
     pub(crate) lag_window: Cell<LagHistogram>,
+    /// Wheel lag of every fired tick since the loop was built (for `/metrics`).
+    pub(crate) lag_total: Cell<LagHistogram>,
 }
 
 impl Counters {
@@ -32,6 +34,9 @@ impl Counters {
         let mut window = self.lag_window.get();
         window.record(lag);
         self.lag_window.set(window);
+        let mut total = self.lag_total.get();
+        total.record(lag);
+        self.lag_total.set(total);
     }
 }
 
@@ -46,6 +51,7 @@ const LAG_BUCKETS: usize = 21;
 pub struct LagHistogram {
     counts: [u64; LAG_BUCKETS],
     max: Duration,
+    sum: Duration,
 }
 
 impl LagHistogram {
@@ -55,6 +61,22 @@ impl LagHistogram {
         let bucket = (u64::BITS - micros.leading_zeros()) as usize;
         self.counts[bucket.min(LAG_BUCKETS - 1)] += 1;
         self.max = self.max.max(lag);
+        self.sum = self.sum.saturating_add(lag);
+    }
+
+    /// The lags recorded, added up.
+    #[must_use]
+    pub fn sum(&self) -> Duration {
+        self.sum
+    }
+
+    /// Each bucket's upper bound and how many lags fell in it (not cumulative), smallest
+    /// first; the last bucket's bound is `None` (it has none).
+    pub fn buckets(&self) -> impl Iterator<Item = (Option<Duration>, u64)> + '_ {
+        self.counts.iter().enumerate().map(|(bucket, &count)| {
+            let bound = (bucket < LAG_BUCKETS - 1).then(|| Duration::from_micros(1 << bucket));
+            (bound, count)
+        })
     }
 
     /// Fired ticks recorded.

@@ -33,6 +33,7 @@
 
 pub mod chart;
 pub mod console;
+mod monitoring;
 mod saving;
 pub mod status;
 
@@ -105,6 +106,9 @@ pub enum ShardError {
     Console(io::Error),
     /// A `network.listen` address could not be bound (the error names it).
     Listen(io::Error),
+    /// The `metrics.listen` address could not be bound, or the endpoint not started (the
+    /// error names the key).
+    Metrics(io::Error),
     /// Another process holds the data directory (the error says which).
     Locked(io::Error),
     /// What a crash left in the data directory could not be cleaned up.
@@ -137,7 +141,10 @@ impl ShardError {
     /// fault, 1 for the rest.
     pub fn exit_code(&self) -> u8 {
         match self {
-            ShardError::Load(_) | ShardError::Restore(_) | ShardError::Descriptors(_) => 2,
+            ShardError::Load(_)
+            | ShardError::Restore(_)
+            | ShardError::Descriptors(_)
+            | ShardError::Metrics(_) => 2,
             ShardError::Fault { .. } => Self::FAULT_EXIT_CODE,
             _ => 1,
         }
@@ -154,6 +161,7 @@ impl fmt::Display for ShardError {
             ),
             ShardError::Console(e) => write!(f, "cannot start the console: {e}"),
             ShardError::Listen(e) => write!(f, "{e} (network.listen, --listen)"),
+            ShardError::Metrics(e) => write!(f, "{e}"),
             ShardError::Locked(e) => write!(f, "{e}"),
             ShardError::Recover { path, source } => write!(
                 f,
@@ -184,7 +192,8 @@ impl std::error::Error for ShardError {
             | ShardError::Console(source)
             | ShardError::Recover { source, .. }
             | ShardError::Locked(source)
-            | ShardError::Listen(source) => Some(source),
+            | ShardError::Listen(source)
+            | ShardError::Metrics(source) => Some(source),
             ShardError::Load(e) => Some(e),
             ShardError::Restore(e) => Some(e),
             ShardError::Descriptors(_) | ShardError::Fault { .. } => None,
@@ -225,6 +234,7 @@ pub async fn run_with(
     let network = &config.network;
     let listeners = net::bind_all(&network.listen, network.send_buffer_size as usize)
         .map_err(ShardError::Listen)?;
+    let metrics_listener = monitoring::bind(config)?;
     let layout = persist::Layout::new(data_dir, config.save_path());
     for line in layout.recover().map_err(|source| ShardError::Recover {
         path: layout.root().to_owned(),
@@ -265,6 +275,7 @@ pub async fn run_with(
         listeners,
         layout,
         clock,
+        metrics_listener,
     };
     let served = event_loop
         .try_run_until(serve(config, wired, console, stop, started))
@@ -356,6 +367,8 @@ struct Wired {
     listeners: Vec<std::net::TcpListener>,
     layout: persist::Layout,
     clock: Clock,
+    /// The `metrics.listen` socket, bound at startup; served from the loop's wiring on.
+    metrics_listener: Option<std::net::TcpListener>,
 }
 
 /// What the final save after a phase panic needs: the loop is stopped for good, so the saver
@@ -442,6 +455,7 @@ async fn serve(
     let logic = Rc::new(game::start_game_logic(wired.world.clone()));
     let clock = wired.clock;
     let archiver = start_archiver(config, &wired.layout, clock);
+    let save_log = Rc::new(crate::metrics::SaveLog::default());
     let (saver, autosave) = saving::start_saving(
         config,
         clock,
@@ -450,8 +464,24 @@ async fn serve(
         &wired.net,
         &wired.players,
         archiver.clone(),
+        &save_log,
     );
     profile_each_second(&wired.net, &wired.players);
+    let metrics = wired
+        .metrics_listener
+        .map(|listener| {
+            let sources = monitoring::Wiring {
+                world: &wired.world,
+                net: &wired.net,
+                players: &wired.players,
+                saver: &saver,
+                archiver: &archiver,
+                save_log: &save_log,
+            }
+            .sources();
+            monitoring::start(config, listener, sources, &save_log)
+        })
+        .transpose()?;
     let status = Rc::new(StatusState::new(config));
     let status_timer = config
         .server
@@ -522,6 +552,7 @@ async fn serve(
         archiver.idle().await;
     }
     wired.net.stop();
+    drop(metrics); // stops the endpoint's thread
     if let Some(token) = status_timer {
         token.cancel();
         status.emit();

@@ -10,13 +10,16 @@ use std::rc::Rc;
 
 use crate::config::Config;
 use crate::game::{self, Players};
+use crate::metrics::SaveLog;
 use crate::net::Net;
 use crate::persist::archive::Archiver;
 use crate::persist::{self, Autosave, Cadence, Clock, Notice, Saver, SaverConfig};
 use crate::world::World;
 
 /// The saver (players left out of saves, notices to players and the log) and the autosave
-/// schedule, with the cadence `savefrequency` stored if there is one.
+/// schedule, with the cadence `savefrequency` stored if there is one. Every save's outcome
+/// also goes to `save_log` (the metrics endpoint's save figures).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn start_saving(
     config: &Config,
     clock: Clock,
@@ -25,11 +28,14 @@ pub(super) fn start_saving(
     net: &Net,
     players: &Rc<RefCell<Players>>,
     archiver: Option<Archiver>,
+    save_log: &Rc<SaveLog>,
 ) -> (Saver, Autosave) {
     let tell = {
         let (net, players) = (net.clone(), players.clone());
+        let save_log = save_log.clone();
         Rc::new(move |notice: &Notice| {
             log_notice(notice);
+            save_log.record(notice);
             game::broadcast(&net, &players.borrow(), &notice.to_string());
             // A new backup may complete a period: roll it up (off the loop).
             if let (Notice::Saved(_), Some(archiver)) = (notice, &archiver) {

@@ -1,0 +1,559 @@
+//! The Prometheus families of `/metrics`: names, help texts, units and labels, filled from
+//! one [`Snapshot`] and the HTTP thread's own readings, and encoded by `prometheus-client`.
+//!
+//! Names follow Prometheus conventions: the `shardloop_` prefix, base units (seconds, bytes),
+//! `_total` on counters, a unit suffix on everything that has one. `docs/monitoring.md` lists
+//! every family; keep the two in step.
+//!
+//! A scrape builds a fresh registry of constant values (the loop's counters are copies), plus
+//! the save families the loop updates as saves end ([`super::saves::SaveMetrics`]). The text is
+//! OpenMetrics, as `prometheus-client` writes it; [`classic_text`] turns it into the older
+//! Prometheus text format for clients that do not ask for OpenMetrics (`curl`, `promtool`).
+//!
+//! Runs on the HTTP thread only.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+
+use crate::runtime::history::{LoopSecond, Part};
+use crate::runtime::{LagHistogram, Verdict};
+
+use super::disk::DirSize;
+use super::probe::Snapshot;
+use super::process::ProcessFacts;
+use super::saves::SaveMetrics;
+
+/// The content type of [`classic_text`]'s output.
+pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The content type of OpenMetrics text.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Every verdict with its label value, for the labelled verdict gauge.
+pub const VERDICTS: [(Verdict, &str); 4] = [
+    (Verdict::Healthy, "healthy"),
+    (Verdict::SleepSuspended, "sleep_suspended"),
+    (Verdict::SpinningConfigured, "spinning_configured"),
+    (Verdict::SpinningUnsupported, "spinning_unsupported"),
+];
+
+/// The label value of `verdict`.
+pub fn verdict_label(verdict: Verdict) -> &'static str {
+    VERDICTS
+        .iter()
+        .find(|(v, _)| *v == verdict)
+        .map_or("unknown", |(_, name)| name)
+}
+
+/// Per-phase loop seconds accumulated from the per-second history across scrapes (the
+/// history keeps 15 minutes; a counter must keep everything since start).
+#[derive(Debug, Clone, Default)]
+pub struct PhaseTotals {
+    /// The newest uptime second added.
+    pub seen: Option<u64>,
+    pub spent: [Duration; Part::COUNT],
+}
+
+impl PhaseTotals {
+    /// Adds the seconds newer than the newest one added (`history` oldest first).
+    pub fn add(&mut self, history: &[LoopSecond]) {
+        for second in history {
+            if self.seen.is_some_and(|seen| second.uptime_second <= seen) {
+                continue;
+            }
+            for part in Part::ALL {
+                self.spent[part as usize] += second.spent(part);
+            }
+            self.seen = Some(second.uptime_second);
+        }
+    }
+}
+
+/// What a scrape reads besides the loop's snapshot.
+#[derive(Debug, Clone)]
+pub struct Readings<'a> {
+    pub process: ProcessFacts,
+    pub disk: &'a [DirSize],
+    pub saves: &'a SaveMetrics,
+    pub phases: &'a PhaseTotals,
+    /// How long the loop's heartbeat has been still.
+    pub heartbeat_still: Duration,
+    /// When the endpoint started, Unix seconds.
+    pub start_time: f64,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabel {
+    verdict: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirLabel {
+    dir: &'static str,
+}
+
+/// Encodes every family as OpenMetrics text.
+pub fn encode(snapshot: &Snapshot, readings: &Readings<'_>) -> String {
+    let mut registry = Registry::with_prefix("shardloop");
+    register_loop(&mut registry, snapshot, readings);
+    register_process(&mut registry, &readings.process, readings.start_time);
+    register_net(&mut registry, snapshot);
+    register_world(&mut registry, snapshot);
+    register_persist(&mut registry, snapshot, readings);
+    let mut out = String::with_capacity(16 * 1024);
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    out
+}
+
+fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
+    registry.register(name, help, ConstCounter::new(value));
+}
+
+fn seconds_counter(registry: &mut Registry, name: &str, help: &str, value: Duration) {
+    registry.register_with_unit(
+        name,
+        help,
+        Unit::Seconds,
+        ConstCounter::new(value.as_secs_f64()),
+    );
+}
+
+fn gauge(registry: &mut Registry, name: &str, help: &str, value: u64) {
+    registry.register(
+        name,
+        help,
+        ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)),
+    );
+}
+
+fn unit_gauge(registry: &mut Registry, name: &str, help: &str, unit: Unit, value: f64) {
+    registry.register_with_unit(name, help, unit, ConstGauge::new(value));
+}
+
+fn register_loop(registry: &mut Registry, snapshot: &Snapshot, readings: &Readings<'_>) {
+    let s = &snapshot.stats;
+    let counters: [(&str, &str, u64); 11] = [
+        ("loop_iterations", "Loop iterations run", s.iterations),
+        (
+            "loop_sleeps",
+            "Idle sleeps: the loop parked with every queue empty",
+            s.sleeps,
+        ),
+        (
+            "loop_late_wakes",
+            "Idle sleeps that came back a tick or more after their deadline",
+            s.late_wakes,
+        ),
+        (
+            "loop_ticks_fired",
+            "Tick boundaries processed that had a due timer",
+            s.ticks_fired,
+        ),
+        (
+            "loop_late_ticks",
+            "Fired ticks processed a tick or more after their boundary",
+            s.late_ticks,
+        ),
+        (
+            "loop_very_late_ticks",
+            "Fired ticks processed two ticks or more after their boundary",
+            s.very_late_ticks,
+        ),
+        (
+            "loop_posts",
+            "Closures posted to the loop from other threads",
+            s.posts,
+        ),
+        (
+            "loop_wakes_issued",
+            "Wakes sent to a possibly parked loop",
+            s.wakes_issued,
+        ),
+        (
+            "loop_wakes_elided",
+            "Wakes not needed: the loop was running or already signalled",
+            s.wakes_elided,
+        ),
+        (
+            "loop_sleep_backoffs",
+            "Times sleeping was suspended because the host returned sleeps late",
+            s.backoffs,
+        ),
+        (
+            "loop_panics",
+            "Panics caught in timer callbacks and tasks",
+            s.panics,
+        ),
+    ];
+    for (name, help, value) in counters {
+        counter(registry, name, help, value);
+    }
+    let verdicts = Family::<VerdictLabel, Gauge>::default();
+    for (verdict, name) in VERDICTS {
+        verdicts
+            .get_or_create(&VerdictLabel { verdict: name })
+            .set(i64::from(verdict == s.verdict));
+    }
+    registry.register(
+        "loop_verdict",
+        "How the loop treats idle time: 1 for the current verdict, 0 for the others",
+        verdicts,
+    );
+    registry.register_with_unit(
+        "loop_wheel_lag",
+        "Wheel lag of fired ticks (processing time minus the tick's boundary), power-of-two buckets",
+        Unit::Seconds,
+        LagFamily(snapshot.lag),
+    );
+    unit_gauge(
+        registry,
+        "loop_max_wheel_lag",
+        "The largest wheel lag since start",
+        Unit::Seconds,
+        s.max_wheel_lag.as_secs_f64(),
+    );
+    seconds_counter(
+        registry,
+        "loop_cpu",
+        "CPU time of the loop thread (user + system)",
+        snapshot.loop_cpu,
+    );
+    unit_gauge(
+        registry,
+        "loop_heartbeat_age",
+        "Time since the loop last started an iteration, as /healthz sees it",
+        Unit::Seconds,
+        readings.heartbeat_still.as_secs_f64(),
+    );
+    if readings.phases.seen.is_some() {
+        let phases = Family::<
+            PhaseLabel,
+            prometheus_client::metrics::counter::Counter<f64, AtomicU64>,
+        >::default();
+        for part in Part::ALL {
+            phases
+                .get_or_create(&PhaseLabel {
+                    phase: phase_label(part),
+                })
+                .inc_by(readings.phases.spent[part as usize].as_secs_f64());
+        }
+        registry.register_with_unit(
+            "loop_phase",
+            "Loop thread wall time by part, from the per-second history (since the endpoint started)",
+            Unit::Seconds,
+            phases,
+        );
+    }
+}
+
+/// A part's label value (snake case, no spaces).
+pub fn phase_label(part: Part) -> &'static str {
+    match part {
+        Part::Save => "save_snapshot",
+        other => other.name(),
+    }
+}
+
+fn register_process(registry: &mut Registry, p: &ProcessFacts, start_time: f64) {
+    seconds_counter(
+        registry,
+        "process_cpu",
+        "CPU time of the whole process, every thread (user + system)",
+        p.cpu,
+    );
+    if let Some(rss) = p.resident_bytes {
+        unit_gauge(
+            registry,
+            "process_resident_memory",
+            "Resident memory",
+            Unit::Bytes,
+            rss as f64,
+        );
+    }
+    if let Some(open) = p.open_fds {
+        gauge(registry, "process_open_fds", "Open file descriptors", open);
+    }
+    if let Some(max) = p.max_fds {
+        gauge(
+            registry,
+            "process_max_fds",
+            "The open-file limit (soft)",
+            max,
+        );
+    }
+    unit_gauge(
+        registry,
+        "start_time",
+        "When the metrics endpoint started (just before the shard was ready), Unix time",
+        Unit::Seconds,
+        start_time,
+    );
+}
+
+fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
+    let n = &snapshot.net;
+    gauge(
+        registry,
+        "net_connections",
+        "Client connections open",
+        n.connections as u64,
+    );
+    counter(registry, "net_accepted", "Connections accepted", n.accepted);
+    let refused = Family::<ReasonLabel, prometheus_client::metrics::counter::Counter>::default();
+    for (reason, value) in [
+        ("max_connections", n.refused),
+        ("max_per_ip", n.refused_per_ip),
+        ("out_of_descriptors", n.shed),
+    ] {
+        refused.get_or_create(&ReasonLabel { reason }).inc_by(value);
+    }
+    registry.register(
+        "net_refused",
+        "Connections accepted and closed at once, by reason",
+        refused,
+    );
+    let disconnects =
+        Family::<ReasonLabel, prometheus_client::metrics::counter::Counter>::default();
+    for (reason, value) in disconnect_reasons(n) {
+        disconnects
+            .get_or_create(&ReasonLabel { reason })
+            .inc_by(value);
+    }
+    registry.register(
+        "net_disconnects",
+        "Connections closed, by reason (each close counts under one reason)",
+        disconnects,
+    );
+    counter(
+        registry,
+        "net_flood_dropped_packets",
+        "Packets dropped for coming faster than their kind's rate",
+        n.flood_dropped,
+    );
+    counter(
+        registry,
+        "net_received_packets",
+        "Packets received and handled",
+        n.packets_in,
+    );
+    registry.register_with_unit(
+        "net_received",
+        "Bytes received from clients",
+        Unit::Bytes,
+        ConstCounter::new(n.bytes_in),
+    );
+    registry.register_with_unit(
+        "net_sent",
+        "Bytes sent to clients",
+        Unit::Bytes,
+        ConstCounter::new(n.bytes_out),
+    );
+}
+
+/// Disconnects split into reasons that do not overlap: the server counts every close, the
+/// closes for a fault (a limit or the protocol broken), and some faults by name.
+pub fn disconnect_reasons(n: &crate::net::NetStats) -> [(&'static str, u64); 7] {
+    let named = [
+        ("login_timeout", n.login_timeouts),
+        ("idle_timeout", n.idle_timeouts),
+        ("flood", n.flood_disconnects),
+        ("send_buffer_overflow", n.send_overflows),
+        ("outbound_budget", n.outbound_evictions),
+    ];
+    let named_sum: u64 = named.iter().map(|(_, v)| v).sum();
+    [
+        named[0],
+        named[1],
+        named[2],
+        named[3],
+        named[4],
+        ("protocol", n.faults.saturating_sub(named_sum)),
+        ("closed", n.disconnects.saturating_sub(n.faults)),
+    ]
+}
+
+fn register_world(registry: &mut Registry, snapshot: &Snapshot) {
+    let w = &snapshot.world;
+    gauge(registry, "world_items", "Items in the world", w.items);
+    gauge(
+        registry,
+        "world_mobiles",
+        "Mobiles in the world, players' included",
+        w.mobiles,
+    );
+    gauge(registry, "world_players", "Players logged in", w.players);
+    gauge(
+        registry,
+        "loop_timers",
+        "Timers armed on the loop's wheel",
+        w.live_timers,
+    );
+}
+
+fn register_persist(registry: &mut Registry, snapshot: &Snapshot, readings: &Readings<'_>) {
+    readings.saves.register(registry);
+    let p = &snapshot.persist;
+    gauge(
+        registry,
+        "save_in_progress",
+        "1 while a world save is writing",
+        u64::from(p.saving),
+    );
+    if let Some(archive) = &p.archive {
+        counter(
+            registry,
+            "archive_runs",
+            "Archive rollup and prune runs finished",
+            archive.runs,
+        );
+        if let Some(last) = &archive.last {
+            unit_gauge(
+                registry,
+                "archive_last_run_timestamp",
+                "When the last archive run ended, Unix time",
+                Unit::Seconds,
+                last.at.as_millisecond() as f64 / 1e3,
+            );
+            gauge(
+                registry,
+                "archive_last_run_ok",
+                "1 if the last archive run succeeded, 0 if it failed",
+                u64::from(last.outcome.is_ok()),
+            );
+        }
+    }
+    let disk = Family::<DirLabel, Gauge>::default();
+    let truncated = Family::<DirLabel, Gauge>::default();
+    for dir in readings.disk {
+        let label = DirLabel { dir: dir.name };
+        disk.get_or_create(&label)
+            .set(i64::try_from(dir.bytes).unwrap_or(i64::MAX));
+        truncated
+            .get_or_create(&label)
+            .set(i64::from(dir.truncated));
+    }
+    registry.register_with_unit(
+        "disk",
+        "Bytes of files under each directory the shard writes (walked at most every 30 s)",
+        Unit::Bytes,
+        disk,
+    );
+    registry.register(
+        "disk_walk_truncated",
+        "1 when a directory's walk stopped at its bound (the bytes are then a lower bound)",
+        truncated,
+    );
+}
+
+/// The wheel lag histogram: the loop's power-of-two buckets, cumulative as Prometheus wants.
+#[derive(Debug)]
+struct LagFamily(LagHistogram);
+
+impl TypedMetric for LagFamily {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for LagFamily {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let buckets: Vec<(f64, u64)> = self
+            .0
+            .buckets()
+            .map(|(bound, count)| (bound.map_or(f64::INFINITY, |b| b.as_secs_f64()), count))
+            .collect();
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            self.0.sum().as_secs_f64(),
+            self.0.count(),
+            &buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// OpenMetrics text as the older Prometheus text format: counters' `# HELP`/`# TYPE` take the
+/// `_total` name their samples have, `# UNIT` and `# EOF` go (that format has neither).
+pub fn classic_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|prefix| line.strip_prefix(prefix).map(|rest| (prefix, rest)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                out.push_str(prefix);
+                out.push_str(name);
+                if counters.contains(name) {
+                    out.push_str("_total");
+                }
+                out.push(' ');
+                out.push_str(tail);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classic_text_renames_counter_metadata_and_drops_openmetrics_only_lines() {
+        let om = "# HELP a_things Things.\n# TYPE a_things counter\na_things_total 3\n\
+                  # HELP b_lag_seconds Lag.\n# TYPE b_lag_seconds gauge\n# UNIT b_lag_seconds seconds\n\
+                  b_lag_seconds 0.5\n# EOF\n";
+        assert_eq!(
+            classic_text(om),
+            "# HELP a_things_total Things.\n# TYPE a_things_total counter\na_things_total 3\n\
+             # HELP b_lag_seconds Lag.\n# TYPE b_lag_seconds gauge\nb_lag_seconds 0.5\n"
+        );
+    }
+
+    #[test]
+    fn disconnect_reasons_do_not_overlap_and_add_up() {
+        let n = crate::net::NetStats {
+            disconnects: 20,
+            faults: 12,
+            login_timeouts: 2,
+            idle_timeouts: 3,
+            flood_disconnects: 1,
+            ..Default::default()
+        };
+        let reasons = disconnect_reasons(&n);
+        assert_eq!(reasons.iter().map(|(_, v)| v).sum::<u64>(), 20);
+        assert!(reasons.contains(&("protocol", 6)));
+        assert!(reasons.contains(&("closed", 8)));
+    }
+}

@@ -1,0 +1,412 @@
+//! The HTTP thread: its own current-thread tokio runtime, an HTTP/1 server (hyper, routed by
+//! axum) on the `metrics.listen` socket, and the routes `/metrics`, `/healthz` and `/`.
+//!
+//! Bounds, so that slow or many clients cannot exhaust the shard's descriptors or reach the
+//! loop: at most [`MAX_CONNECTIONS`] connections are kept; when a new one arrives at the cap,
+//! the oldest connection with no request in flight (an idle keep-alive, a client still
+//! dribbling its headers) is closed for it, and if every one is mid-request the newcomer is
+//! closed instead. Headers must arrive within [`HEADER_TIMEOUT`]; a connection lives at most
+//! [`CONNECTION_LIFETIME`] (then it is closed after its current request). A request waits for
+//! the loop at most [`PROBE_TIMEOUT`], and at most [`super::probe::QUEUE`] requests wait at
+//! once; others are answered 503 at once.
+//!
+//! This module must never touch loop state: everything it knows about the loop comes from a
+//! probe's answer or the heartbeat.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::runtime::LoopContext;
+
+use super::disk::DiskCache;
+use super::families::{self, PhaseTotals, Readings};
+use super::health::{self, Watch};
+use super::page;
+use super::probe::{self, Request, Snapshot, Sources, Want};
+use super::process;
+use super::saves::SaveMetrics;
+
+/// Connections kept open at most.
+pub const MAX_CONNECTIONS: usize = 32;
+/// A request's headers must be in within this long of the connection (or the previous
+/// response).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection is closed after this long (after its current request, or [`GRACE`] later).
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// How long a connection closing at the end of its life may finish its request.
+pub const GRACE: Duration = Duration::from_secs(5);
+/// How long a request waits for the loop's answer.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Directories are walked for their size at most this often.
+pub const DISK_EVERY: Duration = Duration::from_secs(30);
+
+/// How the endpoint behaves.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `/healthz` reports the loop stalled after this long without an iteration.
+    pub stale_after: Duration,
+    /// Directories whose size `/metrics` reports, with their label.
+    pub disk_dirs: Vec<(&'static str, PathBuf)>,
+    /// The directories are walked at most this often.
+    pub disk_every: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            stale_after: health::DEFAULT_STALE_AFTER,
+            disk_dirs: Vec::new(),
+            disk_every: DISK_EVERY,
+        }
+    }
+}
+
+/// Binds the endpoint's socket (at startup, so that a bad or busy address stops the shard
+/// before it is ready). The error names the key.
+pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot listen on {addr} (metrics.listen): {e}"),
+        )
+    })?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// The running endpoint. Dropping it stops the thread (and waits for it, briefly).
+#[derive(Debug)]
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Starts the probe task on this thread's loop and the HTTP thread serving `listener`.
+    ///
+    /// # Panics
+    /// Off the loop thread.
+    pub fn start(
+        listener: std::net::TcpListener,
+        sources: Sources,
+        saves: SaveMetrics,
+        settings: Settings,
+    ) -> io::Result<MetricsServer> {
+        let addr = listener.local_addr()?;
+        let context = LoopContext::current();
+        let probe = probe::start(sources);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()?;
+        let (stop, stopped) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("metrics-http".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let app = App::new(probe, context, saves, &settings);
+                    if let Err(e) = serve(listener, app, stopped).await {
+                        tracing::error!("the metrics endpoint stopped: {e}");
+                    }
+                });
+                // A disk walk still running is not waited for.
+                runtime.shutdown_timeout(Duration::from_millis(200));
+            })?;
+        tracing::info!(%addr, "metrics endpoint: /metrics, /healthz and a status page at /");
+        Ok(MetricsServer {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it serves on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the thread and waits for it.
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the metrics thread panicked");
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+/// What the handlers share.
+struct App {
+    probe: mpsc::Sender<Request>,
+    watch: Arc<Watch>,
+    disk: DiskCache,
+    saves: SaveMetrics,
+    phases: Mutex<PhaseTotals>,
+    started: Instant,
+    start_time: f64,
+}
+
+impl App {
+    fn new(
+        probe: mpsc::Sender<Request>,
+        context: LoopContext,
+        saves: SaveMetrics,
+        settings: &Settings,
+    ) -> Arc<App> {
+        Arc::new(App {
+            probe,
+            watch: Arc::new(Watch::new(context, settings.stale_after)),
+            disk: DiskCache::new(settings.disk_dirs.clone(), settings.disk_every),
+            saves,
+            phases: Mutex::new(PhaseTotals::default()),
+            started: Instant::now(),
+            start_time: jiff::Timestamp::now().as_millisecond() as f64 / 1e3,
+        })
+    }
+
+    /// Asks the loop for a snapshot: 503 with the reason when it is busy, gone or silent.
+    async fn ask(&self, want: Want) -> Result<Snapshot, Response> {
+        let unavailable = |why: String| (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
+        let (reply, answer) = oneshot::channel();
+        self.probe
+            .try_send(Request { want, reply })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => unavailable(format!(
+                    "busy: {} requests already wait for the loop\n",
+                    probe::QUEUE
+                )),
+                mpsc::error::TrySendError::Closed(_) => {
+                    unavailable("the loop has shut down\n".into())
+                }
+            })?;
+        match tokio::time::timeout(PROBE_TIMEOUT, answer).await {
+            Ok(Ok(snapshot)) => Ok(snapshot),
+            Ok(Err(_)) => Err(unavailable("the loop has shut down\n".into())),
+            Err(_) => Err(unavailable(format!(
+                "the loop did not answer within {PROBE_TIMEOUT:?} (see /healthz)\n"
+            ))),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn routes(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/", get(status_page))
+        .fallback(not_found)
+        .with_state(app)
+}
+
+async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let after = lock(&app.phases).seen;
+    let snapshot = match app
+        .ask(Want::Metrics {
+            history_after: after,
+        })
+        .await
+    {
+        Ok(snapshot) => snapshot,
+        Err(response) => return response,
+    };
+    let disk = app.disk.sizes().await;
+    let phases = {
+        let mut phases = lock(&app.phases);
+        phases.add(&snapshot.history);
+        phases.clone()
+    };
+    let readings = Readings {
+        process: process::read(),
+        disk: &disk,
+        saves: &app.saves,
+        phases: &phases,
+        heartbeat_still: app.watch.still_for(),
+        start_time: app.start_time,
+    };
+    let text = families::encode(&snapshot, &readings);
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/openmetrics-text"));
+    match openmetrics {
+        true => (
+            [(header::CONTENT_TYPE, families::OPENMETRICS_CONTENT_TYPE)],
+            text,
+        )
+            .into_response(),
+        false => (
+            [(header::CONTENT_TYPE, families::CLASSIC_CONTENT_TYPE)],
+            families::classic_text(&text),
+        )
+            .into_response(),
+    }
+}
+
+async fn healthz(State(app): State<Arc<App>>) -> Response {
+    match app.watch.verdict() {
+        health::Verdict::Alive(ago) => (
+            StatusCode::OK,
+            format!("ok: the loop iterated {} ms ago\n", ago.as_millis()),
+        ),
+        health::Verdict::Stalled(still) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "stalled: the loop has not iterated for {:.1} s\n",
+                still.as_secs_f64()
+            ),
+        ),
+        health::Verdict::Stopped => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stopped: the loop has shut down\n".to_owned(),
+        ),
+    }
+    .into_response()
+}
+
+async fn status_page(State(app): State<Arc<App>>) -> Response {
+    match app.ask(Want::Page).await {
+        Ok(snapshot) => Html(page::render(&snapshot, app.started.elapsed())).into_response(),
+        Err(response) => response,
+    }
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "not found: this endpoint serves /, /metrics and /healthz\n",
+    )
+        .into_response()
+}
+
+/// One connection's state, shared by the accept loop and the connection's task.
+#[derive(Debug, Default)]
+struct Conn {
+    /// Requests being answered (0: idle, may be evicted).
+    in_flight: AtomicUsize,
+    /// The task has finished.
+    done: AtomicBool,
+    /// Told to close (evicted).
+    close: Notify,
+}
+
+/// Counts a request in flight on a connection while it lives.
+struct InFlight(Arc<Conn>);
+
+impl InFlight {
+    fn new(conn: &Arc<Conn>) -> InFlight {
+        conn.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(conn.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Accepts and serves until `stopped` fires.
+async fn serve(
+    listener: std::net::TcpListener,
+    app: Arc<App>,
+    stopped: oneshot::Receiver<()>,
+) -> io::Result<()> {
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let watcher = tokio::spawn(app.watch.clone().run());
+    let router = routes(app);
+    let mut live: VecDeque<Arc<Conn>> = VecDeque::new();
+    let mut stopped = pin!(stopped);
+    loop {
+        let stream = tokio::select! {
+            biased;
+            _ = &mut stopped => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(e) => {
+                    // Out of descriptors, most likely: wait rather than spin.
+                    tracing::warn!("metrics endpoint: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        live.retain(|c| !c.done.load(Ordering::Acquire));
+        if live.len() >= MAX_CONNECTIONS {
+            let idle = live
+                .iter()
+                .position(|c| c.in_flight.load(Ordering::Acquire) == 0);
+            match idle.and_then(|i| live.remove(i)) {
+                Some(evicted) => evicted.close.notify_one(),
+                None => continue, // every one is mid-request: the newcomer is closed
+            }
+        }
+        let conn = Arc::new(Conn::default());
+        live.push_back(conn.clone());
+        tokio::spawn(serve_connection(stream, router.clone(), conn));
+    }
+    watcher.abort();
+    Ok(())
+}
+
+async fn serve_connection(stream: tokio::net::TcpStream, router: Router, conn: Arc<Conn>) {
+    let inner = TowerToHyperService::new(router);
+    let counted = conn.clone();
+    let service = hyper::service::service_fn(move |request| {
+        let guard = InFlight::new(&counted);
+        let answer = hyper::service::Service::call(&inner, request);
+        async move {
+            let response = answer.await;
+            drop(guard);
+            response.map_err(|e: Infallible| match e {})
+        }
+    });
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    let mut connection = pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = conn.close.notified() => {}
+        () = tokio::time::sleep(CONNECTION_LIFETIME) => {
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(GRACE, connection).await;
+        }
+    }
+    conn.done.store(true, Ordering::Release);
+}

@@ -1,0 +1,482 @@
+//! The metrics endpoint (`[metrics] listen`) with real components: the shard binary checked
+//! by `promtool` and scraped by a real Prometheus server, the status page loaded in headless
+//! Chromium, `/healthz` against a loop blocked on purpose, the connection bound against many
+//! idle clients, and a bad or busy address.
+//!
+//! `promtool`, `prometheus` (Debian's `prometheus`) and `chromium` are installed by `.ci/run`;
+//! a test that cannot find them fails unless `SHARDLOOP_ALLOW_SKIP=1`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::binary::{shardloop, spawn_logged};
+use common::deadline::{run_within, watchdog};
+use common::skip;
+use shardloop::metrics::server::MAX_CONNECTIONS;
+use shardloop::metrics::{MetricsServer, PersistFacts, Settings, Sources, WorldCounts};
+use shardloop::runtime::history::{LoopSecond, Part};
+use shardloop::runtime::{EventLoop, LoopContext};
+
+/// A GET with `Connection: close`: the status and the body.
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    try_get(addr, path).unwrap_or_else(|e| panic!("GET {path} from {addr}: {e}"))
+}
+
+fn try_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_owned());
+    Ok((status, body))
+}
+
+/// Polls `check` every 100 ms until it gives a value or `limit` passes.
+fn poll<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let began = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(began.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// True if `tool --version` runs; otherwise says why the test cannot run.
+fn have(tool: &str, package: &str) -> bool {
+    let found = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !found {
+        skip::cannot_run(format!(
+            "{tool} is not installed (Debian package {package}; .ci/run installs it)"
+        ));
+    }
+    found
+}
+
+/// A free loopback port (bound and released: Prometheus takes a fixed address).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The shard binary with the endpoint on a free port; its address from the log.
+fn start_shard(dir: &Path) -> (Child, SocketAddr) {
+    let mut cmd = shardloop(dir, (2_000, 200));
+    cmd.env("SHARD_METRICS__LISTEN", "127.0.0.1:0");
+    let (child, lines) = spawn_logged(&mut cmd);
+    let mut addr = None;
+    let limit = Instant::now() + Duration::from_secs(30);
+    while let Ok(line) = lines.recv_timeout(limit.saturating_duration_since(Instant::now())) {
+        if line.contains("metrics endpoint") {
+            let at = line
+                .split("addr=")
+                .nth(1)
+                .expect("the line names the address");
+            addr = Some(at.split_whitespace().next().unwrap().parse().unwrap());
+        }
+        if line.contains("shard ready") {
+            break;
+        }
+    }
+    let addr = addr.expect("the shard logged its metrics endpoint before ready");
+    // Keep draining the log so the child never blocks on a full pipe.
+    std::thread::spawn(move || while lines.recv().is_ok() {});
+    (child, addr)
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_shard_s_metrics_pass_promtool_and_a_real_prometheus_scrapes_them() {
+    let _watchdog = watchdog(Duration::from_secs(90), "promtool and prometheus");
+    if !have("promtool", "prometheus") || !have("prometheus", "prometheus") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (shard, addr) = start_shard(dir.path());
+    let _shard = Killed(shard);
+
+    let (status, text) = get(addr, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    for family in [
+        "shardloop_loop_iterations_total",
+        "shardloop_loop_verdict{verdict=\"healthy\"} 1",
+        "shardloop_loop_wheel_lag_seconds_bucket{le=\"+Inf\"}",
+        "shardloop_process_open_fds",
+        "shardloop_net_disconnects_total{reason=\"idle_timeout\"}",
+        "shardloop_world_items 2000",
+        "shardloop_saves_total{outcome=\"failed\"} 0",
+        "shardloop_disk_bytes{dir=\"saves\"}",
+    ] {
+        assert!(text.contains(family), "{family} missing from:\n{text}");
+    }
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let checked = common::deadline::output_within(promtool, Duration::from_secs(20));
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    assert!(
+        checked.status.success() && said.trim().is_empty(),
+        "promtool check metrics: {said}"
+    );
+
+    // A real Prometheus scraping the shard every second.
+    let web = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  \
+             - job_name: shardloop\n    static_configs:\n      - targets: ['{addr}']\n"
+        ),
+    )
+    .unwrap();
+    let prometheus = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _prometheus = Killed(prometheus);
+    let query = "/api/v1/query?query=shardloop_loop_iterations_total";
+    let answer = poll(Duration::from_secs(30), "Prometheus has the series", || {
+        let (status, body) = try_get(web, query).ok()?;
+        (status == 200 && body.contains("\"job\":\"shardloop\"")).then_some(body)
+    });
+    assert!(answer.contains("\"status\":\"success\""), "{answer}");
+    let (_, names) = get(web, "/api/v1/label/__name__/values");
+    let ours = names.matches("\"shardloop_").count();
+    assert!(
+        ours >= 30,
+        "only {ours} shardloop_ series in Prometheus: {names}"
+    );
+    let (_, up) = get(web, "/api/v1/query?query=up");
+    assert!(up.contains("\"1\"]"), "the scrape target is not up: {up}");
+}
+
+#[test]
+fn a_bad_or_busy_metrics_listen_exits_2_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_addr = busy.local_addr().unwrap().to_string();
+    for (value, says) in [
+        ("not an address", "not an address"),
+        (busy_addr.as_str(), "cannot listen"),
+    ] {
+        let out = run_within(
+            shardloop(dir.path(), (100, 10)).env("SHARD_METRICS__LISTEN", value),
+            Duration::from_secs(60),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
+        assert!(
+            stderr.contains("metrics.listen") && stderr.contains(says),
+            "{value}: {stderr}"
+        );
+    }
+}
+
+/// A loop on its own thread serving the endpoint with `sources()`; the test drives it through
+/// the context and stops it by dropping the returned sender.
+struct Endpoint {
+    addr: SocketAddr,
+    context: LoopContext,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        // The loop may be blocked by the test: do not wait for it then.
+        if let Some(thread) = self.thread.take()
+            && !std::thread::panicking()
+        {
+            thread.join().unwrap();
+        }
+    }
+}
+
+fn endpoint(settings: Settings, history: Vec<LoopSecond>) -> Endpoint {
+    let (ready_tx, ready) = mpsc::channel();
+    let (stop, stopped) = mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let mut event_loop = EventLoop::builder().probe_host(false).build();
+            let context = event_loop.context();
+            event_loop
+                .run_until(async move {
+                    let sources = Sources {
+                        net: Box::new(Default::default),
+                        world: Box::new(|| WorldCounts {
+                            players: 3,
+                            ..WorldCounts::default()
+                        }),
+                        history: Box::new(move |_| history.clone()),
+                        persist: Box::new(PersistFacts::default),
+                    };
+                    let listener =
+                        shardloop::metrics::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+                    let server =
+                        MetricsServer::start(listener, sources, Default::default(), settings)
+                            .unwrap();
+                    ready_tx.send((server.local_addr(), context)).unwrap();
+                    // Wait for the test to end without blocking the loop.
+                    while stopped.try_recv() == Err(mpsc::TryRecvError::Empty) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    server.stop();
+                })
+                .await;
+        });
+    });
+    let (addr, context) = ready.recv_timeout(Duration::from_secs(10)).unwrap();
+    Endpoint {
+        addr,
+        context,
+        stop: Some(stop),
+        thread: Some(thread),
+    }
+}
+
+/// Two minutes of a loop that mostly sleeps, with some timers, network and a lag spike.
+fn history() -> Vec<LoopSecond> {
+    (0..120u64)
+        .map(|i| {
+            let mut s = LoopSecond {
+                unix_second: 1_780_000_000 + i,
+                uptime_second: i,
+                wall: Duration::from_secs(1),
+                max_wheel_lag: Duration::from_micros(if i == 60 { 9_000 } else { 200 }),
+                ..LoopSecond::default()
+            };
+            s.add(Part::Timers, Duration::from_millis(20 + i % 7));
+            s.add(Part::Network, Duration::from_millis(40));
+            s.add(Part::Stolen, Duration::from_millis(10));
+            s.add(Part::Sleep, Duration::from_millis(930 - i % 7));
+            s
+        })
+        .collect()
+}
+
+#[test]
+fn the_status_page_renders_the_chart_and_the_verdict_in_headless_chromium() {
+    let _watchdog = watchdog(Duration::from_secs(90), "chromium");
+    if !have("chromium", "chromium") {
+        return;
+    }
+    let endpoint = endpoint(Settings::default(), history());
+    let profile = tempfile::tempdir().unwrap();
+    let out = run_within(
+        Command::new("chromium").args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            &format!("--user-data-dir={}", profile.path().display()),
+            "--dump-dom",
+            &format!("http://{}/", endpoint.addr),
+        ]),
+        Duration::from_secs(60),
+    );
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let head = &dom[..dom.len().min(3000)];
+    let verdict = dom
+        .split("id=\"verdict\"")
+        .nth(1)
+        .and_then(|rest| rest.split_once('>'))
+        .and_then(|(attributes, rest)| Some((attributes, rest.split('<').next()?)))
+        .unwrap_or_else(|| panic!("no verdict in the DOM:\n{head}"));
+    assert!(verdict.0.contains("data-verdict=\"healthy\""), "{head}");
+    assert!(verdict.1.starts_with("healthy: "), "{head}");
+    assert!(dom.contains("id=\"players\">3 "), "{head}");
+    let chart = dom
+        .split("id=\"chart\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no chart section:\n{head}"));
+    assert!(chart.trim_start().starts_with("<svg"), "{head}");
+    // One band per part of the loop's time, the lag line, the legend's names.
+    assert_eq!(chart.matches("<polygon").count(), Part::COUNT);
+    assert!(chart.contains("<polyline"));
+    for name in [
+        "timers",
+        "network",
+        "sleep",
+        "stolen",
+        shardloop::shard::chart::LAG_LABEL,
+    ] {
+        assert!(chart.contains(name), "legend {name} missing");
+    }
+    assert!(chart.contains(shardloop::metrics::page::CHART_TITLE));
+}
+
+#[test]
+fn healthz_answers_503_while_the_loop_is_blocked_and_200_again_after() {
+    let _watchdog = watchdog(Duration::from_secs(60), "healthz");
+    let settings = Settings {
+        stale_after: Duration::from_secs(1),
+        ..Settings::default()
+    };
+    let endpoint = endpoint(settings, Vec::new());
+    let (status, body) = get(endpoint.addr, "/healthz");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with("ok"), "{body}");
+
+    // Block the loop until released.
+    let (release, blocked) = mpsc::channel::<()>();
+    endpoint
+        .context
+        .post(move || {
+            let _ = blocked.recv_timeout(Duration::from_secs(30));
+        })
+        .unwrap();
+    let body = poll(Duration::from_secs(10), "/healthz turns 503", || {
+        let (status, body) = get(endpoint.addr, "/healthz");
+        (status == 503).then_some(body)
+    });
+    assert!(body.starts_with("stalled"), "{body}");
+    // The HTTP thread still answers everything else while the loop is stuck.
+    assert_eq!(get(endpoint.addr, "/nowhere").0, 404);
+    let (status, body) = get(endpoint.addr, "/metrics");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("did not answer"), "{body}");
+
+    release.send(()).unwrap();
+    poll(Duration::from_secs(10), "/healthz is 200 again", || {
+        (get(endpoint.addr, "/healthz").0 == 200).then_some(())
+    });
+}
+
+#[test]
+fn many_idle_clients_do_not_stop_a_scrape_and_hold_a_bounded_number_of_connections() {
+    let _watchdog = watchdog(Duration::from_secs(60), "idle clients");
+    let endpoint = endpoint(Settings::default(), Vec::new());
+    let idle = 3 * MAX_CONNECTIONS;
+    let mut clients: Vec<TcpStream> = (0..idle)
+        .map(|i| {
+            let mut c = TcpStream::connect(endpoint.addr).unwrap();
+            if i % 2 == 0 {
+                // Half of them start a request and never finish its headers.
+                c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                    .unwrap();
+            }
+            c
+        })
+        .collect();
+    let began = Instant::now();
+    let (status, body) = get(endpoint.addr, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("shardloop_loop_iterations_total"));
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "the scrape waited {:?} behind idle clients",
+        began.elapsed()
+    );
+    // The server keeps at most MAX_CONNECTIONS: all but that many idle clients were closed.
+    for c in &clients {
+        c.set_nonblocking(true).unwrap();
+    }
+    let is_closed = |c: &mut TcpStream| match c.read(&mut [0u8; 1]) {
+        Ok(0) => true,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        Ok(_) => false,
+    };
+    let mut closed = vec![false; idle];
+    poll(Duration::from_secs(5), "idle clients closed", || {
+        for (c, done) in clients.iter_mut().zip(&mut closed) {
+            *done = *done || is_closed(c);
+        }
+        let n = closed.iter().filter(|d| **d).count();
+        (n >= idle - MAX_CONNECTIONS).then_some(())
+    });
+    assert_eq!(get(endpoint.addr, "/healthz").0, 200);
+}
+
+#[test]
+fn the_example_alert_rules_pass_promtool_check_and_their_unit_tests() {
+    if !have("promtool", "prometheus") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/monitoring");
+    for args in [
+        ["check", "rules", "alerts.yml"],
+        ["test", "rules", "alerts.test.yml"],
+    ] {
+        let out = run_within(
+            Command::new("promtool").args(args).current_dir(&dir),
+            Duration::from_secs(30),
+        );
+        assert!(
+            out.status.success(),
+            "promtool {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
