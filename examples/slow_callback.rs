@@ -13,11 +13,11 @@
 //! callback's site: this file and the line of its `timer::every(...)` call.
 //!
 //! What to look for in the output (docs/debugging.md walks through it): the Timers part's
-//! worst second at 10–15 % (stolen time takes the rest on a busy host), the Sleep part's lowest
-//! second down by as much, a max wheel lag
-//! of tens of ms (the ordinary timer's next boundary waits for the stall to end), and `worst
-//! timer callback` at ~150 ms with `examples/slow_callback.rs:LINE`. Built without `loop-profiling` there is no
-//! profile: the example says so and exits with status 2.
+//! worst second at 10–15 % (stolen time takes the rest on a busy host), the Sleep part's
+//! lowest second down by as much, a max wheel lag of tens of ms (the ordinary timer's next
+//! boundary waits for the stall to end), and `worst timer callback` at ~150 ms with
+//! `examples/slow_callback.rs:LINE`. Built without `loop-profiling` there is no profile: the
+//! example says so and exits with status 2.
 
 use std::cell::Cell;
 use std::process::ExitCode;
