@@ -48,8 +48,7 @@ async fn episode(el: &mut EventLoop) -> (String, u32, u64) {
     let counted = sweeps.clone();
     el.run_until(async move {
         let sweep = timer::every(IDLE_EVERY).start(move || counted.set(counted.get() + 1));
-        // The slow timer: its site is this line (`start` records its caller's location).
-        let slow_line = line!() + 1;
+        let slow_line = line!() + 1; // the slow timer's site: `start` records its caller's line
         let slow = timer::every(SLOW_EVERY).start(|| busy_wait(SLOW_FOR));
         timer::pause_for(RUN).await;
         slow.cancel();
