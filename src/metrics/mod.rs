@@ -24,6 +24,7 @@ pub mod health;
 pub mod page;
 pub mod probe;
 pub mod process;
+pub mod publish;
 pub mod saves;
 pub mod server;
 
