@@ -28,12 +28,15 @@ pub struct DirSize {
     pub truncated: bool,
 }
 
+/// When the directories were walked, and what the walk found.
+type Measured = (Instant, Vec<DirSize>);
+
 /// The directories to measure and the last measurement.
 #[derive(Debug)]
 pub struct DiskCache {
     dirs: Arc<[(&'static str, PathBuf)]>,
     every: Duration,
-    last: Arc<Mutex<Option<(Instant, Vec<DirSize>)>>>,
+    last: Arc<Mutex<Option<Measured>>>,
     /// A walk is under way on the blocking pool.
     walking: Arc<AtomicBool>,
 }

@@ -204,16 +204,14 @@ impl App {
         })
     }
 
-    /// The loop's latest published figures, without waiting for the loop; 503 once the loop
-    /// has shut down (its publisher is gone).
-    fn published(&self) -> Result<Arc<Published>, Response> {
+    /// The loop's latest published figures, without waiting for the loop; `None` once the
+    /// loop has shut down (its publisher is gone).
+    fn published(&self) -> Option<Arc<Published>> {
         if self.slot.has_changed().is_err() {
-            return Err(
-                (StatusCode::SERVICE_UNAVAILABLE, "the loop has shut down\n").into_response(),
-            );
+            return None;
         }
         // The read lock is held for one reference-count increment.
-        Ok(self.slot.borrow().clone())
+        Some(self.slot.borrow().clone())
     }
 
     /// Asks the loop for a snapshot with the whole history (the status page): 503 with the
@@ -252,9 +250,8 @@ fn routes(app: Arc<App>) -> Router {
 }
 
 async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    let published = match app.published() {
-        Ok(published) => published,
-        Err(response) => return response,
+    let Some(published) = app.published() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the loop has shut down\n").into_response();
     };
     let disk = app.disk.sizes().await;
     let readings = Readings {
