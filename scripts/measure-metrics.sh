@@ -14,7 +14,8 @@
 #    time_total); p50, p99 and max of each per round, and the median of the rounds of each.
 #    /healthz never touches the loop's figures: it is the floor of this host at that moment.
 #
-# MODE=latency skips part 1. It builds nothing: run `cargo build --release` first (or set SHARDLOOP_BIN). Needs curl and
+# The ping clients never log in: the login and idle timeouts are lifted so that they stay
+# connected through every round. MODE=latency skips part 1. It builds nothing: run `cargo build --release` first (or set SHARDLOOP_BIN). Needs curl and
 # Debian's prometheus.
 set -euo pipefail
 
@@ -31,7 +32,8 @@ ulimit -n "$(ulimit -Hn)"
 source "$(dirname "$0")/cpu-time.sh"
 
 (cd "$work" && exec env SHARD_SERVER__PROBE_HOST=false SHARD_SERVER__LOOP_STATS_INTERVAL=0s \
-    SHARD_NETWORK__MAX_PER_IP=4096 SHARD_NETWORK__PING_RATE=0 SHARD_AUTOSAVE__ENABLED=false \
+    SHARD_NETWORK__MAX_PER_IP=4096 SHARD_NETWORK__PING_RATE=0 \
+    SHARD_NETWORK__LOGIN_TIMEOUT=1h SHARD_NETWORK__IDLE_TIMEOUT=2h SHARD_AUTOSAVE__ENABLED=false \
     SHARD_NETWORK__LISTEN="[\"127.0.0.1:$port\"]" SHARD_METRICS__LISTEN="127.0.0.1:$mport" \
     "$bin" </dev/null >/dev/null 2>"$work/shard.log") &
 pid=$!
@@ -133,10 +135,15 @@ echo "== latency with 1000 clients pinging ($rounds rounds)"
     --ramp 3s >"$work/ping.txt" &
 pingers=$!
 sleep 6
-grep -E '^shardloop_net_connections [0-9]+' <(curl -s "http://127.0.0.1:$mport/metrics")
-for round in $(seq "$rounds"); do latency "1000-$round"; done | tee "$work/busy.txt"
+# connected: the clients connected now (from /metrics, so up to a second old).
+connected() { curl -s "http://127.0.0.1:$mport/metrics" | awk '/^shardloop_net_connections / { print $2 }'; }
+for round in $(seq "$rounds"); do
+    echo "round $round: $(connected) clients connected before" >&2
+    latency "1000-$round"
+    echo "round $round: $(connected) clients connected after" >&2
+done | tee "$work/busy.txt"
 median "$work/busy.txt"
-grep -E '^shardloop_net_connections [0-9]+' <(curl -s "http://127.0.0.1:$mport/metrics")
+echo "loadgen:"; tail -n 5 "$work/ping.txt"
 kill "$pingers" 2>/dev/null || true
 wait "$pingers" 2>/dev/null || true
 kill -TERM "$pid"
