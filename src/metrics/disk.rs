@@ -1,6 +1,6 @@
 //! Bytes on disk per directory the shard writes (saves, backups, archives), for
 //! `/metrics`: walked on a blocking thread of the HTTP runtime, cached, at most once per
-//! [`DiskCache::every`].
+//! [`DiskCache::every`], in the background once the first walk is done.
 //!
 //! A walk is bounded: at most [`MAX_ENTRIES`] entries per directory, [`MAX_DEPTH`] levels,
 //! symbolic links not followed. A tree past the bound reports what it counted and says so
@@ -8,6 +8,7 @@
 //! cache allows however often it is scraped.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,12 +28,17 @@ pub struct DirSize {
     pub truncated: bool,
 }
 
+/// When the directories were walked, and what the walk found.
+type Measured = (Instant, Vec<DirSize>);
+
 /// The directories to measure and the last measurement.
 #[derive(Debug)]
 pub struct DiskCache {
     dirs: Arc<[(&'static str, PathBuf)]>,
     every: Duration,
-    last: Mutex<Option<(Instant, Vec<DirSize>)>>,
+    last: Arc<Mutex<Option<Measured>>>,
+    /// A walk is under way on the blocking pool.
+    walking: Arc<AtomicBool>,
 }
 
 impl DiskCache {
@@ -40,7 +46,8 @@ impl DiskCache {
         DiskCache {
             dirs: dirs.into(),
             every,
-            last: Mutex::new(None),
+            last: Arc::new(Mutex::new(None)),
+            walking: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -49,25 +56,37 @@ impl DiskCache {
         self.every
     }
 
-    /// The sizes, walked again (on the blocking pool) when the cached ones are older than
-    /// [`DiskCache::every`].
+    /// The sizes. Only the first call waits for a walk; later ones get the cached sizes at
+    /// once and, when those are older than [`DiskCache::every`], start one walk in the
+    /// background for the calls after (a scrape never waits behind a large tree).
     pub async fn sizes(&self) -> Vec<DirSize> {
-        if let Some((at, sizes)) = &*lock(&self.last)
-            && at.elapsed() < self.every
-        {
-            return sizes.clone();
+        let cached = lock(&self.last).clone();
+        let Some((at, sizes)) = cached else {
+            let dirs = self.dirs.clone();
+            let walked = tokio::task::spawn_blocking(move || walk(&dirs))
+                .await
+                .unwrap_or_default();
+            *lock(&self.last) = Some((Instant::now(), walked.clone()));
+            return walked;
+        };
+        if at.elapsed() >= self.every && !self.walking.swap(true, Ordering::AcqRel) {
+            let (dirs, last, walking) =
+                (self.dirs.clone(), self.last.clone(), self.walking.clone());
+            // Detached: a walk still running at shutdown is not waited for.
+            drop(tokio::task::spawn_blocking(move || {
+                let walked = walk(&dirs);
+                *lock(&last) = Some((Instant::now(), walked));
+                walking.store(false, Ordering::Release);
+            }));
         }
-        let dirs = self.dirs.clone();
-        let walked = tokio::task::spawn_blocking(move || {
-            dirs.iter()
-                .map(|(name, path)| measure(name, path))
-                .collect::<Vec<_>>()
-        })
-        .await
-        .unwrap_or_default();
-        *lock(&self.last) = Some((Instant::now(), walked.clone()));
-        walked
+        sizes
     }
+}
+
+fn walk(dirs: &[(&'static str, PathBuf)]) -> Vec<DirSize> {
+    dirs.iter()
+        .map(|(name, path)| measure(name, path))
+        .collect()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -114,6 +133,25 @@ pub fn measure(name: &'static str, path: &Path) -> DirSize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_stale_cache_answers_at_once_and_refreshes_in_the_background() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), [0u8; 10]).unwrap();
+        let cache = DiskCache::new(vec![("saves", dir.path().to_owned())], Duration::ZERO);
+        assert_eq!(cache.sizes().await[0].bytes, 10, "the first call walks");
+        std::fs::write(dir.path().join("b"), [0u8; 5]).unwrap();
+        // Stale at once (every = 0): answered from the cache, a walk starts behind it.
+        assert_eq!(cache.sizes().await[0].bytes, 10);
+        let began = Instant::now();
+        loop {
+            if cache.sizes().await[0].bytes == 15 {
+                break;
+            }
+            assert!(began.elapsed() < Duration::from_secs(10), "no refresh");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 
     #[test]
     fn counts_files_below_and_not_links_and_stops_at_the_depth_bound() {

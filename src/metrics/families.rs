@@ -85,6 +85,8 @@ pub struct Readings<'a> {
     pub phases: &'a PhaseTotals,
     /// How long the loop's heartbeat has been still.
     pub heartbeat_still: Duration,
+    /// How old the loop's published copy (the snapshot) is.
+    pub snapshot_age: Duration,
     /// When the endpoint started, Unix seconds.
     pub start_time: f64,
 }
@@ -242,6 +244,13 @@ fn register_loop(registry: &mut Registry, snapshot: &Snapshot, readings: &Readin
         "Time since the loop last started an iteration, as /healthz sees it",
         Unit::Seconds,
         readings.heartbeat_still.as_secs_f64(),
+    );
+    unit_gauge(
+        registry,
+        "metrics_snapshot_age",
+        "Age of the loop's copy these loop, network, world and save figures come from (the loop publishes one every second; more means the loop is behind or hung)",
+        Unit::Seconds,
+        readings.snapshot_age.as_secs_f64(),
     );
     if readings.phases.seen.is_some() {
         let phases = Family::<

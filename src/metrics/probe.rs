@@ -1,15 +1,21 @@
-//! The loop side of the endpoint: a task on the loop that answers the HTTP thread's requests
-//! with a [`Snapshot`] of what the [`Sources`] give.
+//! What the loop gives the endpoint ([`Sources`], copied into a [`Snapshot`]), and the task on
+//! the loop that answers the status page's requests.
+//!
+//! `/metrics` does not ask: it reads what [`super::publish`] copies once a second. The status
+//! page asks, because it draws the whole 15-minute history, which would be wasteful to copy
+//! every second for a page a person loads now and then, and a person does not notice the wait
+//! for the loop's next iteration.
 //!
 //! The HTTP thread sends a [`Request`] on a bounded channel; the task copies the loop's
-//! counters and the shard's figures and sends them back on the request's oneshot. Sending never
-//! waits (a oneshot holds one value), so the loop never waits on the HTTP thread; the HTTP
-//! thread waits for the answer with a timeout. The task ends when the HTTP thread drops its
-//! end of the channel, or with the loop.
+//! counters, the shard's figures and the history and sends them back on the request's
+//! oneshot. Sending never waits (a oneshot holds one value), so the loop never waits on the
+//! HTTP thread; the HTTP thread waits for the answer with a timeout. The task ends when the
+//! HTTP thread drops its end of the channel, or with the loop.
 //!
 //! It must never do more on the loop than copy: formatting, drawing and file system walks
 //! happen on the HTTP thread.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -68,19 +74,9 @@ pub struct ArchiveFacts {
     pub last: Option<LastRun>,
 }
 
-/// What the HTTP thread wants: `/metrics` needs only the history it has not seen yet, the
-/// page all of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Want {
-    /// Counters, and the history after this uptime second (`None`: all of it).
-    Metrics { history_after: Option<u64> },
-    /// Counters and the whole history.
-    Page,
-}
-
-/// One request to the loop.
+/// One request to the loop (the status page's: it wants the whole history, which the
+/// per-second publish does not carry).
 pub struct Request {
-    pub want: Want,
     pub reply: oneshot::Sender<Snapshot>,
 }
 
@@ -103,24 +99,28 @@ pub struct Snapshot {
 ///
 /// # Panics
 /// Off the loop thread.
-pub fn start(sources: Sources) -> mpsc::Sender<Request> {
+pub fn start(sources: Rc<Sources>) -> mpsc::Sender<Request> {
     let (tx, mut rx) = mpsc::channel::<Request>(QUEUE);
     // Detached: it ends when the HTTP thread drops the sender, or with the loop.
     let _task = runtime::spawn(async move {
         while let Some(request) = rx.recv().await {
             // The requester may have given up (timeout): then nobody needs the answer.
-            let _ = request.reply.send(snapshot(&sources, request.want));
+            let _ = request.reply.send(snapshot(&sources));
         }
     });
     tx
 }
 
-/// Copies the loop's figures (on the loop thread).
-pub fn snapshot(sources: &Sources, want: Want) -> Snapshot {
-    let history = match want {
-        Want::Metrics { history_after } => (sources.history)(history_after),
-        Want::Page => (sources.history)(None),
-    };
+/// Copies the loop's figures with the whole history (on the loop thread).
+pub fn snapshot(sources: &Sources) -> Snapshot {
+    Snapshot {
+        history: (sources.history)(None),
+        ..counters(sources)
+    }
+}
+
+/// Copies the loop's counters, without history (on the loop thread).
+pub fn counters(sources: &Sources) -> Snapshot {
     Snapshot {
         stats: runtime::stats(),
         lag: runtime::lag_histogram(),
@@ -128,7 +128,7 @@ pub fn snapshot(sources: &Sources, want: Want) -> Snapshot {
         net: (sources.net)(),
         world: (sources.world)(),
         persist: (sources.persist)(),
-        history,
+        history: Vec::new(),
     }
 }
 

@@ -6,12 +6,13 @@
 //! the oldest connection with no request in flight (an idle keep-alive, a client still
 //! dribbling its headers) is closed for it, and if every one is mid-request the newcomer is
 //! closed instead. Headers must arrive within [`HEADER_TIMEOUT`]; a connection lives at most
-//! [`CONNECTION_LIFETIME`] (then it is closed after its current request). A request waits for
-//! the loop at most [`PROBE_TIMEOUT`], and at most [`super::probe::QUEUE`] requests wait at
-//! once; others are answered 503 at once.
+//! [`CONNECTION_LIFETIME`] (then it is closed after its current request). `/metrics` never
+//! waits for the loop: it reads the copy the loop published last ([`super::publish`]) and
+//! reports its age. Only the status page asks the loop; it waits at most [`PROBE_TIMEOUT`], and
+//! at most [`super::probe::QUEUE`] such requests wait at once; others are answered 503 at once.
 //!
-//! This module must never touch loop state: everything it knows about the loop comes from a
-//! probe's answer or the heartbeat.
+//! This module must never touch loop state: everything it knows about the loop comes from the
+//! published copy, a probe's answer or the heartbeat.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -19,8 +20,9 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::pin;
+use std::rc::Rc;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -36,11 +38,12 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use crate::runtime::LoopContext;
 
 use super::disk::DiskCache;
-use super::families::{self, PhaseTotals, Readings};
+use super::families::{self, Readings};
 use super::health::{self, Watch};
 use super::page;
-use super::probe::{self, Request, Snapshot, Sources, Want};
+use super::probe::{self, Request, Snapshot, Sources};
 use super::process;
+use super::publish::{Published, Publisher, Slot};
 use super::saves::SaveMetrics;
 
 /// Connections kept open at most.
@@ -100,7 +103,8 @@ pub struct MetricsServer {
 }
 
 impl MetricsServer {
-    /// Starts the probe task on this thread's loop and the HTTP thread serving `listener`.
+    /// Starts the publishing timer and the status page's probe task on this thread's loop, and
+    /// the HTTP thread serving `listener`.
     ///
     /// # Panics
     /// Off the loop thread.
@@ -112,6 +116,10 @@ impl MetricsServer {
     ) -> io::Result<MetricsServer> {
         let addr = listener.local_addr()?;
         let context = LoopContext::current();
+        let sources = Rc::new(sources);
+        let (publisher, slot) = Publisher::new(sources.clone());
+        // The timer cancels itself once the HTTP thread has dropped the slot.
+        let _publishing = publisher.start();
         let probe = probe::start(sources);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -122,7 +130,7 @@ impl MetricsServer {
             .name("metrics-http".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    let app = App::new(probe, context, saves, &settings);
+                    let app = App::new(probe, slot, context, saves, &settings);
                     if let Err(e) = serve(listener, app, stopped).await {
                         tracing::error!("the metrics endpoint stopped: {e}");
                     }
@@ -169,10 +177,10 @@ impl Drop for MetricsServer {
 /// What the handlers share.
 struct App {
     probe: mpsc::Sender<Request>,
+    slot: Slot,
     watch: Arc<Watch>,
     disk: DiskCache,
     saves: SaveMetrics,
-    phases: Mutex<PhaseTotals>,
     started: Instant,
     start_time: f64,
 }
@@ -180,27 +188,39 @@ struct App {
 impl App {
     fn new(
         probe: mpsc::Sender<Request>,
+        slot: Slot,
         context: LoopContext,
         saves: SaveMetrics,
         settings: &Settings,
     ) -> Arc<App> {
         Arc::new(App {
             probe,
+            slot,
             watch: Arc::new(Watch::new(context, settings.stale_after)),
             disk: DiskCache::new(settings.disk_dirs.clone(), settings.disk_every),
             saves,
-            phases: Mutex::new(PhaseTotals::default()),
             started: Instant::now(),
             start_time: jiff::Timestamp::now().as_millisecond() as f64 / 1e3,
         })
     }
 
-    /// Asks the loop for a snapshot: 503 with the reason when it is busy, gone or silent.
-    async fn ask(&self, want: Want) -> Result<Snapshot, Response> {
+    /// The loop's latest published figures, without waiting for the loop; `None` once the
+    /// loop has shut down (its publisher is gone).
+    fn published(&self) -> Option<Arc<Published>> {
+        if self.slot.has_changed().is_err() {
+            return None;
+        }
+        // The read lock is held for one reference-count increment.
+        Some(self.slot.borrow().clone())
+    }
+
+    /// Asks the loop for a snapshot with the whole history (the status page): 503 with the
+    /// reason when it is busy, gone or silent.
+    async fn ask(&self) -> Result<Snapshot, Response> {
         let unavailable = |why: String| (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
         let (reply, answer) = oneshot::channel();
         self.probe
-            .try_send(Request { want, reply })
+            .try_send(Request { reply })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => unavailable(format!(
                     "busy: {} requests already wait for the loop\n",
@@ -220,10 +240,6 @@ impl App {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn routes(app: Arc<App>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
@@ -234,31 +250,20 @@ fn routes(app: Arc<App>) -> Router {
 }
 
 async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    let after = lock(&app.phases).seen;
-    let snapshot = match app
-        .ask(Want::Metrics {
-            history_after: after,
-        })
-        .await
-    {
-        Ok(snapshot) => snapshot,
-        Err(response) => return response,
+    let Some(published) = app.published() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the loop has shut down\n").into_response();
     };
     let disk = app.disk.sizes().await;
-    let phases = {
-        let mut phases = lock(&app.phases);
-        phases.add(&snapshot.history);
-        phases.clone()
-    };
     let readings = Readings {
         process: process::read(),
         disk: &disk,
         saves: &app.saves,
-        phases: &phases,
+        phases: &published.phases,
         heartbeat_still: app.watch.still_for(),
+        snapshot_age: published.age(),
         start_time: app.start_time,
     };
-    let text = families::encode(&snapshot, &readings);
+    let text = families::encode(&published.snapshot, &readings);
     let openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -299,7 +304,7 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn status_page(State(app): State<Arc<App>>) -> Response {
-    match app.ask(Want::Page).await {
+    match app.ask().await {
         Ok(snapshot) => Html(page::render(&snapshot, app.started.elapsed())).into_response(),
         Err(response) => response,
     }

@@ -2,9 +2,10 @@
 //! startup, and the [`Sources`] that give the endpoint the world, the network and saving as
 //! this shard wires them.
 //!
-//! Owns that wiring only. The closures it builds run on the loop and only copy; the history
-//! source copies the seconds asked for (none in a build without the `loop-profiling`
-//! profile, which keeps no history).
+//! Owns that wiring only. The closures it builds run on the loop and only copy (the endpoint
+//! calls them once a second to publish, and for each status page); the history source copies
+//! the seconds asked for — for the publish, only those new since the last one (none in a build
+//! without the `loop-profiling` profile, which keeps no history).
 
 use std::cell::RefCell;
 use std::rc::Rc;
