@@ -12,7 +12,6 @@ use std::cell::{Cell, RefCell};
 use std::hash::BuildHasherDefault;
 use std::rc::{Rc, Weak};
 
-
 use crate::runtime::{AbortHandle, Keyed};
 use crate::timer::TimerToken;
 use crate::world::rng::Rng;

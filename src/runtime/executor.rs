@@ -312,7 +312,10 @@ where
         guard.finish(Ok(output));
     };
     let key = core.executor.spawn(&core.shared, Box::pin(task), site);
-    debug_assert_eq!(key, state.link.task, "the slab issued another key than it announced");
+    debug_assert_eq!(
+        key, state.link.task,
+        "the slab issued another key than it announced"
+    );
     JoinHandle { state }
 }
 
@@ -402,8 +405,7 @@ impl<T> Drop for Completion<T> {
         if let Some(state) = self.state.take() {
             // A panic unwinding out of the task's poll drops the task's state — this guard
             // included — on its way out; any other drop is a cancellation.
-            let panicked =
-                std::thread::panicking() && !state.link.aborted.load(Ordering::Acquire);
+            let panicked = std::thread::panicking() && !state.link.aborted.load(Ordering::Acquire);
             deliver(&state, Err(JoinError { panicked }));
         }
     }

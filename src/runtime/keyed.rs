@@ -70,6 +70,13 @@ impl<T> Cancel for JoinHandle<T> {
     }
 }
 
+/// A set may hold timers and tasks together as `Box<dyn Cancel>`.
+impl<C: Cancel + ?Sized> Cancel for Box<C> {
+    fn cancel(&self) {
+        (**self).cancel();
+    }
+}
+
 /// At most one running `H` (a [`TimerToken`], an [`AbortHandle`], a [`JoinHandle`]) per key
 /// `K`. Inserting for a key that has one cancels the old one; dropping the set cancels all.
 ///
