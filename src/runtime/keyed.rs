@@ -22,7 +22,7 @@
 //!                 chatter.insert(npc, task.abort_handle());
 //!             }
 //!             timer::pause(12_000).await;
-//!             chatter.cancel(2); // npc 2 fell asleep: its task and its pause are gone
+//!             chatter.cancel(&2); // npc 2 fell asleep: its task and its pause are gone
 //!             chatter.cancel_all(); // the game stops
 //!         })
 //!         .await;
