@@ -582,3 +582,307 @@ async fn t12_a_probe_that_distrusts_sleep_makes_the_loop_spin_from_the_start() {
     assert_eq!(el.stats().verdict, shardloop::Verdict::SpinningUnsupported);
     assert_eq!(el.stats().sleeps, 0);
 }
+
+// ---- Aborting tasks (JoinHandle::abort, AbortHandle) and the keyed set ----
+
+/// Sets its flag when dropped: observes the moment a task's future goes.
+struct DropFlag(Rc<std::cell::Cell<bool>>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.set(true);
+    }
+}
+
+fn drop_flag() -> (DropFlag, Rc<std::cell::Cell<bool>>) {
+    let flag = Rc::new(std::cell::Cell::new(false));
+    (DropFlag(flag.clone()), flag)
+}
+
+/// A task that holds a guard and two pauses (one awaited, one just owned) until aborted.
+fn sleeper(guard: DropFlag) -> shardloop::JoinHandle<()> {
+    spawn(async move {
+        let _guard = guard;
+        let _owned = timer::pause(20_000);
+        timer::pause(10_000).await;
+        unreachable!("aborted long before");
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_drops_the_future_at_once_and_its_pauses_leave_the_wheel() {
+    let mut el = EventLoop::new();
+    let (guard, dropped) = drop_flag();
+    let mut handle = sleeper(guard);
+    el.run_until(timer::pause(16)).await;
+    assert_eq!(timer::live(), 2, "the task's two pauses are on the wheel");
+    assert!(!handle.is_finished());
+    handle.abort();
+    assert!(dropped.get(), "the future is dropped before abort returns");
+    assert_eq!(
+        timer::live(),
+        0,
+        "its pauses left the wheel before abort returned"
+    );
+    assert!(timer::dump().to_string().starts_with("0 live timers"));
+    assert!(handle.is_finished());
+    let err = el.run_until(&mut handle).await.expect_err("aborted");
+    assert!(err.is_cancelled() && !err.is_panic(), "{err}");
+    assert!(err.to_string().contains("cancelled"), "{err}");
+    assert_eq!(el.stats().panics, 0, "an abort is not a panic");
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_from_a_timer_callback_and_from_another_task_is_immediate() {
+    let mut el = EventLoop::new();
+    let (g1, d1) = drop_flag();
+    let (g2, d2) = drop_flag();
+    let by_timer = sleeper(g1).abort_handle();
+    let by_task = sleeper(g2).abort_handle();
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let s = seen.clone();
+    let (f1, f2) = (d1.clone(), d2.clone());
+    timer::after(ms(40)).start(move || {
+        let before = timer::live();
+        by_timer.abort();
+        s.borrow_mut().push((f1.get(), before - timer::live()));
+    });
+    let s = seen.clone();
+    let killer = spawn(async move {
+        timer::pause(80).await;
+        let before = timer::live();
+        by_task.abort();
+        s.borrow_mut().push((f2.get(), before - timer::live()));
+    });
+    el.run_until(killer).await.expect("the killer finishes");
+    // Each abort took its sleeper's two pauses off the wheel before it returned.
+    assert_eq!(*seen.borrow(), [(true, 2), (true, 2)]);
+    assert_eq!(timer::live(), 0);
+    assert!(d1.get() && d2.get());
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_after_finish_or_twice_is_a_no_op() {
+    let mut el = EventLoop::new();
+    let mut done = spawn(async {
+        timer::pause(8).await;
+        7
+    });
+    el.run_until(timer::pause(40)).await;
+    assert!(done.is_finished());
+    done.abort();
+    done.abort_handle().abort();
+    assert_eq!(
+        el.run_until(&mut done).await,
+        Ok(7),
+        "the output survives the abort"
+    );
+
+    let (guard, dropped) = drop_flag();
+    let mut twice = sleeper(guard);
+    let again = twice.abort_handle();
+    twice.abort();
+    twice.abort();
+    again.abort();
+    assert!(dropped.get());
+    let err = el.run_until(&mut twice).await.expect_err("aborted");
+    assert!(err.is_cancelled());
+    again.abort(); // after the handle handed its result out
+    assert_eq!(timer::live(), 0);
+    assert_eq!(el.stats().panics, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_from_inside_the_task_drops_it_when_its_poll_returns() {
+    let mut el = EventLoop::new();
+    let me: Rc<RefCell<Option<shardloop::runtime::AbortHandle>>> = Rc::default();
+    let (guard, dropped) = drop_flag();
+    let reached = Rc::new(std::cell::Cell::new(false));
+    let seen_inside = Rc::new(std::cell::Cell::new(None));
+    let (m, r, si, d) = (
+        me.clone(),
+        reached.clone(),
+        seen_inside.clone(),
+        dropped.clone(),
+    );
+    let mut task = spawn(async move {
+        let _guard = guard;
+        timer::pause(8).await;
+        m.borrow().as_ref().expect("handle set").abort();
+        si.set(Some(d.get())); // still alive: it is being polled
+        timer::pause(8).await; // Pending: dropped right here, never polled again
+        r.set(true);
+    });
+    *me.borrow_mut() = Some(task.abort_handle());
+    // Woken on the same tick, after the task: polled once the aborted poll has returned.
+    let d = dropped.clone();
+    let next_in_line = spawn(async move {
+        timer::pause(8).await;
+        d.get()
+    });
+    assert_eq!(
+        el.run_until(next_in_line).await,
+        Ok(true),
+        "dropped before the next task ran"
+    );
+    assert_eq!(
+        seen_inside.get(),
+        Some(false),
+        "not dropped under its own feet"
+    );
+    assert!(!reached.get(), "never polled after the abort");
+    assert_eq!(timer::live(), 0, "its second pause left the wheel");
+    assert!(
+        el.run_until(&mut task)
+            .await
+            .expect_err("aborted")
+            .is_cancelled()
+    );
+
+    // Aborting itself in a poll that then completes: it finished, the output stands.
+    let me: Rc<RefCell<Option<shardloop::runtime::AbortHandle>>> = Rc::default();
+    let m = me.clone();
+    let mut finishes = spawn(async move {
+        timer::pause(8).await;
+        m.borrow().as_ref().expect("handle set").abort();
+        5
+    });
+    *me.borrow_mut() = Some(finishes.abort_handle());
+    assert_eq!(el.run_until(&mut finishes).await, Ok(5));
+    assert_eq!(el.stats().panics, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_off_the_loop_thread_panics_clearly() {
+    let _el = EventLoop::new();
+    let (guard, dropped) = drop_flag();
+    let task = sleeper(guard);
+    let remote = task.abort_handle();
+    let outcome = std::thread::spawn(move || remote.abort()).join();
+    let payload = outcome.expect_err("abort off the loop thread panics");
+    let text = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        text.contains("AbortHandle::abort") && text.contains("event loop's thread"),
+        "{text}"
+    );
+    assert!(!dropped.get(), "nothing was dropped");
+    task.abort();
+    assert!(dropped.get());
+}
+
+#[tokio::test(start_paused = true)]
+async fn keyed_set_replace_cancel_remove_and_cancel_all() {
+    use shardloop::runtime::{Cancel, Keyed};
+    let mut el = EventLoop::new();
+    let behaviours: Keyed<u32, Box<dyn Cancel>> = Keyed::new();
+    let flags: Vec<_> = (0..4).map(|_| drop_flag()).collect();
+    let mut guards = flags.into_iter();
+    let mut next = || guards.next().expect("four guards");
+    let (g, first) = next();
+    behaviours.insert(1, Box::new(sleeper(g)));
+    el.run_until(timer::pause(8)).await;
+    assert_eq!(timer::live(), 2, "the first sleeper's pauses");
+    let (g, second) = next();
+    behaviours.insert(1, Box::new(sleeper(g).abort_handle()));
+    assert!(first.get(), "replacing cancels the old behaviour at once");
+    assert_eq!(timer::live(), 0, "its pauses went with it");
+    let fired = Rc::new(std::cell::Cell::new(0));
+    let f = fired.clone();
+    behaviours.insert(
+        2,
+        Box::new(timer::every(ms(8)).start(move || f.set(f.get() + 1))),
+    );
+    let (g, kept) = next();
+    behaviours.insert(3, Box::new(sleeper(g)));
+    el.run_until(timer::pause(1)).await;
+    assert_eq!(
+        (behaviours.len(), timer::live()),
+        (3, 5),
+        "2 sleepers and a timer"
+    );
+
+    let taken = behaviours.remove(&3).expect("key 3 runs");
+    assert!(!kept.get(), "remove forgets without cancelling");
+    assert!(behaviours.cancel(&2) && !behaviours.cancel(&2));
+    let runs = fired.get();
+    el.run_until(timer::pause(40)).await;
+    assert_eq!(fired.get(), runs, "the cancelled timer runs no more");
+
+    let (g, last) = next();
+    behaviours.insert(4, Box::new(sleeper(g)));
+    el.run_until(timer::pause(8)).await;
+    assert_eq!(timer::live(), 6, "three sleepers");
+    behaviours.cancel_all();
+    assert!(second.get() && last.get() && behaviours.is_empty());
+    assert_eq!(
+        timer::live(),
+        2,
+        "only the removed behaviour's pauses remain"
+    );
+    taken.cancel();
+    assert!(kept.get());
+    assert_eq!(timer::live(), 0);
+
+    // Dropping the set cancels what it holds.
+    let (g, dropped) = drop_flag();
+    let set: Keyed<&str, shardloop::runtime::AbortHandle> = Keyed::new();
+    set.insert("npc", sleeper(g).abort_handle());
+    el.run_until(timer::pause(8)).await;
+    assert_eq!(timer::live(), 2);
+    drop(set);
+    assert!(dropped.get());
+    assert_eq!(timer::live(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn keyed_a_panicking_behaviour_is_contained_counted_and_cancel_is_harmless() {
+    use shardloop::runtime::{AbortHandle, Keyed};
+    let mut el = EventLoop::new();
+    let set: Keyed<u32, AbortHandle> = Keyed::new();
+    let bad = spawn(async {
+        timer::pause(8).await;
+        panic!("behaviour boom");
+    });
+    set.insert(1, bad.abort_handle());
+    let (g, other) = drop_flag();
+    set.insert(2, sleeper(g).abort_handle());
+    let err = el.run_until(bad).await.expect_err("it panicked");
+    assert!(err.is_panic() && !err.is_cancelled());
+    assert_eq!(el.stats().panics, 1, "counted (T10)");
+    assert!(set.get(&1).is_some_and(|h| h.is_finished()));
+    assert!(set.cancel(&1), "cancelling a dead behaviour is harmless");
+    assert!(!other.get(), "the other behaviour goes on");
+    el.run_until(timer::pause(16)).await;
+    set.cancel_all();
+    assert!(other.get());
+}
+
+#[tokio::test(start_paused = true)]
+async fn t12_epoch_is_tick_zero_on_the_paused_clock() {
+    tokio::time::advance(ms(5)).await;
+    let built = Instant::now();
+    let mut el = EventLoop::new();
+    assert_eq!(
+        timer::epoch(),
+        built,
+        "the epoch is tokio's clock when build() ran"
+    );
+    assert_eq!(timer::now(), timer::epoch(), "before the first tick");
+    let first = Rc::new(std::cell::Cell::new(None));
+    let f = first.clone();
+    timer::after(ms(1)).start(move || f.set(Some(timer::now())));
+    el.run_until(timer::pause(30)).await;
+    assert_eq!(
+        first.get(),
+        Some(timer::epoch() + TICK),
+        "the first tick is epoch + tick"
+    );
+    assert_eq!(
+        timer::now() - timer::epoch(),
+        ms(32),
+        "ticks count from the epoch"
+    );
+}

@@ -8,8 +8,6 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use futures::future::{AbortHandle, Abortable};
-
 use crate::timer::pause;
 use crate::world::content::BARKS;
 use crate::world::rng::Rng;
@@ -54,20 +52,18 @@ impl Game {
     }
 
     fn start_bark(self: &Rc<Self>, npc: Serial) {
-        if self.barks.contains(npc) {
+        if self.barks.contains(&npc) {
             return;
         }
         let starts = self.stats.get().barks_started;
         let rng = Rng::derive(self.seed, BARK_STREAM | starts << 32 | u64::from(npc.0));
-        let (handle, registration) = AbortHandle::new_pair();
-        let task = Abortable::new(bark(self.world.clone(), npc, rng), registration);
-        drop(crate::spawn(task));
-        self.barks.insert(npc, handle);
+        let task = crate::spawn(bark(self.world.clone(), npc, rng));
+        self.barks.insert(npc, task.abort_handle());
         self.count(|s| s.barks_started += 1);
     }
 
     fn stop_bark(&self, npc: Serial) {
-        if self.barks.stop(npc) {
+        if self.barks.cancel(&npc) {
             self.count(|s| s.barks_stopped += 1);
         }
     }

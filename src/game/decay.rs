@@ -48,7 +48,7 @@ impl Game {
 
     /// An item's decay timer fired: delete it if it still lies on the ground.
     fn decay(&self, item: Serial) {
-        self.decay.finished(item);
+        self.decay.remove(&item);
         let mut world = self.world.borrow_mut();
         if world
             .item(item)

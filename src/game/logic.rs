@@ -9,17 +9,20 @@
 //! inside one).
 
 use std::cell::{Cell, RefCell};
+use std::hash::BuildHasherDefault;
 use std::rc::{Rc, Weak};
 
-use futures::future::AbortHandle;
-
+use crate::runtime::{AbortHandle, Keyed};
 use crate::timer::TimerToken;
 use crate::world::rng::Rng;
-use crate::world::{Serial, World};
+use crate::world::{IdHasher, Serial, World};
 
 use super::decay::{DECAY_MAX, DECAY_MIN, decaying_items};
-use super::keyed::Keyed;
 use super::spawners::spawners;
+
+/// What runs for each entity (an item's decay, a spawner's cadence, an NPC's bark), with the
+/// cheap id hasher.
+type ByEntity<H> = Keyed<Serial, H, BuildHasherDefault<IdHasher>>;
 
 /// The random stream spawners draw what they make from.
 const SPAWN_STREAM: u64 = 4 << 56;
@@ -57,9 +60,9 @@ pub(super) struct Game {
     pub(super) world: Rc<RefCell<World>>,
     pub(super) seed: u64,
     pub(super) spawn_rng: RefCell<Rng>,
-    pub(super) decay: Keyed<TimerToken>,
-    pub(super) spawners: Keyed<TimerToken>,
-    pub(super) barks: Keyed<AbortHandle>,
+    pub(super) decay: ByEntity<TimerToken>,
+    pub(super) spawners: ByEntity<TimerToken>,
+    pub(super) barks: ByEntity<AbortHandle>,
     pub(super) stats: Cell<LogicStats>,
 }
 
@@ -86,9 +89,9 @@ pub fn start_game_logic(world: Rc<RefCell<World>>) -> GameLogic {
         world,
         seed,
         spawn_rng: RefCell::new(Rng::derive(seed, SPAWN_STREAM)),
-        decay: Keyed::new(),
-        spawners: Keyed::new(),
-        barks: Keyed::new(),
+        decay: ByEntity::new(),
+        spawners: ByEntity::new(),
+        barks: ByEntity::new(),
         stats: Cell::default(),
     });
     for item in decaying_items(&game.world.borrow()) {
@@ -131,12 +134,12 @@ impl GameLogic {
 
     /// The decay timer of a ground item, while it is pending.
     pub fn decay_timer(&self, item: Serial) -> Option<TimerToken> {
-        self.game.decay.get(item)
+        self.game.decay.get(&item)
     }
 
     /// The repeating timer of a spawner.
     pub fn spawner_timer(&self, spawner: Serial) -> Option<TimerToken> {
-        self.game.spawners.get(spawner)
+        self.game.spawners.get(&spawner)
     }
 
     /// World timers pending: decay timers plus spawner timers.
@@ -155,9 +158,9 @@ impl GameLogic {
     /// Off the loop thread, or while the world is borrowed.
     pub fn stop(&self) {
         self.game.world.borrow_mut().clear_activity_hook();
-        self.game.decay.stop_all();
-        self.game.spawners.stop_all();
-        self.game.barks.stop_all();
+        self.game.decay.cancel_all();
+        self.game.spawners.cancel_all();
+        self.game.barks.cancel_all();
     }
 }
 

@@ -10,13 +10,12 @@
 //! - a packet: [`packets`] alone — an id, one entry in [`PACKETS`], one
 //!   `fn(&mut Packet, &[u8])`;
 //! - a timer-driven behaviour: a file like [`decay`](self::decay_delay) or the barks, keeping
-//!   its timers or tasks in a [`Keyed`] so that stopping the game stops them all.
+//!   its timers or tasks in a [`crate::runtime::Keyed`] so that stopping the game stops them all.
 
 mod barks;
 mod decay;
 mod deltas;
 mod dispatch;
-mod keyed;
 mod logic;
 pub mod packets;
 mod players;
@@ -27,7 +26,6 @@ pub use barks::bark;
 pub use decay::{DECAY_MAX, DECAY_MIN, decay_delay};
 pub use deltas::{deltas_handler, wire};
 pub use dispatch::{Packet, PacketHandler, Shared, install, register};
-pub use keyed::{Cancel, Keyed};
 pub use logic::{GameLogic, IdleLoad, LogicStats, idle_load, start_game_logic};
 pub use packets::PACKETS;
 pub use players::{

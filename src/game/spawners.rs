@@ -51,7 +51,7 @@ impl Game {
         };
         let Some(made) = made else {
             // The spawner was deleted: its own timer ends here.
-            self.spawners.finished(spawner);
+            self.spawners.remove(&spawner);
             if let Some(me) = timer::current() {
                 me.cancel();
             }

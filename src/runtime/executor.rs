@@ -9,8 +9,14 @@
 //! to the FIFO; woken elsewhere, to the cross-thread queue, drained into the FIFO at the start
 //! of the Tasks phase.
 //!
+//! Aborting a task removes it from the slab and drops its future on the spot, so whatever it
+//! owned (its pauses' wheel entries, its timers' tokens, its guards) goes before `abort`
+//! returns. The one exception is a task aborting itself: its future is out of the slab being
+//! polled and cannot be dropped under its own feet, so it is marked and dropped as soon as that
+//! poll returns, before any other task runs.
+//!
 //! This module must never poll a future outside the Tasks phase, nor hold a `RefCell` borrow
-//! while a future runs (the future may spawn, pause or drop other tasks).
+//! while a future runs or is dropped (the future may spawn, pause, abort or drop other tasks).
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -26,7 +32,7 @@ use futures::task::AtomicWaker;
 
 use crate::slab::{Key, Slab};
 
-use super::context::{Core, Shared, core, is_loop_thread, with_current};
+use super::context::{Core, LoopId, Shared, core, is_loop_thread, with_current};
 use super::history::Site;
 use super::profile::{ENABLED as PROFILING, Kind};
 
@@ -37,6 +43,8 @@ struct Task {
     future: Option<LocalFuture>,
     waker: Arc<TaskWaker>,
     site: &'static Location<'static>,
+    /// Aborted while being polled (by itself): drop it when the poll returns.
+    aborted: bool,
 }
 
 /// The waker of one task (or of `run_until`'s root future, with [`ROOT`] as its id).
@@ -114,7 +122,17 @@ impl Executor {
         !self.ready.borrow().is_empty()
     }
 
-    fn spawn(&self, shared: &Arc<Shared>, future: LocalFuture, site: &'static Location<'static>) {
+    /// The id the next [`Executor::spawn`] will give its task.
+    fn next_key(&self) -> Key {
+        self.tasks.borrow().next_key()
+    }
+
+    fn spawn(
+        &self,
+        shared: &Arc<Shared>,
+        future: LocalFuture,
+        site: &'static Location<'static>,
+    ) -> Key {
         let mut tasks = self.tasks.borrow_mut();
         let waker = Arc::new(TaskWaker {
             task: tasks.next_key(),
@@ -125,8 +143,29 @@ impl Executor {
             future: Some(future),
             waker,
             site,
+            aborted: false,
         });
         self.ready.borrow_mut().push_back(key);
+        key
+    }
+
+    /// Drops task `id`'s future now, or — if it is the task being polled — as soon as that
+    /// poll returns. Unknown ids (finished, already aborted) are ignored.
+    fn abort(&self, id: Key) {
+        let removed = {
+            let mut tasks = self.tasks.borrow_mut();
+            let Some(task) = tasks.get_mut(id) else {
+                return;
+            };
+            if task.future.is_none() {
+                task.aborted = true;
+                return;
+            }
+            tasks.remove(id)
+        };
+        // Unborrowed: the future's drop may pause, spawn or abort in turn. Its id may still be
+        // in the ready FIFO; `poll_task` skips ids the slab no longer holds.
+        drop(removed);
     }
 
     /// The Tasks phase: polls what was woken before it started, in wake order, each once.
@@ -181,8 +220,18 @@ impl Executor {
         let mut cx = Context::from_waker(&waker);
         match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
             Ok(Poll::Pending) => {
-                if let Some(task) = self.tasks.borrow_mut().get_mut(id) {
-                    task.future = Some(future);
+                let mut tasks = self.tasks.borrow_mut();
+                match tasks.get_mut(id) {
+                    Some(task) if task.aborted => {
+                        let task = tasks.remove(id);
+                        drop(tasks);
+                        drop((future, task));
+                    }
+                    Some(task) => task.future = Some(future),
+                    None => {
+                        drop(tasks);
+                        drop(future);
+                    }
                 }
             }
             Ok(Poll::Ready(())) => {
@@ -244,9 +293,15 @@ where
 {
     let site = Location::caller();
     let core = core("shardloop::spawn");
+    let link = Arc::new(TaskLink {
+        task: core.executor.next_key(),
+        loop_id: core.shared.id,
+        done: AtomicBool::new(false),
+        aborted: AtomicBool::new(false),
+    });
     let state = Arc::new(JoinState {
         result: Mutex::new(None),
-        done: AtomicBool::new(false),
+        link,
         waker: AtomicWaker::new(),
     });
     let guard = Completion {
@@ -256,7 +311,11 @@ where
         let output = future.await;
         guard.finish(Ok(output));
     };
-    core.executor.spawn(&core.shared, Box::pin(task), site);
+    let key = core.executor.spawn(&core.shared, Box::pin(task), site);
+    debug_assert_eq!(
+        key, state.link.task,
+        "the slab issued another key than it announced"
+    );
     JoinHandle { state }
 }
 
@@ -273,7 +332,8 @@ impl JoinError {
         self.panicked
     }
 
-    /// The task was dropped before finishing (its loop went away).
+    /// The task was dropped before finishing: it was aborted ([`JoinHandle::abort`],
+    /// [`AbortHandle::abort`]) or its loop went away.
     #[must_use]
     pub fn is_cancelled(&self) -> bool {
         !self.panicked
@@ -294,8 +354,36 @@ impl std::error::Error for JoinError {}
 
 struct JoinState<T> {
     result: Mutex<Option<Result<T, JoinError>>>,
-    done: AtomicBool,
+    link: Arc<TaskLink>,
     waker: AtomicWaker,
+}
+
+/// What a handle knows of its task whatever its output type — all an [`AbortHandle`] needs.
+struct TaskLink {
+    task: Key,
+    loop_id: LoopId,
+    /// The result is in (finished, panicked or dropped).
+    done: AtomicBool,
+    /// Dropped by an abort: a cancellation even if the abort came from code unwinding a panic.
+    aborted: AtomicBool,
+}
+
+impl TaskLink {
+    /// On the task's loop thread, drops its future (see [`Executor::abort`]).
+    #[track_caller]
+    fn abort(&self, what: &str) {
+        let core = core(what);
+        if self.done.load(Ordering::Acquire) {
+            return;
+        }
+        assert!(
+            core.shared.id == self.loop_id,
+            "{what}: the task belongs to another event loop, still running on another thread; \
+             abort it from that loop's thread (LoopContext::post)"
+        );
+        self.aborted.store(true, Ordering::Release);
+        core.executor.abort(self.task);
+    }
 }
 
 /// Delivers a task's result to its handle exactly once — on completion, or from `Drop` when
@@ -317,7 +405,7 @@ impl<T> Drop for Completion<T> {
         if let Some(state) = self.state.take() {
             // A panic unwinding out of the task's poll drops the task's state — this guard
             // included — on its way out; any other drop is a cancellation.
-            let panicked = std::thread::panicking();
+            let panicked = std::thread::panicking() && !state.link.aborted.load(Ordering::Acquire);
             deliver(&state, Err(JoinError { panicked }));
         }
     }
@@ -328,12 +416,12 @@ fn deliver<T>(state: &JoinState<T>, result: Result<T, JoinError>) {
         .result
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(result);
-    state.done.store(true, Ordering::Release);
+    state.link.done.store(true, Ordering::Release);
     state.waker.wake();
 }
 
 /// The output of a spawned task. Dropping the handle detaches the task (it keeps running);
-/// dropping it is harmless on any thread.
+/// dropping it is harmless on any thread. [`JoinHandle::abort`] stops the task.
 #[must_use = "dropping a JoinHandle detaches the task; await it to get the output"]
 pub struct JoinHandle<T> {
     state: Arc<JoinState<T>>,
@@ -348,10 +436,70 @@ impl<T> fmt::Debug for JoinHandle<T> {
 }
 
 impl<T> JoinHandle<T> {
-    /// True once the task has finished, panicked or been dropped.
+    /// True once the task has finished, panicked or been dropped (aborted included).
     #[must_use]
     pub fn is_finished(&self) -> bool {
-        self.state.done.load(Ordering::Acquire)
+        self.state.link.done.load(Ordering::Acquire)
+    }
+
+    /// Stops the task: its future is dropped **at once**, before `abort` returns — its pauses
+    /// leave the wheel, its guards run — and awaiting the handle then yields a [`JoinError`]
+    /// whose [`is_cancelled`](JoinError::is_cancelled) is true.
+    ///
+    /// - A task that has already finished (or panicked, or was aborted) is left alone: its
+    ///   result stays what it was. Aborting twice is the same as once.
+    /// - From inside the task itself the future cannot be dropped while it is being polled;
+    ///   it is dropped as soon as the current poll returns `Pending`, before any other task
+    ///   is polled, and is never polled again. If that poll completes instead, the task has
+    ///   finished and the handle yields its output.
+    ///
+    /// # Panics
+    /// Off the loop thread (even for a finished task, so that misuse shows in tests), or if
+    /// the task is unfinished and belongs to a loop on another thread.
+    #[track_caller]
+    pub fn abort(&self) {
+        self.state.link.abort("JoinHandle::abort");
+    }
+
+    /// A handle that can only abort the task: `Clone`, `'static`, `Send` whatever the output
+    /// type — for keeping next to other behaviours ([`super::Keyed`]) or in a closure.
+    #[must_use]
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle {
+            link: self.state.link.clone(),
+        }
+    }
+}
+
+/// Aborts a spawned task without owning its output; from [`JoinHandle::abort_handle`].
+/// Cloning it is cheap; dropping it does nothing to the task.
+#[derive(Clone)]
+pub struct AbortHandle {
+    link: Arc<TaskLink>,
+}
+
+impl AbortHandle {
+    /// Same as [`JoinHandle::abort`].
+    ///
+    /// # Panics
+    /// As [`JoinHandle::abort`].
+    #[track_caller]
+    pub fn abort(&self) {
+        self.link.abort("AbortHandle::abort");
+    }
+
+    /// True once the task has finished, panicked or been dropped (aborted included).
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        self.link.done.load(Ordering::Acquire)
+    }
+}
+
+impl fmt::Debug for AbortHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AbortHandle")
+            .field("finished", &self.is_finished())
+            .finish()
     }
 }
 

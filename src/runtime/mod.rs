@@ -1,5 +1,6 @@
-//! The runtime: the event loop, its local executor, the cross-thread context, the idle park,
-//! loop health and faults (a panic that escapes a phase, or a reported one).
+//! The runtime: the event loop, its local executor (tasks, their `JoinHandle`s and
+//! `AbortHandle`s), the keyed set of running behaviours, the cross-thread context, the idle
+//! park, loop health and faults (a panic that escapes a phase, or a reported one).
 //!
 //! It knows nothing of worlds or sockets: the shard plugs those into the loop's phase slots.
 
@@ -9,6 +10,7 @@ pub(crate) mod executor;
 pub mod fault;
 mod health;
 pub mod history;
+mod keyed;
 pub(crate) mod park;
 pub(crate) mod profile;
 mod stats;
@@ -18,8 +20,9 @@ pub use event_loop::{
     DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD,
     DEFAULT_SPIN_BEFORE_PARK, DEFAULT_TICK, EventLoop, EventLoopBuilder, Slot,
 };
-pub use executor::{JoinError, JoinHandle, spawn};
+pub use executor::{AbortHandle, JoinError, JoinHandle, spawn};
 pub use fault::{Fault, Phase, faulted, report_fault};
+pub use keyed::{Cancel, Keyed};
 pub use stats::{LagHistogram, LoopStats, Verdict};
 
 /// The counters of this thread's loop, from code running on it (a console command, a status

@@ -25,7 +25,8 @@ pub struct SiteSummary {
     /// `file:line:column` of the `pause`/`start` call.
     pub site: String,
     pub count: usize,
-    /// The soonest of their due boundaries.
+    /// The soonest of their due boundaries, a `tokio::time::Instant` on the loop's clock
+    /// (see `timer::now`).
     pub next_due: Instant,
 }
 

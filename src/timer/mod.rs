@@ -36,8 +36,13 @@
 //! ```
 //!
 //! Everything here runs on the loop thread and counts in ticks (8 ms by default) from the
-//! loop's epoch: a timer runs on the first tick boundary at or after its due instant — never
-//! earlier — in the order timers were started (rules T1–T12 in `docs/timers.md`).
+//! loop's [`epoch`]: a timer runs on the first tick boundary at or after its due instant —
+//! never earlier — in the order timers were started (rules T1–T12 in `docs/timers.md`).
+//!
+//! **Clock.** Every instant here ([`now`], [`epoch`], [`TimerToken::next`]) is a
+//! [`tokio::time::Instant`] from tokio's clock: `CLOCK_MONOTONIC` in production, the virtual
+//! clock under `#[tokio::test(start_paused = true)]`. Every delay is a [`std::time::Duration`]
+//! of that clock (`tokio::time::Duration` is the same type).
 //!
 //! The [`wheel`] is the data structure underneath: pure, tick-based, no clock. This module
 //! turns instants into ticks and must never block or touch tokio's scheduler.
@@ -100,11 +105,33 @@ pub fn current() -> Option<TimerToken> {
 /// The loop's logical time: during timer callbacks the boundary being processed, elsewhere
 /// this iteration's clock reading (T5). Durations measured from it never drift.
 ///
+/// **Clock:** a [`tokio::time::Instant`] — tokio's clock, which is the monotonic clock
+/// (`CLOCK_MONOTONIC`) in production and tokio's virtual clock under
+/// `#[tokio::test(start_paused = true)]` (or `tokio::time::pause`), where it only moves when
+/// the runtime is idle or the test advances it. Compare it with other `tokio::time::Instant`s
+/// (`tokio::time::Instant::now()`, [`epoch`], [`TimerToken::next`]), not with
+/// `std::time::Instant::now()`, which keeps running while tokio's clock is paused.
+///
 /// # Panics
 /// Off the loop thread.
 #[track_caller]
 pub fn now() -> Instant {
     core("timer::now").logical_now.get()
+}
+
+/// The loop's epoch, tick 0: the instant every tick boundary counts from (boundary k is
+/// `epoch() + k·tick`), fixed when `EventLoopBuilder::build()` ran (T12). Before the first
+/// tick, `now() == epoch()`.
+///
+/// **Clock:** a [`tokio::time::Instant`], read from tokio's clock by `build()` — so under
+/// `#[tokio::test(start_paused = true)]` it is the paused virtual clock's reading at that
+/// moment, and durations such as `timer::now() - timer::epoch()` are exact logical time.
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn epoch() -> Instant {
+    core("timer::epoch").clock.epoch
 }
 
 /// How many timers and pauses are live on this thread's loop (cheap: no walk, unlike

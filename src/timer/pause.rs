@@ -17,8 +17,9 @@ use crate::slab::Key;
 
 use super::job::Job;
 
-/// Completes at the first tick boundary at or after its due instant. `Send`, `Unpin`;
-/// dropping it cancels it.
+/// Completes at the first tick boundary at or after its due instant (`timer::now()` at
+/// creation plus the delay, on tokio's clock — the virtual one under `start_paused`).
+/// `Send`, `Unpin`; dropping it cancels it.
 #[must_use = "a Pause does nothing unless awaited"]
 #[derive(Debug)]
 pub struct Pause {

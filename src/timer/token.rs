@@ -45,7 +45,8 @@ impl TimerBuilder {
         self
     }
 
-    /// Starts the timer on this thread's loop. The due instant counts from `timer::now()`.
+    /// Starts the timer on this thread's loop. The due instant counts from `timer::now()`
+    /// (tokio's clock: the virtual one under `start_paused`).
     ///
     /// # Panics
     /// Off the loop thread.
@@ -154,7 +155,8 @@ impl TimerToken {
         .flatten()
     }
 
-    /// The boundary of the next run; `None` when not running.
+    /// The boundary of the next run, a [`tokio::time::Instant`] on the loop's clock (see
+    /// [`super::now`]); `None` when not running.
     #[track_caller]
     #[must_use]
     pub fn next(&self) -> Option<Instant> {
