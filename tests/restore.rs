@@ -59,24 +59,10 @@ fn archives(data: &Path) -> PathBuf {
     data.join("Archives")
 }
 
-/// Every path under `dir` (directories too), with file bytes: "nothing changed" is equality.
-fn tree(dir: &Path) -> Vec<(PathBuf, Option<Vec<u8>>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            let rel = path.strip_prefix(dir).unwrap().to_path_buf();
-            if path.symlink_metadata().unwrap().is_dir() {
-                stack.push(path);
-                out.push((rel, None));
-            } else {
-                out.push((rel, Some(std::fs::read(&path).unwrap())));
-            }
-        }
-    }
-    out.sort();
-    out
+/// Every path under `dir` (directories too), with each file's size and CRC-32: "nothing
+/// changed" is equality (lock files are not data; see `common::tree`).
+fn tree(dir: &Path) -> Vec<common::tree::Entry> {
+    common::tree::data(dir)
 }
 
 fn restored_backups(data: &Path) -> Vec<PathBuf> {
@@ -666,10 +652,7 @@ fn the_binary_restores_refuses_with_exit_2_and_lists() {
         stderr.contains("evil.tar") && stderr.contains("link"),
         "{stderr}"
     );
-    let after: Vec<_> = tree(data.path())
-        .into_iter()
-        .filter(|(p, _)| !p.ends_with("shard.lock"))
-        .collect();
+    let after = tree(data.path());
     assert_eq!(after, before);
 
     let lock = persist::lock::DataLock::acquire(data.path()).unwrap();
