@@ -32,6 +32,6 @@ pub mod timer;
 pub mod world;
 
 pub use runtime::{
-    EventLoop, EventLoopBuilder, JoinError, JoinHandle, LoopClosed, LoopContext, LoopStats,
-    Verdict, spawn,
+    AbortHandle, EventLoop, EventLoopBuilder, JoinError, JoinHandle, LoopClosed, LoopContext,
+    LoopStats, Verdict, spawn,
 };
