@@ -314,7 +314,7 @@ impl Bed {
             moves: None,
             speech: None,
         };
-        let players = game::install(&net, world.clone(), &no_limits);
+        let players = game::install_demo_packets(&net, world.clone(), &no_limits);
         let event_loop = {
             let _runtime = runtime.enter();
             EventLoop::builder()

@@ -85,7 +85,7 @@ fn shard(kind: BackendKind, idle_wait: Duration) -> Server {
                 moves: None,
                 speech: None,
             };
-            let _players = shardloop::game::install(&net, world, &no_limits);
+            let _players = shardloop::game::install_demo_packets(&net, world, &no_limits);
             let mut event_loop = EventLoop::builder()
                 .idle_wait(idle_wait)
                 .slot(Slot::Network, net.network_slot())

@@ -319,71 +319,13 @@ fn chart_command(args: &ChartArgs) -> ExitCode {
     }
 }
 
+/// `shardloop run`: the demo game on the shard, as a process.
 fn run(config: &Config) -> ExitCode {
-    tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        data_dir = %config.server.data_dir.display(),
-        idle_wait = ?config.server.idle_wait,
-        "shardloop starting"
-    );
-    // A file size limit (ulimit -f) makes a too-large write fail with EFBIG, which a save
-    // reports and survives; by default SIGXFSZ would kill the shard instead.
-    // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
-    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
-    let backend = config.network.backend_kind();
-    let stopped = backend.block_on(async {
-        let stop = stop_signals().map_err(|e| {
-            tracing::error!("cannot listen for SIGINT/SIGTERM: {e}");
-            ExitCode::FAILURE
-        })?;
-        shard::run_with(config, backend, shard::Console::stdio(), stop)
-            .await
-            .map_err(|e| {
-                tracing::error!("{e}");
-                ExitCode::from(e.exit_code())
-            })
-    });
-    match stopped {
-        Ok(Ok(stopped)) => match stopped.final_save {
-            Ok(_) => ExitCode::SUCCESS,
-            Err(e) => {
-                tracing::error!("the final save failed ({e}): the last save on disk is older");
-                ExitCode::FAILURE
-            }
-        },
-        Ok(Err(code)) => code,
+    match shard::Shard::builder().game(shard::demo_game).build(config) {
+        Ok(shard) => shard::run_process(shard),
         Err(e) => {
-            tracing::error!("cannot start the {} runtime: {e}", backend.name());
-            ExitCode::FAILURE
+            tracing::error!("cannot build the shard: {e}");
+            ExitCode::from(2)
         }
     }
-}
-
-/// Ctrl-C (SIGINT), or SIGTERM from a service manager. Both are registered before this
-/// returns, so a signal that arrives once the shard says "ready" is never missed.
-///
-/// The first one starts a clean stop (with its final save). A second one while that runs
-/// exits at once, after saying so: the save being written is abandoned, and the previous one
-/// in `Saves/` is what the next start loads (a half-written save is never loaded).
-fn stop_signals() -> std::io::Result<impl Future<Output = ()>> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    Ok(async move {
-        tokio::select! {
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => {}
-        }
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = interrupt.recv() => {}
-                _ = terminate.recv() => {}
-            }
-            tracing::warn!(
-                "second stop signal: exiting now without the final save; the last complete \
-                 save in Saves/ is what the next start loads"
-            );
-            logs::exit(130);
-        });
-    })
 }

@@ -96,7 +96,7 @@ where
         kind.block_on(async move {
             let world = Rc::new(RefCell::new(World::new(7)));
             let net = Net::new(limits);
-            let players = game::install(&net, world.clone(), &game::Rates::default());
+            let players = game::install_demo_packets(&net, world.clone(), &game::Rates::default());
             let builder = EventLoop::builder().idle_wait(idle_wait);
             let mut event_loop = game::wire(builder, &net, world.clone(), players.clone()).build();
             let runs = Rc::new(RefCell::new(0u64));

@@ -1,27 +1,29 @@
 //! The demo game's world behaviour, written as a game developer writes it on shardloop's
 //! timer API: ground items decay on one-shot timers ([`super::decay`]), spawners top up on
-//! minute cadences ([`super::spawners`]), NPCs near players bark in async tasks
-//! ([`super::barks`]). This file ties them together: starting them with the shard, the
+//! minute cadences ([`super::spawners`]) — the world-level timers the demo game starts with
+//! the shard ([`super::demo`]) — and, for tests and tools that run the logic without a
+//! shard, [`start_game_logic`] adds the NPC barks ([`super::barks`]) through the same
+//! behaviour engine the shard uses. This file ties them together: starting them, the
 //! counters, and stopping everything.
 //!
 //! Must never touch sockets or save formats, never block, and never hold a world borrow
-//! while starting or polling anything that could borrow it again (the activity hook runs
-//! inside one).
+//! while starting or polling anything that could borrow it again.
 
 use std::cell::{Cell, RefCell};
 use std::hash::BuildHasherDefault;
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 
-use crate::runtime::{AbortHandle, Keyed};
+use crate::runtime::Keyed;
 use crate::timer::TimerToken;
 use crate::world::rng::Rng;
 use crate::world::{IdHasher, Serial, World};
 
+use super::behaviours::Behaviours;
 use super::decay::{DECAY_MAX, DECAY_MIN, decaying_items};
 use super::spawners::spawners;
 
-/// What runs for each entity (an item's decay, a spawner's cadence, an NPC's bark), with the
-/// cheap id hasher.
+/// What runs for each entity (an item's decay, a spawner's cadence), with the cheap id
+/// hasher.
 type ByEntity<H> = Keyed<Serial, H, BuildHasherDefault<IdHasher>>;
 
 /// The random stream spawners draw what they make from.
@@ -36,7 +38,8 @@ pub struct LogicStats {
     pub spawner_runs: u64,
     pub spawned_mobiles: u64,
     pub spawned_items: u64,
-    /// Bark tasks started (an NPC woke up) and aborted (it fell asleep or was removed).
+    /// Bark tasks started (an NPC woke up) and stopped (it fell asleep or was removed, or
+    /// the logic stopped). Zero for the world timers alone ([`WorldTimers`]).
     pub barks_started: u64,
     pub barks_stopped: u64,
 }
@@ -48,13 +51,20 @@ impl LogicStats {
     }
 }
 
-/// A handle on the running game logic. Dropping it does not stop the logic (the timers own
-/// it); [`stop`](Self::stop) does.
+/// A handle on the running game logic: the world timers and the barks. Dropping it does not
+/// stop the logic (the timers own it); [`stop`](Self::stop) does.
 pub struct GameLogic {
+    timers: WorldTimers,
+    barks: Behaviours,
+}
+
+/// A handle on the demo's world timers (decay and spawners). Dropping it does not stop them;
+/// [`stop`](Self::stop) does.
+pub struct WorldTimers {
     game: Rc<Game>,
 }
 
-/// What the behaviours share: the world, the seed their random streams derive from, and
+/// What the world timers share: the world, the seed their random streams derive from, and
 /// what runs for each entity.
 pub(super) struct Game {
     pub(super) world: Rc<RefCell<World>>,
@@ -62,13 +72,12 @@ pub(super) struct Game {
     pub(super) spawn_rng: RefCell<Rng>,
     pub(super) decay: ByEntity<TimerToken>,
     pub(super) spawners: ByEntity<TimerToken>,
-    pub(super) barks: ByEntity<AbortHandle>,
     pub(super) stats: Cell<LogicStats>,
 }
 
-/// Starts the world's game logic on this loop: a decay timer per decaying ground item, a
-/// repeating timer per spawner (first run at a random point of its first interval, so their
-/// load is spread out), and bark tasks for NPCs in active sectors now and whenever one wakes.
+/// Starts the demo's game logic on this loop without a shard: [`start_world_timers`] and the
+/// barks of NPCs in active sectors, now and whenever one wakes (the world's activity hook is
+/// the barks'). A shard starts the same through [`super::demo`].
 ///
 /// **Idle load** (no players: only decay and spawner timers fire). A spawner fires once per
 /// interval, intervals uniform over 5–15 min; the default world (`generate_default`) has
@@ -84,6 +93,18 @@ pub(super) struct Game {
 /// # Panics
 /// Off the loop thread.
 pub fn start_game_logic(world: Rc<RefCell<World>>) -> GameLogic {
+    let timers = start_world_timers(world.clone());
+    let barks = Behaviours::start(world, super::demo::npc_behaviours().npcs);
+    GameLogic { timers, barks }
+}
+
+/// Starts the demo's world timers on this loop: a decay timer per decaying ground item and a
+/// repeating timer per spawner (first run at a random point of its first interval, so their
+/// load is spread out).
+///
+/// # Panics
+/// Off the loop thread.
+pub fn start_world_timers(world: Rc<RefCell<World>>) -> WorldTimers {
     let seed = world.borrow().seed();
     let game = Rc::new(Game {
         world,
@@ -91,7 +112,6 @@ pub fn start_game_logic(world: Rc<RefCell<World>>) -> GameLogic {
         spawn_rng: RefCell::new(Rng::derive(seed, SPAWN_STREAM)),
         decay: ByEntity::new(),
         spawners: ByEntity::new(),
-        barks: ByEntity::new(),
         stats: Cell::default(),
     });
     for item in decaying_items(&game.world.borrow()) {
@@ -100,12 +120,7 @@ pub fn start_game_logic(world: Rc<RefCell<World>>) -> GameLogic {
     for (spawner, minutes) in spawners(&game.world.borrow()) {
         game.schedule_spawner(spawner, minutes);
     }
-    game.install_hook();
-    let awake = game.world.borrow().active_mobiles();
-    for npc in awake {
-        game.start_bark_if_npc(npc);
-    }
-    GameLogic { game }
+    WorldTimers { game }
 }
 
 impl Game {
@@ -114,20 +129,9 @@ impl Game {
         f(&mut stats);
         self.stats.set(stats);
     }
-
-    fn install_hook(self: &Rc<Self>) {
-        let game: Weak<Game> = Rc::downgrade(self);
-        self.world
-            .borrow_mut()
-            .set_activity_hook(move |activity, mobile| {
-                if let Some(game) = game.upgrade() {
-                    game.on_activity(activity, mobile);
-                }
-            });
-    }
 }
 
-impl GameLogic {
+impl WorldTimers {
     pub fn stats(&self) -> LogicStats {
         self.game.stats.get()
     }
@@ -147,9 +151,44 @@ impl GameLogic {
         self.game.decay.len() + self.game.spawners.len()
     }
 
+    /// Cancels every timer.
+    ///
+    /// # Panics
+    /// Off the loop thread.
+    pub fn stop(&self) {
+        self.game.decay.cancel_all();
+        self.game.spawners.cancel_all();
+    }
+}
+
+impl GameLogic {
+    pub fn stats(&self) -> LogicStats {
+        let barks = self.barks.stats().first().copied().unwrap_or_default();
+        LogicStats {
+            barks_started: barks.started,
+            barks_stopped: barks.stopped,
+            ..self.timers.stats()
+        }
+    }
+
+    /// The decay timer of a ground item, while it is pending.
+    pub fn decay_timer(&self, item: Serial) -> Option<TimerToken> {
+        self.timers.decay_timer(item)
+    }
+
+    /// The repeating timer of a spawner.
+    pub fn spawner_timer(&self, spawner: Serial) -> Option<TimerToken> {
+        self.timers.spawner_timer(spawner)
+    }
+
+    /// World timers pending: decay timers plus spawner timers.
+    pub fn world_timers(&self) -> usize {
+        self.timers.world_timers()
+    }
+
     /// NPCs barking now.
     pub fn barking(&self) -> usize {
-        self.game.barks.len()
+        self.barks.running()
     }
 
     /// Cancels every timer, aborts every bark and removes the activity hook.
@@ -157,10 +196,8 @@ impl GameLogic {
     /// # Panics
     /// Off the loop thread, or while the world is borrowed.
     pub fn stop(&self) {
-        self.game.world.borrow_mut().clear_activity_hook();
-        self.game.decay.cancel_all();
-        self.game.spawners.cancel_all();
-        self.game.barks.cancel_all();
+        self.barks.stop();
+        self.timers.stop();
     }
 }
 

@@ -3,9 +3,9 @@
 //! speech go to every player within [`VIEW_RANGE`]; a disconnect (logout, a fault, the peer
 //! hanging up) takes the mobile out.
 //!
-//! Adding a packet touches this file only: an id, one entry in [`PACKETS`], one plain function
-//! `fn(&mut Packet, &[u8]) -> Result<(), BadPacket>` ([`super::dispatch`] does the borrowing).
-//! The network layer knows only framing and ping.
+//! The demo game ([`super::demo`]) registers every entry of [`PACKETS`]: an id, a name, who
+//! may send it, and one plain function `fn(&mut Packet, &[u8]) -> Result<(), BadPacket>`
+//! ([`super::dispatch`] does the borrowing). The network layer knows only framing and ping.
 //!
 //! This is where the world and the network meet: the world never sees a socket and the server
 //! never sees an entity. Handlers run in the Network phase; they must never do I/O (they only
@@ -14,7 +14,7 @@
 use crate::net::{Access, BadPacket, ConnId, Disconnect, log_at};
 use crate::world::{Mobile, SectorId, World};
 
-use super::dispatch::{Packet, PacketHandler};
+use super::dispatch::{Packet, PacketHandler, text};
 use super::players::{MAX_NAME, MAX_SPEECH, Player, Players, start_location};
 
 #[cfg(doc)]
@@ -118,15 +118,13 @@ fn walk(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
 }
 
 fn say(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
-    let conn = p.conn;
     let line = text(payload, MAX_SPEECH, "speech")?;
-    let (serial, player) = p.players.get_mut(conn)?;
-    let at = player.at;
-    let serial_bytes = serial.0.to_be_bytes();
-    for (_, listener) in p.players.in_range(at) {
-        p.sessions
-            .send_packet(listener, server::SPEECH, &[&serial_bytes, line.as_bytes()]);
-    }
+    let (serial, at) = p.player()?;
+    p.broadcast_in_range(
+        at,
+        server::SPEECH,
+        &[&serial.0.to_be_bytes(), line.as_bytes()],
+    );
     Ok(())
 }
 
@@ -142,18 +140,6 @@ pub(super) fn leave(world: &mut World, players: &mut Players, conn: ConnId) {
     };
     world.deactivate_around(player.at);
     world.remove_mobile(serial);
-}
-
-/// `payload` as UTF-8 text of 1 to `max` bytes.
-fn text<'a>(payload: &'a [u8], max: usize, what: &str) -> Result<&'a str, BadPacket> {
-    if payload.is_empty() || payload.len() > max {
-        return Err(BadPacket::new(format!(
-            "{what} of {} bytes, expected 1 to {max}",
-            payload.len()
-        )));
-    }
-    std::str::from_utf8(payload)
-        .map_err(|e| BadPacket::new(format!("{what} is not valid UTF-8: {e}")))
 }
 
 /// The step for `direction` (0 = north, clockwise).

@@ -94,6 +94,12 @@ impl Players {
         self.by_serial.contains_key(&serial)
     }
 
+    /// Where the player `serial` stands, if it is logged in.
+    #[must_use]
+    pub fn location(&self, serial: Serial) -> Option<Location> {
+        self.by_serial.get(&serial).map(|p| p.at)
+    }
+
     /// The player of a logged-in connection.
     pub(super) fn get_mut(&mut self, conn: ConnId) -> Result<(Serial, &mut Player), BadPacket> {
         let serial = *self

@@ -104,3 +104,21 @@ pub fn lag_histogram() -> LagHistogram {
         .lag_total
         .get()
 }
+
+/// Counts a panic that code on the loop caught itself (a game behaviour that contains its
+/// own panics, logging them with its own site) in [`LoopStats::panics`], beside those the
+/// loop catches.
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn count_panic() {
+    let core = context::core("runtime::count_panic");
+    core.counters.panics.set(core.counters.panics.get() + 1);
+}
+
+/// The text of a caught panic's payload (`&str` or `String`; anything else is named so).
+#[must_use]
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    executor::panic_message(payload)
+}

@@ -31,11 +31,16 @@
 //! and where the stop request comes from is the caller's business (`main` passes SIGINT and
 //! SIGTERM, a test passes a channel).
 
+mod builder;
 pub mod chart;
 pub mod console;
+mod launch;
 mod monitoring;
 mod saving;
 pub mod status;
+
+pub use builder::{Shard, ShardBuilder, demo_game};
+pub use launch::run_process;
 
 use std::cell::RefCell;
 use std::fmt;
@@ -48,7 +53,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::config::{Config, GenerateConfig};
-use crate::game::{self, Players};
+use crate::game::{self, Behaviours, GameContext, Players};
 use crate::net::{self, BackendKind, Limits, Net};
 use crate::persist::archive::{self, Archiver, Plan};
 use crate::persist::{self, Clock};
@@ -57,7 +62,7 @@ use crate::timer;
 use crate::world::{self, World};
 
 pub use console::Console;
-use console::commands::{COMMANDS, Shell};
+use console::commands::Shell;
 use status::StatusState;
 
 /// How long shutdown waits for the console's last answers to be written.
@@ -201,9 +206,10 @@ impl std::error::Error for ShardError {
     }
 }
 
-/// Runs the shard until `stop` completes or the console says `shutdown`, with the epoll
-/// network backend. Call it on a current-thread tokio runtime; it returns after the shutdown
-/// hooks have run.
+/// Runs the demo shard ([`demo_game`]) until `stop` completes or the console says
+/// `shutdown`, with the epoll network backend. Call it on a current-thread tokio runtime; it
+/// returns after the shutdown hooks have run. A shard with other games:
+/// [`Shard::builder`].
 pub async fn run(
     config: &Config,
     console: Console,
@@ -220,6 +226,25 @@ pub async fn run_with(
     console: Console,
     stop: impl Future<Output = ()>,
 ) -> Result<Stopped, ShardError> {
+    let shard = Shard::builder()
+        .game(demo_game)
+        .build(config)
+        .expect("the demo game registers each packet and command once");
+    shard.run_with(backend, console, stop).await
+}
+
+async fn run_shard(
+    shard: Shard,
+    backend: BackendKind,
+    console: Console,
+    stop: impl Future<Output = ()>,
+) -> Result<Stopped, ShardError> {
+    let Shard {
+        config,
+        mut games,
+        listeners,
+    } = shard;
+    let config = &config;
     let started = Instant::now();
     descriptor_budget(config.network.max_connections)?;
     let data_dir = &config.server.data_dir;
@@ -232,8 +257,11 @@ pub async fn run_with(
     let _locks =
         persist::lock::ShardLocks::acquire(&config.written_dirs()).map_err(ShardError::Locked)?;
     let network = &config.network;
-    let listeners = net::bind_all(&network.listen, network.send_buffer_size as usize)
-        .map_err(ShardError::Listen)?;
+    let listeners = match listeners {
+        Some(bound) => bound,
+        None => net::bind_all(&network.listen, network.send_buffer_size as usize)
+            .map_err(ShardError::Listen)?,
+    };
     let metrics_listener = monitoring::bind(config)?;
     let layout = persist::Layout::new(data_dir, config.save_path());
     for line in layout.recover().map_err(|source| ShardError::Recover {
@@ -249,13 +277,18 @@ pub async fn run_with(
     {
         tracing::info!("restored the archive dropped into Saves/: {restored}");
     }
-    let world = match layout.saves.exists() {
+    let mut world = match layout.saves.exists() {
         true => load_world(&layout)?,
         false => generate_world(&config.world.generate),
     };
+    for game in &mut games.games {
+        for setup in std::mem::take(&mut game.setups) {
+            setup(&mut world);
+        }
+    }
     let world = Rc::new(RefCell::new(world));
     let net = Net::new(Limits::from(&config.network));
-    let players = game::install(&net, world.clone(), &game::Rates::from(&config.network));
+    let players = game::install(&net, world.clone(), &mut games);
     let builder = config.server.loop_builder();
     let mut event_loop = game::wire(builder, &net, world.clone(), players.clone()).build();
     // One wall clock for autosave, saves and archives (and a save after a fault).
@@ -269,6 +302,7 @@ pub async fn run_with(
     };
     let wired = Wired {
         world,
+        games,
         net,
         players,
         backend,
@@ -360,6 +394,8 @@ struct Serving {
 /// The world and the network, as the shard wires them.
 struct Wired {
     world: Rc<RefCell<World>>,
+    /// Their packets are installed; the rest starts on the loop.
+    games: game::Games,
     net: Net,
     players: Rc<RefCell<Players>>,
     backend: BackendKind,
@@ -452,7 +488,7 @@ async fn serve(
     started: Instant,
 ) -> Result<Serving, ShardError> {
     let listening = start_listening(&wired.net, wired.backend, wired.listeners)?;
-    let logic = Rc::new(game::start_game_logic(wired.world.clone()));
+    let started_games = start_games(wired.games, &wired.world, &wired.players, &wired.net);
     let clock = wired.clock;
     let archiver = start_archiver(config, &wired.layout, clock);
     let save_log = Rc::new(crate::metrics::SaveLog::default());
@@ -494,7 +530,7 @@ async fn serve(
             world: wired.world,
             net: wired.net.clone(),
             players: wired.players,
-            logic: logic.clone(),
+            games: started_games.clone(),
             status: status.clone(),
             shutdown: console_shutdown.clone(),
             saver: saver.clone(),
@@ -507,10 +543,8 @@ async fn serve(
             loop_csv: console::loopstats::CsvWriter::default(),
         };
         let later = shell.printer.clone();
-        let started = console::start(input, output, move |line| {
-            console::language::answer(COMMANDS, &shell, line)
-        })
-        .map_err(ShardError::Console)?;
+        let started = console::start(input, output, move |line| shell.answer(line))
+            .map_err(ShardError::Console)?;
         let _ = later.set(started.clone());
         printer = Some(started);
     }
@@ -541,7 +575,7 @@ async fn serve(
         None => tracing::info!(%reason, "stopping: running shutdown hooks"),
     }
     autosave.stop();
-    logic.stop();
+    started_games.stop();
     // Players are still connected: they hear that the world saves before they are let go.
     tracing::info!("taking the final world save (Ctrl-C again to exit without it)");
     let final_save = saver.save().await;
@@ -567,6 +601,47 @@ async fn serve(
         startup,
         uptime: ready.elapsed(),
         final_save,
+    })
+}
+
+/// The games as they run: their console commands, their per-NPC behaviours, and what their
+/// start hooks left to stop.
+pub(crate) struct StartedGames {
+    pub(crate) context: GameContext,
+    pub(crate) behaviours: Behaviours,
+    pub(crate) commands: Vec<game::CommandSpec>,
+}
+
+impl StartedGames {
+    /// Stops the behaviours, then what the start hooks kept.
+    fn stop(&self) {
+        self.behaviours.stop();
+        self.context.stop();
+    }
+}
+
+/// Starts the games on the loop, in the order they were added: each one's start hooks, then
+/// every per-NPC behaviour.
+fn start_games(
+    games: game::Games,
+    world: &Rc<RefCell<World>>,
+    players: &Rc<RefCell<Players>>,
+    net: &Net,
+) -> Rc<StartedGames> {
+    let context = GameContext::new(world.clone(), players.clone(), net.clone());
+    let (mut npcs, mut commands) = (Vec::new(), Vec::new());
+    for game in games.games {
+        for (start, _site) in game.starts {
+            start(&context);
+        }
+        npcs.extend(game.npcs);
+        commands.extend(game.commands);
+    }
+    let behaviours = Behaviours::start(world.clone(), npcs);
+    Rc::new(StartedGames {
+        context,
+        behaviours,
+        commands,
     })
 }
 

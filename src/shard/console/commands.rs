@@ -17,11 +17,12 @@ use tokio::sync::Notify;
 use super::Printer;
 use super::language::{self, Args, Spec, duration};
 use super::loopstats::{self, CsvWriter};
-use crate::game::{GameLogic, Players};
+use crate::game::Players;
 use crate::net::Net;
 use crate::persist::archive::{self, Archiver};
 use crate::persist::{self, Autosave, Cadence, Request, Saver};
 use crate::runtime;
+use crate::shard::StartedGames;
 use crate::shard::status::StatusState;
 use crate::shard::whole_seconds;
 use crate::timer;
@@ -111,7 +112,7 @@ pub(in crate::shard) struct Shell {
     pub(in crate::shard) world: Rc<RefCell<World>>,
     pub(in crate::shard) net: Net,
     pub(in crate::shard) players: Rc<RefCell<Players>>,
-    pub(in crate::shard) logic: Rc<GameLogic>,
+    pub(in crate::shard) games: Rc<StartedGames>,
     pub(in crate::shard) status: Rc<StatusState>,
     pub(in crate::shard) shutdown: Rc<Notify>,
     pub(in crate::shard) saver: Saver,
@@ -129,9 +130,39 @@ pub(in crate::shard) struct Shell {
 }
 
 impl Shell {
+    /// The answer to one typed line: a game's command, or one of [`COMMANDS`].
+    pub(in crate::shard) fn answer(&self, line: &str) -> Option<String> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (name, rest) = words.split_first()?;
+        let games = &self.games;
+        match games
+            .commands
+            .iter()
+            .find(|c| c.name.eq_ignore_ascii_case(name))
+        {
+            Some(command) => Some(match (command.run)(&games.context, rest) {
+                Ok(answer) => answer,
+                Err(reason) => language::ConsoleError::BadArguments {
+                    command: command.name,
+                    reason,
+                }
+                .to_string(),
+            }),
+            None => language::answer(COMMANDS, self, line),
+        }
+    }
+
     fn help(&self, args: Args<'_>) -> Result<String, String> {
         args.none()?;
-        Ok(language::help(COMMANDS))
+        let mut text = language::help(COMMANDS);
+        for c in &self.games.commands {
+            let usage = match c.args {
+                "" => c.name.to_owned(),
+                args => format!("{} {args}", c.name),
+            };
+            text.push_str(&format!("  {usage:<28} {}\n", c.help));
+        }
+        Ok(text)
     }
 
     fn status(&self, args: Args<'_>) -> Result<String, String> {
@@ -320,7 +351,7 @@ impl Shell {
             "verdict   {}\nuptime    {}\nworld     {} items, {} mobiles, {} spawners\n\
              listening {listening}\n\
              players   {} logged in, {} connections ({} accepted, {} refused, {} faults)\n\
-             timers    {} live ({} world timers, {} NPCs barking)\n\
+             timers    {} live; NPC behaviours running: {}\n\
              saves     {} since start{}; {}\n\
              log       {} lines dropped (the log sink could not keep up)\nlast      {last}",
             stats.verdict,
@@ -334,8 +365,7 @@ impl Shell {
             net.refused,
             net.faults,
             timer::live(),
-            self.logic.world_timers(),
-            self.logic.barking(),
+            self.behaviours_report(),
             self.saver.finished(),
             if self.saver.is_writing() {
                 ", one writing now"
@@ -345,6 +375,21 @@ impl Shell {
             self.autosave_report(),
             crate::logs::dropped(),
         )
+    }
+}
+
+impl Shell {
+    /// `bark 3, crier 1` (or `none`).
+    fn behaviours_report(&self) -> String {
+        let stats = self.games.behaviours.stats();
+        if stats.is_empty() {
+            return "none".into();
+        }
+        let parts: Vec<String> = stats
+            .iter()
+            .map(|s| format!("{} {}", s.name, s.running))
+            .collect();
+        parts.join(", ")
     }
 }
 

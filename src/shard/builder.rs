@@ -1,0 +1,118 @@
+//! Building a shard with your own game on it: [`Shard::builder`] takes the games (each made
+//! from the configuration once it is loaded), checks them together, and gives a [`Shard`]
+//! to run — as a library call ([`Shard::run`]) or as a whole process ([`ShardBuilder::main`],
+//! what `cargo run --example town_crier` does).
+//!
+//! Owns the order games are made and checked in; must never start anything before
+//! [`Shard::run`] (building does no I/O).
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::process::ExitCode;
+
+use crate::config::Config;
+use crate::game::{self, BuildError, Game, Games};
+use crate::net::BackendKind;
+
+use super::console::commands::COMMANDS;
+use super::{Console, ShardError, Stopped};
+
+/// Makes a game from the shard's configuration.
+type MakeGame = Box<dyn FnOnce(&Config) -> Game>;
+
+/// A shard's games, before they are checked. Build it with [`Shard::builder`].
+#[must_use = "a builder does nothing until it is built and run"]
+pub struct ShardBuilder {
+    games: Vec<MakeGame>,
+    listeners: Option<Vec<TcpListener>>,
+}
+
+/// A shard ready to run: its configuration and its checked games.
+#[must_use = "a shard does nothing until it runs"]
+pub struct Shard {
+    pub(super) config: Config,
+    pub(super) games: Games,
+    /// Sockets bound by the caller, used instead of binding `network.listen`.
+    pub(super) listeners: Option<Vec<TcpListener>>,
+}
+
+impl Shard {
+    /// A shard with no game yet: add the demo ([`demo_game`]), yours, or both.
+    pub fn builder() -> ShardBuilder {
+        ShardBuilder {
+            games: Vec::new(),
+            listeners: None,
+        }
+    }
+
+    /// The configuration it was built with.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Runs the shard with the epoll backend until `stop` completes or the console says
+    /// `shutdown` (see [`super::run`] for startup and shutdown). Call it on a current-thread
+    /// tokio runtime.
+    pub async fn run(
+        self,
+        console: Console,
+        stop: impl Future<Output = ()>,
+    ) -> Result<Stopped, ShardError> {
+        self.run_with(BackendKind::Epoll, console, stop).await
+    }
+
+    /// [`Shard::run`] with the network backend `backend`; run it on the runtime that backend
+    /// needs ([`BackendKind::block_on`]).
+    pub async fn run_with(
+        self,
+        backend: BackendKind,
+        console: Console,
+        stop: impl Future<Output = ()>,
+    ) -> Result<Stopped, ShardError> {
+        super::run_shard(self, backend, console, stop).await
+    }
+}
+
+impl ShardBuilder {
+    /// Adds a game, made from the configuration when the shard is built: a function such as
+    /// [`demo_game`], or a closure (`|_| my_game()`). Games are started in the order added.
+    pub fn game(mut self, make: impl FnOnce(&Config) -> Game + 'static) -> ShardBuilder {
+        self.games.push(Box::new(make));
+        self
+    }
+
+    /// Serves on `listeners` (bound by the caller, e.g. to learn a port 0's number first)
+    /// instead of binding `network.listen`.
+    pub fn listeners(mut self, listeners: Vec<TcpListener>) -> ShardBuilder {
+        self.listeners = Some(listeners);
+        self
+    }
+
+    /// Makes the games from `config` and checks them together: two handlers for one packet
+    /// id, a handler for ping, or a console command whose name is taken is an error naming
+    /// both registrations. Does no I/O.
+    pub fn build(self, config: &Config) -> Result<Shard, BuildError> {
+        let games = self.games.into_iter().map(|make| make(config)).collect();
+        let built_in: Vec<&'static str> = COMMANDS.iter().map(|c| c.name).collect();
+        Ok(Shard {
+            config: config.clone(),
+            games: Games::check(games, &built_in)?,
+            listeners: self.listeners,
+        })
+    }
+
+    /// Runs the shard as a whole process, as `shardloop run` does: the configuration from
+    /// `config/shard.toml`, `SHARD_*` variables and the flags (`--config`, `--data-dir`,
+    /// `--listen`, `--idle-wait`, `--log-format`), logs on stderr, the console on stdin,
+    /// SIGINT/SIGTERM to stop. Call it from `main`; the exit code is the binary's.
+    pub fn main(self) -> ExitCode {
+        super::launch::main(self)
+    }
+}
+
+/// The demo game with the flood limits of the configuration (`network.move_rate`,
+/// `network.speech_rate`): what `shardloop run` serves.
+pub fn demo_game(config: &Config) -> Game {
+    game::demo(game::Rates::from(&config.network))
+}
