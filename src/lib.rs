@@ -28,6 +28,7 @@ pub mod persist;
 pub mod runtime;
 pub mod shard;
 mod slab;
+pub mod testkit;
 pub mod timer;
 pub mod world;
 

@@ -16,7 +16,7 @@ use super::npc::Npc;
 pub async fn bark(mut npc: Npc) {
     loop {
         pause(npc.rng.range(5000..8000)).await;
-        let line: &str = *npc.rng.pick(BARKS);
+        let line = *npc.rng.pick(BARKS);
         if !npc.say(line) {
             return;
         }

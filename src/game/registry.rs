@@ -35,6 +35,12 @@ pub type CommandFn = dyn Fn(&GameContext, &[&str]) -> Result<String, String>;
 /// A per-NPC behaviour's body, boxed.
 pub(crate) type BehaviourFuture = Pin<Box<dyn Future<Output = ()>>>;
 
+/// A start hook and the line that registered it.
+pub(crate) type StartHook = (Box<dyn FnOnce(&GameContext)>, Site);
+
+/// A change to the world made before anything starts.
+pub(crate) type WorldSetup = Box<dyn FnOnce(&mut World)>;
+
 pub(crate) struct PacketSpec {
     pub(crate) id: u8,
     pub(crate) name: &'static str,
@@ -81,8 +87,8 @@ pub struct Game {
     pub(crate) packets: Vec<PacketSpec>,
     pub(crate) rates: Vec<(u8, Rate, Site)>,
     pub(crate) npcs: Vec<NpcSpec>,
-    pub(crate) starts: Vec<(Box<dyn FnOnce(&GameContext)>, Site)>,
-    pub(crate) setups: Vec<Box<dyn FnOnce(&mut World)>>,
+    pub(crate) starts: Vec<StartHook>,
+    pub(crate) setups: Vec<WorldSetup>,
     pub(crate) commands: Vec<CommandSpec>,
 }
 
@@ -224,7 +230,7 @@ pub enum BuildError {
     /// Two console commands with one name (case-insensitively), or a game command named like
     /// one of the shard's own (`first.game` is then `"shard"`).
     DuplicateCommand {
-        name: String,
+        name: &'static str,
         first: Registered,
         second: Registered,
     },
@@ -237,13 +243,17 @@ pub enum BuildError {
 pub struct Registered {
     pub game: &'static str,
     pub name: &'static str,
-    /// `file:line:column`, or "built in".
-    pub site: String,
+    /// The line that registered it; `None` for the shard's own commands.
+    pub site: Option<Site>,
 }
 
 impl fmt::Display for Registered {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "'{}' of {} ({})", self.name, self.game, self.site)
+        write!(f, "'{}' of {} (", self.name, self.game)?;
+        match self.site {
+            Some(site) => write!(f, "{site})"),
+            None => f.write_str("built in)"),
+        }
     }
 }
 
@@ -311,7 +321,7 @@ impl Games {
                 let this = registered(game.name, c.name, c.site);
                 if let Some((_, first)) = commands.iter().find(|(name, _)| *name == key) {
                     return Err(BuildError::DuplicateCommand {
-                        name: c.name.to_owned(),
+                        name: c.name,
                         first: first.clone(),
                         second: this,
                     });
@@ -335,7 +345,7 @@ fn registered(game: &'static str, name: &'static str, site: Site) -> Registered 
     Registered {
         game,
         name,
-        site: site.to_string(),
+        site: Some(site),
     }
 }
 
@@ -343,7 +353,7 @@ fn builtin(name: &'static str) -> Registered {
     Registered {
         game: "shard",
         name,
-        site: "built in".into(),
+        site: None,
     }
 }
 

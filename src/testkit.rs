@@ -1,0 +1,216 @@
+//! The test kit: a game developer's integration tests of behaviours and packets, on the
+//! paused clock, in a few lines.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use shardloop::game::packets::server;
+//! use shardloop::shard::{Shard, demo_game};
+//! use shardloop::testkit::TestShard;
+//!
+//! #[tokio::test(start_paused = true)]
+//! async fn a_player_hears_what_it_says() {
+//!     TestShard::new(Shard::builder().game(demo_game))
+//!         .run(|shard| async move {
+//!             let mut anna = shard.login("Anna").await;
+//!             anna.say("hail").await;
+//!             let heard = anna.expect(server::SPEECH).await;
+//!             assert_eq!(&heard[4..], b"hail");
+//!             shard.advance(Duration::from_secs(60)).await;
+//!         })
+//!         .await;
+//! }
+//! ```
+//!
+//! [`TestShard`] runs a whole shard — the same startup, loop, network and shutdown as
+//! `cargo run` — on the test's own runtime: an empty world (configure a generated one with
+//! [`TestShard::configure`]), a temporary data directory, a loopback listener, no console, no
+//! autosave, no archives. The test body runs beside it; players are real TCP clients
+//! ([`TestPlayer`]). Under `#[tokio::test(start_paused = true)]` game time passes only when
+//! everything waits — [`Running::advance`], or a [`TestPlayer::expect`] whose packet is not
+//! there yet — so a 5-minute behaviour is tested in milliseconds, at exactly the same
+//! logical times on every run.
+//!
+//! Owns the test shard's setup and its players; must never be needed by the shard itself.
+
+mod player;
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::config::Config;
+use crate::game::{Game, GameContext, start_location};
+use crate::net;
+use crate::shard::{Console, Shard, ShardBuilder, Stopped};
+use crate::world::{Location, World};
+
+pub use player::{EXPECT_WITHIN, TestPlayer};
+
+/// A shard for one test. Build it, adjust it, [`run`](Self::run) it.
+#[must_use = "a test shard does nothing until it runs"]
+pub struct TestShard {
+    builder: ShardBuilder,
+    config: Config,
+    dir: tempfile::TempDir,
+}
+
+impl TestShard {
+    /// A test shard with the games of `builder` (`Shard::builder().game(..)`), an empty world
+    /// (seed 7), its data in a new temporary directory (removed afterwards), and a listener
+    /// on 127.0.0.1 with a port the system picks.
+    ///
+    /// # Panics
+    /// When no temporary directory can be made.
+    pub fn new(builder: ShardBuilder) -> TestShard {
+        let dir = tempfile::tempdir().expect("a temporary data directory for the test shard");
+        let mut config = Config::default();
+        config.server.data_dir = dir.path().join("data");
+        config.server.probe_host = false;
+        config.server.loop_stats_interval = Duration::ZERO;
+        config.world.generate.seed = 7;
+        config.world.generate.items = 0;
+        config.world.generate.mobiles = 0;
+        config.autosave.enabled = false;
+        config.archive.enabled = false;
+        TestShard {
+            builder,
+            config,
+            dir,
+        }
+    }
+
+    /// Changes the configuration before the shard starts (a generated world's size, flood
+    /// limits, ...). The data directory and listener are the kit's: leave them.
+    pub fn configure(mut self, change: impl FnOnce(&mut Config)) -> TestShard {
+        change(&mut self.config);
+        self
+    }
+
+    /// Runs the shard and `body` beside it; once `body` returns, stops the shard (final save
+    /// included) and returns what `body` returned.
+    ///
+    /// # Panics
+    /// When the games do not build, the shard cannot start, or it stops on an error — with
+    /// the error — and when `body` panics.
+    pub async fn run<F, Fut, T>(self, body: F) -> T
+    where
+        F: FnOnce(Running) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.run_to_end(body).await.0
+    }
+
+    /// [`run`](Self::run), also returning how the shard stopped (its loop counters, its
+    /// final save).
+    pub async fn run_to_end<F, Fut, T>(self, body: F) -> (T, Stopped)
+    where
+        F: FnOnce(Running) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let listener = net::bind_all(&["127.0.0.1:0".parse().expect("an address")], 0)
+            .expect("a loopback listener for the test shard")
+            .remove(0);
+        let addr = listener.local_addr().expect("the listener's address");
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let shard = self
+            .builder
+            .game(move |_| watch_start(ready_tx))
+            .listeners(vec![listener])
+            .build(&self.config)
+            .unwrap_or_else(|e| panic!("the test shard's games do not build: {e}"));
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let serving = run_shard(shard, stop_rx);
+        let testing = async move {
+            let context = ready_rx.await.expect("the test shard stopped before it was ready");
+            let value = body(Running { addr, context }).await;
+            let _ = stop_tx.send(());
+            value
+        };
+        let (stopped, value) = tokio::join!(serving, testing);
+        drop(self.dir);
+        (value, stopped)
+    }
+}
+
+/// The kit's own game: it hands the test body the shard's game state once every other game
+/// has started.
+fn watch_start(ready: oneshot::Sender<GameContext>) -> Game {
+    Game::new("testkit").on_start(move |context| {
+        let _ = ready.send(context.clone());
+    })
+}
+
+async fn run_shard(shard: Shard, stop: oneshot::Receiver<()>) -> Stopped {
+    let stop = async move {
+        let _ = stop.await;
+    };
+    match shard.run(Console::none(), stop).await {
+        Ok(stopped) => stopped,
+        Err(e) => panic!("the test shard stopped on an error: {e}"),
+    }
+}
+
+/// The running shard, as the test body sees it.
+pub struct Running {
+    addr: SocketAddr,
+    context: GameContext,
+}
+
+impl Running {
+    /// Where players connect.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The world: borrow it briefly, never across an `.await`.
+    #[must_use]
+    pub fn world(&self) -> &Rc<RefCell<World>> {
+        self.context.world()
+    }
+
+    /// The shard's game state (world, players, network), as games' start hooks see it.
+    #[must_use]
+    pub fn context(&self) -> &GameContext {
+        &self.context
+    }
+
+    /// A new connection, not logged in.
+    pub async fn connect(&self) -> TestPlayer {
+        TestPlayer::connect(self.addr).await
+    }
+
+    /// A new connection logged in as `name` (it stands at
+    /// [`start_location`](crate::game::start_location)`(name)`).
+    pub async fn login(&self, name: &str) -> TestPlayer {
+        let mut player = self.connect().await;
+        player.login(name).await;
+        player
+    }
+
+    /// Lets `duration` of game time pass (everything due in it runs).
+    pub async fn advance(&self, duration: Duration) {
+        tokio::time::sleep(duration).await;
+    }
+}
+
+/// A name whose player starts within `range` tiles of `near` (tried: `p0`, `p1`, ... up to
+/// `p99999`) — to log a player in beside an NPC or another player.
+///
+/// # Panics
+/// When no such name is found.
+#[must_use]
+pub fn name_near(near: Location, range: u16) -> String {
+    (0..100_000)
+        .map(|i| format!("p{i}"))
+        .find(|name| {
+            start_location(name)
+                .distance(&near)
+                .is_some_and(|d| d <= range)
+        })
+        .unwrap_or_else(|| panic!("no player name starts within {range} tiles of {near:?}"))
+}
