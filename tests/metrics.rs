@@ -502,3 +502,55 @@ fn the_example_alert_rules_pass_promtool_check_and_their_unit_tests() {
         );
     }
 }
+
+/// A TCP connection to `to` from the local address `from` (any of 127.0.0.0/8 on Linux).
+fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from: SocketAddr = format!("{from}:0").parse().unwrap();
+    socket.bind(&from.into()).unwrap();
+    socket.connect(&to.into()).unwrap();
+    socket.into()
+}
+
+#[test]
+fn a_connection_flood_from_one_address_evicts_its_own_connections_not_another_peer_s() {
+    let _watchdog = watchdog(Duration::from_secs(60), "connection flood");
+    let endpoint = endpoint(Settings::default(), Vec::new());
+    // The scraper connects first: at the cap it is the oldest idle connection.
+    let mut scraper = connect_from("127.0.0.2", endpoint.addr);
+    scraper
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let flood = 3 * MAX_CONNECTIONS;
+    let mut flooders: Vec<TcpStream> = (0..flood)
+        .map(|_| connect_from("127.0.0.1", endpoint.addr))
+        .collect();
+    for c in &flooders {
+        c.set_nonblocking(true).unwrap();
+    }
+    // Wait until the server has taken the whole flood (it closed all but the cap's worth).
+    let mut closed = vec![false; flood];
+    poll(Duration::from_secs(5), "flood connections closed", || {
+        for (c, done) in flooders.iter_mut().zip(&mut closed) {
+            *done = *done
+                || match c.read(&mut [0u8; 1]) {
+                    Ok(0) => true,
+                    Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                    Ok(_) => false,
+                };
+        }
+        let n = closed.iter().filter(|d| **d).count();
+        (n >= flood - MAX_CONNECTIONS).then_some(())
+    });
+    write!(
+        scraper,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    let read = scraper.read_to_string(&mut response);
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "the scraper's connection was closed for the flood: {read:?} {response:?}"
+    );
+}

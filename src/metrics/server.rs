@@ -3,9 +3,10 @@
 //!
 //! Bounds, so that slow or many clients cannot exhaust the shard's descriptors or reach the
 //! loop: at most [`MAX_CONNECTIONS`] connections are kept; when a new one arrives at the cap,
-//! the oldest connection with no request in flight (an idle keep-alive, a client still
-//! dribbling its headers) is closed for it, and if every one is mid-request the newcomer is
-//! closed instead. Headers must arrive within [`HEADER_TIMEOUT`]; a connection lives at most
+//! a connection with no request in flight (an idle keep-alive, a client still dribbling its
+//! headers) is closed for it — the oldest of those from the peer address holding the most
+//! connections, so that a flood from one address closes its own connections, not the
+//! scraper's — and if every one is mid-request the newcomer is closed instead. Headers must arrive within [`HEADER_TIMEOUT`]; a connection lives at most
 //! [`CONNECTION_LIFETIME`] (then it is closed after its current request). `/metrics` never
 //! waits for the loop: it reads the copy the loop published last ([`super::publish`]) and
 //! reports its age. Only the status page asks the loop; it waits at most [`PROBE_TIMEOUT`], and
@@ -17,7 +18,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::pin::pin;
 use std::rc::Rc;
@@ -319,8 +320,10 @@ async fn not_found() -> Response {
 }
 
 /// One connection's state, shared by the accept loop and the connection's task.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Conn {
+    /// The peer's address (what eviction counts connections by).
+    peer: IpAddr,
     /// Requests being answered (0: idle, may be evicted).
     in_flight: AtomicUsize,
     /// The task has finished.
@@ -357,11 +360,11 @@ async fn serve(
     let mut live: VecDeque<Arc<Conn>> = VecDeque::new();
     let mut stopped = pin!(stopped);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             biased;
             _ = &mut stopped => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of descriptors, most likely: wait rather than spin.
                     tracing::warn!("metrics endpoint: accept failed: {e}");
@@ -372,20 +375,38 @@ async fn serve(
         };
         live.retain(|c| !c.done.load(Ordering::Acquire));
         if live.len() >= MAX_CONNECTIONS {
-            let idle = live
-                .iter()
-                .position(|c| c.in_flight.load(Ordering::Acquire) == 0);
-            match idle.and_then(|i| live.remove(i)) {
+            match evictable(&live, peer.ip()).and_then(|i| live.remove(i)) {
                 Some(evicted) => evicted.close.notify_one(),
                 None => continue, // every one is mid-request: the newcomer is closed
             }
         }
-        let conn = Arc::new(Conn::default());
+        let conn = Arc::new(Conn {
+            peer: peer.ip(),
+            in_flight: AtomicUsize::new(0),
+            done: AtomicBool::new(false),
+            close: Notify::new(),
+        });
         live.push_back(conn.clone());
         tokio::spawn(serve_connection(stream, router.clone(), conn));
     }
     watcher.abort();
     Ok(())
+}
+
+/// Which of `live` (oldest first, at the cap) to close for a newcomer from `newcomer`: the
+/// oldest with no request in flight among the connections of the address that holds the most
+/// (the newcomer counted with its own), so that one address flooding connections only closes
+/// its own. `None` if every one is mid-request.
+fn evictable(live: &VecDeque<Arc<Conn>>, newcomer: IpAddr) -> Option<usize> {
+    let held =
+        |ip: IpAddr| live.iter().filter(|c| c.peer == ip).count() + usize::from(ip == newcomer);
+    live.iter()
+        .enumerate()
+        .filter(|(_, c)| c.in_flight.load(Ordering::Acquire) == 0)
+        // `max_by_key` keeps the last of equals: reversed, that is the oldest.
+        .rev()
+        .max_by_key(|(_, c)| held(c.peer))
+        .map(|(i, _)| i)
 }
 
 async fn serve_connection(stream: tokio::net::TcpStream, router: Router, conn: Arc<Conn>) {
