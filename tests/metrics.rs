@@ -12,7 +12,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use common::binary::{shardloop, spawn_logged};
@@ -232,6 +233,9 @@ fn a_bad_or_busy_metrics_listen_exits_2_naming_the_key() {
 /// the context and stops it by dropping the returned sender.
 struct Endpoint {
     addr: SocketAddr,
+    /// Copies of the whole history the loop handed out (the page's asks, and the first
+    /// publish).
+    whole_history_copies: Arc<AtomicUsize>,
     context: LoopContext,
     stop: Option<mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -252,6 +256,8 @@ impl Drop for Endpoint {
 fn endpoint(settings: Settings, history: Vec<LoopSecond>) -> Endpoint {
     let (ready_tx, ready) = mpsc::channel();
     let (stop, stopped) = mpsc::channel::<()>();
+    let whole_history_copies = Arc::new(AtomicUsize::new(0));
+    let copies = whole_history_copies.clone();
     let thread = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -268,7 +274,12 @@ fn endpoint(settings: Settings, history: Vec<LoopSecond>) -> Endpoint {
                             players: 3,
                             ..WorldCounts::default()
                         }),
-                        history: Box::new(move |_| history.clone()),
+                        history: Box::new(move |since| {
+                            if since.is_none() {
+                                copies.fetch_add(1, Ordering::Relaxed);
+                            }
+                            history.clone()
+                        }),
                         persist: Box::new(PersistFacts::default),
                     };
                     let listener =
@@ -289,6 +300,7 @@ fn endpoint(settings: Settings, history: Vec<LoopSecond>) -> Endpoint {
     let (addr, context) = ready.recv_timeout(Duration::from_secs(10)).unwrap();
     Endpoint {
         addr,
+        whole_history_copies,
         context,
         stop: Some(stop),
         thread: Some(thread),
@@ -552,5 +564,25 @@ fn a_connection_flood_from_one_address_evicts_its_own_connections_not_another_pe
     assert!(
         response.starts_with("HTTP/1.1 200"),
         "the scraper's connection was closed for the flood: {read:?} {response:?}"
+    );
+}
+
+#[test]
+fn status_page_reloads_within_a_second_reuse_one_copy_of_the_loop_s_history() {
+    let _watchdog = watchdog(Duration::from_secs(60), "page reloads");
+    let endpoint = endpoint(Settings::default(), history());
+    let began = Instant::now();
+    let reloads = 20;
+    for _ in 0..reloads {
+        let (status, body) = get(endpoint.addr, "/");
+        assert_eq!(status, 200, "{body}");
+    }
+    // One copy for the first publish, then at most one per started second of reloads.
+    let copies = endpoint.whole_history_copies.load(Ordering::Relaxed);
+    let allowed = 2 + began.elapsed().as_secs() as usize;
+    assert!(
+        copies <= allowed,
+        "{reloads} page loads in {:?} made the loop copy its history {copies} times",
+        began.elapsed()
     );
 }

@@ -9,8 +9,9 @@
 //! scraper's — and if every one is mid-request the newcomer is closed instead. Headers must arrive within [`HEADER_TIMEOUT`]; a connection lives at most
 //! [`CONNECTION_LIFETIME`] (then it is closed after its current request). `/metrics` never
 //! waits for the loop: it reads the copy the loop published last ([`super::publish`]) and
-//! reports its age. Only the status page asks the loop; it waits at most [`PROBE_TIMEOUT`], and
-//! at most [`super::probe::QUEUE`] such requests wait at once; others are answered 503 at once.
+//! reports its age. Only the status page asks the loop, at most once per [`PAGE_REUSE`] (a page
+//! rendered within that is served again, and concurrent reloads wait for the one being
+//! rendered); it waits at most [`PROBE_TIMEOUT`] for the answer.
 //!
 //! This module must never touch loop state: everything it knows about the loop comes from the
 //! published copy, a probe's answer or the heartbeat.
@@ -58,6 +59,10 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 pub const GRACE: Duration = Duration::from_secs(5);
 /// How long a request waits for the loop's answer.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// A status page rendered less than this long ago is served again instead of asking the loop:
+/// reloads, however many and from however many clients, cost the loop at most one copy of its
+/// history (and this thread one drawing of the chart) per this long.
+pub const PAGE_REUSE: Duration = Duration::from_secs(1);
 /// Directories are walked for their size at most this often.
 pub const DISK_EVERY: Duration = Duration::from_secs(30);
 
@@ -184,6 +189,9 @@ struct App {
     saves: SaveMetrics,
     started: Instant,
     start_time: f64,
+    /// The last status page and when it was rendered; locked while a request renders a new
+    /// one, so concurrent reloads wait for that one instead of asking the loop too.
+    page: tokio::sync::Mutex<Option<(Instant, Arc<str>)>>,
 }
 
 impl App {
@@ -202,6 +210,7 @@ impl App {
             saves,
             started: Instant::now(),
             start_time: jiff::Timestamp::now().as_millisecond() as f64 / 1e3,
+            page: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -213,6 +222,28 @@ impl App {
         }
         // The read lock is held for one reference-count increment.
         Some(self.slot.borrow().clone())
+    }
+
+    /// The status page: the one rendered within [`PAGE_REUSE`], or a new one from the loop's
+    /// answer. 503 with the reason when the loop is busy, gone or silent, or another request
+    /// has been asking it for longer than [`PROBE_TIMEOUT`].
+    async fn page(&self) -> Result<Arc<str>, Response> {
+        let Ok(mut last) = tokio::time::timeout(PROBE_TIMEOUT, self.page.lock()).await else {
+            return Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("busy: another request has waited {PROBE_TIMEOUT:?} for the loop\n"),
+            )
+                .into_response());
+        };
+        if let Some((at, html)) = &*last
+            && at.elapsed() < PAGE_REUSE
+        {
+            return Ok(html.clone());
+        }
+        let snapshot = self.ask().await?;
+        let html: Arc<str> = page::render(&snapshot, self.started.elapsed()).into();
+        *last = Some((Instant::now(), html.clone()));
+        Ok(html)
     }
 
     /// Asks the loop for a snapshot with the whole history (the status page): 503 with the
@@ -305,8 +336,8 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn status_page(State(app): State<Arc<App>>) -> Response {
-    match app.ask().await {
-        Ok(snapshot) => Html(page::render(&snapshot, app.started.elapsed())).into_response(),
+    match app.page().await {
+        Ok(html) => Html(html.to_string()).into_response(),
         Err(response) => response,
     }
 }
