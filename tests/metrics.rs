@@ -12,7 +12,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use common::binary::{shardloop, spawn_logged};
@@ -232,6 +233,9 @@ fn a_bad_or_busy_metrics_listen_exits_2_naming_the_key() {
 /// the context and stops it by dropping the returned sender.
 struct Endpoint {
     addr: SocketAddr,
+    /// Copies of the whole history the loop handed out (the page's asks, and the first
+    /// publish).
+    whole_history_copies: Arc<AtomicUsize>,
     context: LoopContext,
     stop: Option<mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -252,6 +256,8 @@ impl Drop for Endpoint {
 fn endpoint(settings: Settings, history: Vec<LoopSecond>) -> Endpoint {
     let (ready_tx, ready) = mpsc::channel();
     let (stop, stopped) = mpsc::channel::<()>();
+    let whole_history_copies = Arc::new(AtomicUsize::new(0));
+    let copies = whole_history_copies.clone();
     let thread = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -268,7 +274,12 @@ fn endpoint(settings: Settings, history: Vec<LoopSecond>) -> Endpoint {
                             players: 3,
                             ..WorldCounts::default()
                         }),
-                        history: Box::new(move |_| history.clone()),
+                        history: Box::new(move |since| {
+                            if since.is_none() {
+                                copies.fetch_add(1, Ordering::Relaxed);
+                            }
+                            history.clone()
+                        }),
                         persist: Box::new(PersistFacts::default),
                     };
                     let listener =
@@ -289,6 +300,7 @@ fn endpoint(settings: Settings, history: Vec<LoopSecond>) -> Endpoint {
     let (addr, context) = ready.recv_timeout(Duration::from_secs(10)).unwrap();
     Endpoint {
         addr,
+        whole_history_copies,
         context,
         stop: Some(stop),
         thread: Some(thread),
@@ -501,4 +513,76 @@ fn the_example_alert_rules_pass_promtool_check_and_their_unit_tests() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// A TCP connection to `to` from the local address `from` (any of 127.0.0.0/8 on Linux).
+fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from: SocketAddr = format!("{from}:0").parse().unwrap();
+    socket.bind(&from.into()).unwrap();
+    socket.connect(&to.into()).unwrap();
+    socket.into()
+}
+
+#[test]
+fn a_connection_flood_from_one_address_evicts_its_own_connections_not_another_peer_s() {
+    let _watchdog = watchdog(Duration::from_secs(60), "connection flood");
+    let endpoint = endpoint(Settings::default(), Vec::new());
+    // The scraper connects first: at the cap it is the oldest idle connection.
+    let mut scraper = connect_from("127.0.0.2", endpoint.addr);
+    scraper
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let flood = 3 * MAX_CONNECTIONS;
+    let mut flooders: Vec<TcpStream> = (0..flood)
+        .map(|_| connect_from("127.0.0.1", endpoint.addr))
+        .collect();
+    for c in &flooders {
+        c.set_nonblocking(true).unwrap();
+    }
+    // Wait until the server has taken the whole flood (it closed all but the cap's worth).
+    let mut closed = vec![false; flood];
+    poll(Duration::from_secs(5), "flood connections closed", || {
+        for (c, done) in flooders.iter_mut().zip(&mut closed) {
+            *done = *done
+                || match c.read(&mut [0u8; 1]) {
+                    Ok(0) => true,
+                    Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                    Ok(_) => false,
+                };
+        }
+        let n = closed.iter().filter(|d| **d).count();
+        (n >= flood - MAX_CONNECTIONS).then_some(())
+    });
+    write!(
+        scraper,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    let read = scraper.read_to_string(&mut response);
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "the scraper's connection was closed for the flood: {read:?} {response:?}"
+    );
+}
+
+#[test]
+fn status_page_reloads_within_a_second_reuse_one_copy_of_the_loop_s_history() {
+    let _watchdog = watchdog(Duration::from_secs(60), "page reloads");
+    let endpoint = endpoint(Settings::default(), history());
+    let began = Instant::now();
+    let reloads = 20;
+    for _ in 0..reloads {
+        let (status, body) = get(endpoint.addr, "/");
+        assert_eq!(status, 200, "{body}");
+    }
+    // One copy for the first publish, then at most one per started second of reloads.
+    let copies = endpoint.whole_history_copies.load(Ordering::Relaxed);
+    let allowed = 2 + began.elapsed().as_secs() as usize;
+    assert!(
+        copies <= allowed,
+        "{reloads} page loads in {:?} made the loop copy its history {copies} times",
+        began.elapsed()
+    );
 }

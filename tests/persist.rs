@@ -326,3 +326,38 @@ fn startup_recovery_treats_an_empty_saves_as_missing() {
     assert_eq!(persist::load(&layout.saves).unwrap().world, world);
     assert_eq!(temp_dirs(dir.path()), Vec::<PathBuf>::new());
 }
+
+/// Two writers of one save directory in this process (the autosave still writing when a fault
+/// takes the final save) go one after the other: each save orders after the one it replaced,
+/// so the one written last is the one in place, and no two saves share a sequence number.
+#[test]
+fn concurrent_writes_of_one_save_directory_get_distinct_sequences() {
+    const WRITERS: usize = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let world = world::generate(7, 200, 20);
+    let start = std::sync::Barrier::new(WRITERS);
+    let mut sequences: Vec<u64> = std::thread::scope(|s| {
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|_| {
+                let (layout, start) = (layout.clone(), &start);
+                let snapshot = Snapshot::take(&world, CREATED.parse().unwrap(), |_| true);
+                s.spawn(move || {
+                    start.wait();
+                    persist::save::write(&layout, snapshot, 1)
+                        .unwrap()
+                        .manifest
+                        .sequence
+                })
+            })
+            .collect();
+        writers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    sequences.sort_unstable();
+    assert_eq!(sequences, (1..=WRITERS as u64).collect::<Vec<_>>());
+    assert_eq!(
+        layout.current_sequence(),
+        WRITERS as u64,
+        "the last save is in place"
+    );
+}

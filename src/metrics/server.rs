@@ -3,13 +3,15 @@
 //!
 //! Bounds, so that slow or many clients cannot exhaust the shard's descriptors or reach the
 //! loop: at most [`MAX_CONNECTIONS`] connections are kept; when a new one arrives at the cap,
-//! the oldest connection with no request in flight (an idle keep-alive, a client still
-//! dribbling its headers) is closed for it, and if every one is mid-request the newcomer is
-//! closed instead. Headers must arrive within [`HEADER_TIMEOUT`]; a connection lives at most
+//! a connection with no request in flight (an idle keep-alive, a client still dribbling its
+//! headers) is closed for it — the oldest of those from the peer address holding the most
+//! connections, so that a flood from one address closes its own connections, not the
+//! scraper's — and if every one is mid-request the newcomer is closed instead. Headers must arrive within [`HEADER_TIMEOUT`]; a connection lives at most
 //! [`CONNECTION_LIFETIME`] (then it is closed after its current request). `/metrics` never
 //! waits for the loop: it reads the copy the loop published last ([`super::publish`]) and
-//! reports its age. Only the status page asks the loop; it waits at most [`PROBE_TIMEOUT`], and
-//! at most [`super::probe::QUEUE`] such requests wait at once; others are answered 503 at once.
+//! reports its age. Only the status page asks the loop, at most once per [`PAGE_REUSE`] (a page
+//! rendered within that is served again, and concurrent reloads wait for the one being
+//! rendered); it waits at most [`PROBE_TIMEOUT`] for the answer.
 //!
 //! This module must never touch loop state: everything it knows about the loop comes from the
 //! published copy, a probe's answer or the heartbeat.
@@ -17,7 +19,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::pin::pin;
 use std::rc::Rc;
@@ -57,6 +59,10 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 pub const GRACE: Duration = Duration::from_secs(5);
 /// How long a request waits for the loop's answer.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// A status page rendered less than this long ago is served again instead of asking the loop:
+/// reloads, however many and from however many clients, cost the loop at most one copy of its
+/// history (and this thread one drawing of the chart) per this long.
+pub const PAGE_REUSE: Duration = Duration::from_secs(1);
 /// Directories are walked for their size at most this often.
 pub const DISK_EVERY: Duration = Duration::from_secs(30);
 
@@ -183,6 +189,9 @@ struct App {
     saves: SaveMetrics,
     started: Instant,
     start_time: f64,
+    /// The last status page and when it was rendered; locked while a request renders a new
+    /// one, so concurrent reloads wait for that one instead of asking the loop too.
+    page: tokio::sync::Mutex<Option<(Instant, Arc<str>)>>,
 }
 
 impl App {
@@ -201,6 +210,7 @@ impl App {
             saves,
             started: Instant::now(),
             start_time: jiff::Timestamp::now().as_millisecond() as f64 / 1e3,
+            page: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -212,6 +222,28 @@ impl App {
         }
         // The read lock is held for one reference-count increment.
         Some(self.slot.borrow().clone())
+    }
+
+    /// The status page: the one rendered within [`PAGE_REUSE`], or a new one from the loop's
+    /// answer. 503 with the reason when the loop is busy, gone or silent, or another request
+    /// has been asking it for longer than [`PROBE_TIMEOUT`].
+    async fn page(&self) -> Result<Arc<str>, Response> {
+        let Ok(mut last) = tokio::time::timeout(PROBE_TIMEOUT, self.page.lock()).await else {
+            return Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("busy: another request has waited {PROBE_TIMEOUT:?} for the loop\n"),
+            )
+                .into_response());
+        };
+        if let Some((at, html)) = &*last
+            && at.elapsed() < PAGE_REUSE
+        {
+            return Ok(html.clone());
+        }
+        let snapshot = self.ask().await?;
+        let html: Arc<str> = page::render(&snapshot, self.started.elapsed()).into();
+        *last = Some((Instant::now(), html.clone()));
+        Ok(html)
     }
 
     /// Asks the loop for a snapshot with the whole history (the status page): 503 with the
@@ -304,8 +336,8 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn status_page(State(app): State<Arc<App>>) -> Response {
-    match app.ask().await {
-        Ok(snapshot) => Html(page::render(&snapshot, app.started.elapsed())).into_response(),
+    match app.page().await {
+        Ok(html) => Html(html.to_string()).into_response(),
         Err(response) => response,
     }
 }
@@ -319,8 +351,10 @@ async fn not_found() -> Response {
 }
 
 /// One connection's state, shared by the accept loop and the connection's task.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Conn {
+    /// The peer's address (what eviction counts connections by).
+    peer: IpAddr,
     /// Requests being answered (0: idle, may be evicted).
     in_flight: AtomicUsize,
     /// The task has finished.
@@ -357,11 +391,11 @@ async fn serve(
     let mut live: VecDeque<Arc<Conn>> = VecDeque::new();
     let mut stopped = pin!(stopped);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             biased;
             _ = &mut stopped => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of descriptors, most likely: wait rather than spin.
                     tracing::warn!("metrics endpoint: accept failed: {e}");
@@ -372,20 +406,38 @@ async fn serve(
         };
         live.retain(|c| !c.done.load(Ordering::Acquire));
         if live.len() >= MAX_CONNECTIONS {
-            let idle = live
-                .iter()
-                .position(|c| c.in_flight.load(Ordering::Acquire) == 0);
-            match idle.and_then(|i| live.remove(i)) {
+            match evictable(&live, peer.ip()).and_then(|i| live.remove(i)) {
                 Some(evicted) => evicted.close.notify_one(),
                 None => continue, // every one is mid-request: the newcomer is closed
             }
         }
-        let conn = Arc::new(Conn::default());
+        let conn = Arc::new(Conn {
+            peer: peer.ip(),
+            in_flight: AtomicUsize::new(0),
+            done: AtomicBool::new(false),
+            close: Notify::new(),
+        });
         live.push_back(conn.clone());
         tokio::spawn(serve_connection(stream, router.clone(), conn));
     }
     watcher.abort();
     Ok(())
+}
+
+/// Which of `live` (oldest first, at the cap) to close for a newcomer from `newcomer`: the
+/// oldest with no request in flight among the connections of the address that holds the most
+/// (the newcomer counted with its own), so that one address flooding connections only closes
+/// its own. `None` if every one is mid-request.
+fn evictable(live: &VecDeque<Arc<Conn>>, newcomer: IpAddr) -> Option<usize> {
+    let held =
+        |ip: IpAddr| live.iter().filter(|c| c.peer == ip).count() + usize::from(ip == newcomer);
+    live.iter()
+        .enumerate()
+        .filter(|(_, c)| c.in_flight.load(Ordering::Acquire) == 0)
+        // `max_by_key` keeps the last of equals: reversed, that is the oldest.
+        .rev()
+        .max_by_key(|(_, c)| held(c.peer))
+        .map(|(i, _)| i)
 }
 
 async fn serve_connection(stream: tokio::net::TcpStream, router: Router, conn: Arc<Conn>) {

@@ -22,16 +22,47 @@
 //! Owns the paths and directory moves (each fsynced, through `fsio`). Must never read or
 //! write save contents beyond the manifest.
 
+use std::collections::HashSet;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use jiff::Timestamp;
 
 use super::fsio::{self, sync_dir};
 use super::manifest::{self, Manifest};
+
+/// The save directories being written by this process (see [`Layout::lock_writes`]).
+struct Writers {
+    busy: Mutex<HashSet<PathBuf>>,
+    done: Condvar,
+}
+
+static WRITERS: std::sync::LazyLock<Writers> = std::sync::LazyLock::new(|| Writers {
+    busy: Mutex::new(HashSet::new()),
+    done: Condvar::new(),
+});
+
+fn lock_ignoring_poison<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One writer's hold on a save directory; dropping it lets the next one in.
+#[must_use = "the directory is free again as soon as the guard drops"]
+#[derive(Debug)]
+pub struct WriteGuard {
+    key: PathBuf,
+}
+
+impl Drop for WriteGuard {
+    fn drop(&mut self) {
+        lock_ignoring_poison(&WRITERS.busy).remove(&self.key);
+        WRITERS.done.notify_all();
+    }
+}
 
 /// Prefix of every temp directory; anything with it is cleaned (or finished) at startup.
 pub const TEMP_PREFIX: &str = ".tmp-";
@@ -60,6 +91,24 @@ impl Layout {
     /// The directory holding `Saves/` and the temp directories.
     pub fn root(&self) -> &Path {
         self.saves.parent().unwrap_or(Path::new("."))
+    }
+
+    /// Waits until no other writer in this process is putting a save in place as `Saves/`, and
+    /// keeps the others out until the guard drops. A save reads the sequence it replaces and
+    /// swaps itself in under it: two at once (an autosave still writing on the blocking pool
+    /// when a fault takes the final save) would otherwise carry the same sequence, and the
+    /// older snapshot could land last. Other processes are kept out by the `shard.lock`.
+    pub fn lock_writes(&self) -> WriteGuard {
+        let key = std::path::absolute(&self.saves).unwrap_or_else(|_| self.saves.clone());
+        let mut writing = lock_ignoring_poison(&WRITERS.busy);
+        while writing.contains(&key) {
+            writing = WRITERS
+                .done
+                .wait(writing)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        writing.insert(key.clone());
+        WriteGuard { key }
     }
 
     /// The sequence number of the save in `Saves/`; 0 if there is none or its manifest does

@@ -13,6 +13,8 @@
 //! The new save's sequence number is one more than the one in `Saves/` when the write starts
 //! (the save it replaces): so the loaded save's sequence is carried forward through every
 //! save, read from the disk that holds the truth rather than from a counter kept aside.
+//! Writers of one save directory in this process take turns ([`Layout::lock_writes`]), from
+//! that read to the swap.
 //!
 //! Owns the write. Must never run on the loop thread, and never touch the world (it only has
 //! the snapshot).
@@ -62,6 +64,9 @@ pub fn write(
 ) -> Result<Saved, PersistError> {
     let began = Instant::now();
     snapshot.sort();
+    // Held until the save is in place: the sequence read below must still be the one in
+    // `Saves/` when this save replaces it.
+    let _writing = layout.lock_writes();
     let staged = layout
         .create_temp_dir("save")
         .map_err(|source| fail("creating", layout.root(), source))?;

@@ -121,6 +121,14 @@ impl Profile {
                 state.mark = now;
                 return now;
             }
+            // A very long park would close thousands of empty seconds: the ring keeps only
+            // CAPACITY of them anyway. The rest of the gap is skipped, not added to the record
+            // that opens now (which would then hold far more than its second).
+            closed += 1;
+            if closed > History::CAPACITY {
+                (state.second_start, state.mark) = (now, now);
+                continue;
+            }
             // Work that ran past the boundary stays in its record: the cut is at the later
             // of the boundary and the last mark.
             let cut = boundary.max(state.mark);
@@ -128,13 +136,6 @@ impl Profile {
             state.current.add(idle, took);
             state.mark = cut;
             drop(state);
-            // A very long park would close thousands of empty seconds: the ring keeps only
-            // the last CAPACITY of them anyway.
-            closed += 1;
-            if closed > History::CAPACITY {
-                self.state.borrow_mut().second_start = now;
-                continue;
-            }
             self.close(cut, &stats);
         }
     }
@@ -354,4 +355,31 @@ fn run_queue_wait(file: &File) -> Duration {
         .and_then(|text| text.split_ascii_whitespace().nth(1))
         .and_then(|field| field.parse().ok())
         .map_or(Duration::ZERO, Duration::from_nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_park_longer_than_the_history_leaves_no_gap_in_the_record_that_follows() {
+        let profile = Profile::new();
+        let gap = Duration::from_secs(2 * History::CAPACITY as u64);
+        {
+            let mut state = profile.state.borrow_mut();
+            // A machine up for less than the gap cannot go that far back: nothing to test.
+            let Some(then) = state.mark.checked_sub(gap) else {
+                return;
+            };
+            (state.second_start, state.mark) = (then, then);
+        }
+        profile.iteration_start(Part::Sleep, LoopStats::default);
+        assert_eq!(profile.history().len(), History::CAPACITY);
+        let state = profile.state.borrow();
+        let open = state.current.spent(Part::Sleep);
+        assert!(
+            open < SECOND,
+            "the open record holds {open:?} of sleep (the skipped seconds)"
+        );
+    }
 }

@@ -102,9 +102,15 @@ pub struct Capped<R> {
 
 impl<R: Read> Capped<R> {
     pub fn new(inner: R, cap: u64, what: &'static str) -> Capped<R> {
+        Capped::sharing(inner, cap, cap, what)
+    }
+
+    /// A reader that may pass `left` bytes, what remains of a limit of `cap` shared with the
+    /// readers before it (the error names `cap`, the limit the operator set).
+    pub fn sharing(inner: R, left: u64, cap: u64, what: &'static str) -> Capped<R> {
         Capped {
             inner,
-            left: cap,
+            left,
             cap,
             what,
         }
@@ -271,7 +277,7 @@ fn each_zip_entry(
             _ => Kind::Other('?'),
         };
         let declared = entry.size();
-        let mut data = Capped::new(entry, left, "zip data");
+        let mut data = Capped::sharing(entry, left, limits.max_bytes, "zip data");
         let flow = visit(&name, kind, declared, &mut data);
         left = data.left;
         if flow? == Flow::Stop {
@@ -463,6 +469,32 @@ mod tests {
         let e = io::copy(&mut short, &mut io::sink()).unwrap_err();
         assert!(over_limit(&e).is_some(), "{e}");
         assert!(e.to_string().contains("more than 999 bytes"), "{e}");
+    }
+
+    #[test]
+    fn a_zip_past_its_byte_limit_is_refused_naming_the_limit_not_what_was_left_of_it() {
+        use std::io::Write as _;
+        let options = zip::write::SimpleFileOptions::default();
+        let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
+        zip.start_file("a", options).unwrap();
+        zip.write_all(&[1; 600]).unwrap();
+        zip.start_file("b", options).unwrap();
+        zip.write_all(&[2; 600]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("two.zip");
+        std::fs::write(&path, zip.finish().unwrap().into_inner()).unwrap();
+        let limits = Limits {
+            max_bytes: 1000,
+            max_entries: 8,
+        };
+        let walked = each_entry(&path, Format::Zip, limits, |_, _, _, data| {
+            io::copy(data, &mut io::sink())?;
+            Ok(Flow::Next)
+        });
+        let Err(WalkError::Limit(why)) = walked else {
+            panic!("1200 bytes within a limit of 1000: {walked:?}");
+        };
+        assert!(why.contains("more than 1000 bytes"), "{why}");
     }
 
     /// An empty zip's end record claiming `entries` entries in a directory of `bytes`.
