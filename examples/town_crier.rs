@@ -44,7 +44,13 @@ pub fn town_crier() -> Game {
         .setup_world(place_crier)
         .npc_behaviour("crier", is_crier, cry)
         .packet(EMOTE, "emote", Access::LoggedIn, emote)
-        .rate_limit(EMOTE, Rate { per_sec: 2, burst: 4 })
+        .rate_limit(
+            EMOTE,
+            Rate {
+                per_sec: 2,
+                burst: 4,
+            },
+        )
         .command("cry", "<text>", "the town crier cries TEXT now", cry_now)
 }
 
@@ -64,7 +70,9 @@ pub fn place_crier(world: &mut World) {
     let mut crier = Mobile::new(serial, CRIER_NAME, 0x190);
     crier.is_npc = true;
     crier.location = CRIER_AT;
-    world.add_mobile(crier).expect("the crier's spot is on the map");
+    world
+        .add_mobile(crier)
+        .expect("the crier's spot is on the map");
 }
 
 pub fn find_crier(world: &World) -> Option<Serial> {
@@ -90,7 +98,11 @@ async fn cry(mut npc: Npc) {
 fn emote(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
     let action = text(payload, MAX_EMOTE, "emote")?;
     let (serial, at) = p.player()?;
-    p.broadcast_in_range(at, EMOTE_SEEN, &[&serial.0.to_be_bytes(), action.as_bytes()]);
+    p.broadcast_in_range(
+        at,
+        EMOTE_SEEN,
+        &[&serial.0.to_be_bytes(), action.as_bytes()],
+    );
     Ok(())
 }
 

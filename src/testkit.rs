@@ -25,7 +25,9 @@
 //! `cargo run` — on the test's own runtime: an empty world (configure a generated one with
 //! [`TestShard::configure`]), a temporary data directory, a loopback listener, no console, no
 //! autosave, no archives. The test body runs beside it; players are real TCP clients
-//! ([`TestPlayer`]). Under `#[tokio::test(start_paused = true)]` game time passes only when
+//! ([`TestPlayer`]) speaking the demo protocol's framing — [`Running::login`] needs the demo
+//! game ([`crate::shard::demo_game`]) among the shard's games, as it brings the login packet.
+//! Under `#[tokio::test(start_paused = true)]` game time passes only when
 //! everything waits — [`Running::advance`], or a [`TestPlayer::expect`] whose packet is not
 //! there yet — so a 5-minute behaviour is tested in milliseconds, at exactly the same
 //! logical times on every run.
@@ -125,7 +127,9 @@ impl TestShard {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let serving = run_shard(shard, stop_rx);
         let testing = async move {
-            let context = ready_rx.await.expect("the test shard stopped before it was ready");
+            let context = ready_rx
+                .await
+                .expect("the test shard stopped before it was ready");
             let value = body(Running { addr, context }).await;
             let _ = stop_tx.send(());
             value
