@@ -92,7 +92,7 @@ async fn a_behaviour_that_panics_stops_its_npc_only_and_is_counted() {
             |npc: Npc| async move {
                 timer::pause(1000).await;
                 assert!(
-                    npc.serial().0 % 2 == 0,
+                    npc.serial().0.is_multiple_of(2),
                     "an odd NPC trips over its own feet"
                 );
                 loop {
