@@ -36,3 +36,9 @@ pub use runtime::{
     AbortHandle, EventLoop, EventLoopBuilder, JoinError, JoinHandle, LoopClosed, LoopContext,
     LoopStats, Verdict, spawn,
 };
+
+/// The game developer's guide, `docs/game-logic.md`: compiled (and, where self-contained,
+/// run) by `cargo test` as doctests, so the guide's code cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/game-logic.md")]
+pub struct GameLogicGuide;
