@@ -518,6 +518,10 @@ impl Ring {
             )
         };
         if dead {
+            // The ring may have died inside this very run, which then reported `more` and
+            // left `driver_woken` set: clear it, or the pushes that follow (each socket
+            // going) would not wake this task to see the last one go.
+            ring.borrow_mut().driver_woken = false;
             // A later `listen` on this thread gets a fresh ring, not this one.
             forget_ring(ring);
             // Nothing will complete: end once the last socket on it is gone.
