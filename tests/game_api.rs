@@ -178,19 +178,26 @@ async fn a_game_command_answers_on_the_console_and_help_lists_it() {
             game.world().borrow().mobile_count()
         ))
     });
+    let game = game.command("boom", "", "a bug", |_, _| panic!("off by one"));
     let screen = Capture::default();
-    let console = Console::new(
-        Cursor::new("help\ngreet Zoe\ngreet\nshutdown\n"),
-        screen.clone(),
-    );
+    let input = "help\ngreet Zoe\ngreet\nboom\nshutdown\n";
+    let console = Console::new(Cursor::new(input), screen.clone());
     let shard = Shard::builder().game(move |_| game).build(&config).unwrap();
     let stopped = common::deadline::within(Duration::from_secs(120), "the shard", async {
         shard.run(console, std::future::pending()).await
     })
     .await
     .expect("runs");
-    assert_eq!(stopped.stats.panics, 0);
+    assert_eq!(
+        stopped.stats.panics, 1,
+        "the command's panic, caught and counted"
+    );
     let text = screen.text();
+    assert!(
+        text.contains("error: boom: the command panicked (off by one)"),
+        "{text}"
+    );
+    assert!(text.contains("shutting down"), "the shard went on: {text}");
     assert!(text.contains("greet <name>"), "{text}");
     assert!(text.contains("hello Zoe; "), "{text}");
     assert!(

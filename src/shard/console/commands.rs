@@ -140,7 +140,7 @@ impl Shell {
             .iter()
             .find(|c| c.name.eq_ignore_ascii_case(name))
         {
-            Some(command) => Some(match (command.run)(&games.context, rest) {
+            Some(command) => Some(match run_game_command(command, &games.context, rest) {
                 Ok(answer) => answer,
                 Err(reason) => language::ConsoleError::BadArguments {
                     command: command.name,
@@ -376,6 +376,28 @@ impl Shell {
             crate::logs::dropped(),
         )
     }
+}
+
+/// Runs a game's command with its panics caught: a bug in one command answers with an error
+/// line (and is logged with the line that registered it, and counted), the shard goes on.
+fn run_game_command(
+    command: &crate::game::CommandSpec,
+    context: &crate::game::GameContext,
+    words: &[&str],
+) -> Result<String, String> {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        (command.run)(context, words)
+    }));
+    ran.unwrap_or_else(|payload| {
+        let why = runtime::panic_text(&*payload).to_owned();
+        runtime::count_panic();
+        tracing::error!(
+            command = command.name,
+            registered_at = %command.site,
+            "a console command panicked: {why}"
+        );
+        Err(format!("the command panicked ({why}); see the log"))
+    })
 }
 
 impl Shell {
