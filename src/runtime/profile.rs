@@ -99,7 +99,11 @@ impl Profile {
             }),
             save_total: Cell::new(Duration::ZERO),
             save_in_phase: Cell::new(Duration::ZERO),
-            history: RefCell::new(History::new()),
+            history: RefCell::new(if ENABLED {
+                History::new()
+            } else {
+                History::unused()
+            }),
             hook: RefCell::new(None),
             stolen_total: Cell::new(Duration::ZERO),
             run_queue_total: Cell::new(Duration::ZERO),
@@ -362,6 +366,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "loop-profiling")] // without it the history records nothing
     fn a_park_longer_than_the_history_leaves_no_gap_in_the_record_that_follows() {
         let profile = Profile::new();
         let gap = Duration::from_secs(2 * History::CAPACITY as u64);
