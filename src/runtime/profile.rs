@@ -361,12 +361,12 @@ fn run_queue_wait(file: &File) -> Duration {
         .map_or(Duration::ZERO, Duration::from_nanos)
 }
 
-#[cfg(test)]
+// Without the feature the history records nothing.
+#[cfg(all(test, feature = "loop-profiling"))]
 mod tests {
     use super::*;
 
     #[test]
-    #[cfg(feature = "loop-profiling")] // without it the history records nothing
     fn a_park_longer_than_the_history_leaves_no_gap_in_the_record_that_follows() {
         let profile = Profile::new();
         let gap = Duration::from_secs(2 * History::CAPACITY as u64);
