@@ -5,10 +5,15 @@
 #
 # Boots the release binary twice against the same configuration — server.idle_wait = 0ms
 # (spin) and the configured default — with autosave off, lets each warm up, and samples over
-# the window (all from /proc, so nothing is added to the shard):
+# the window (all from /proc, so nothing is added to the shard). COMPARE_IDLE_WAIT=2ms (any
+# duration) makes the first run use that idle_wait instead of 0ms, e.g. to compare the
+# default with a loop that wakes every 2 ms:
 # - the process's CPU time (all threads; schedstat, nanoseconds), the headline figure;
 # - the loop thread's own CPU time, its run-queue wait (schedstat's 2nd field: time it was
-#   runnable but not on a CPU) and its voluntary / involuntary context switches (status);
+#   runnable but not on a CPU) and its voluntary / involuntary context switches (status); a
+#   voluntary switch is one block and so one thread wake-up, which it sets against the fired
+#   ticks per second of the run's first `loop:` line (the world's timers fire at a steady
+#   rate, so that line's interval, start-up included, is close enough);
 # - the host's steal (/proc/stat, cpu line: time the hypervisor ran something else while
 #   this guest wanted a CPU), as a share of all CPUs' time over the window, like top's %st.
 # It prints both CPU figures, the reduction factor, a side-by-side table of the rest, and each
@@ -103,9 +108,12 @@ measure() {
     comm=$(cat "/proc/$pid/task/$tid/comm")
     kill -INT "$pid"
     wait "$pid" || true
+    # Fired ticks per second from the first loop: line (its interval is the sample length).
+    fired=$(grep -a -m1 ' loop: ' "$log" | sed -n 's/.*fired ticks \([0-9]*\).*/\1/p')
     awk -v c=$((c1 - c0)) -v t=$((t1 - t0)) -v l="$label" \
         -v r=$((r1 - r0)) -v w=$((w1 - w0)) -v s=$((s1 - s0)) -v v=$((v1 - v0)) -v n=$((n1 - n0)) \
-        'BEGIN { printf "%s %.4f %.0f %.0f %.0f %.0f %.0f %.0f\n", l, 100 * c / t, t, r, w, s, v, n }'
+        -v f="${fired:-0}" -v secs="$sample" \
+        'BEGIN { printf "%s %.4f %.0f %.0f %.0f %.0f %.0f %.0f %.3f\n", l, 100 * c / t, t, r, w, s, v, n, f / secs }'
     grep -a -E '( loop: |shard ready)' "$log" | sed "s/^/  [$label] /" >&2 || true
     echo "  [$label] loop thread: tid $tid ($comm)" >&2
     echo "  [$label] peak resident memory: $rss" >&2
@@ -113,12 +121,15 @@ measure() {
 }
 
 echo "measuring: warmup ${warmup}s, sample ${sample}s, binary $bin, $cpus CPUs" >&2
-spin=$(measure spin SHARD_SERVER__IDLE_WAIT=0ms)
+compare=${COMPARE_IDLE_WAIT:-0ms}
+compare_label=spin
+[[ "$compare" =~ ^0+(ms|s|us|ns)?$ ]] || compare_label="idle_wait=$compare"
+spin=$(measure "$compare_label" SHARD_SERVER__IDLE_WAIT="$compare")
 sleeping=$(measure default)
 
 read -r _ spin_pct _ <<<"$spin"
 read -r _ sleep_pct _ <<<"$sleeping"
-echo "idle CPU, spin    (idle_wait = 0ms): ${spin_pct}% of one core"
+echo "idle CPU, $compare_label (idle_wait = $compare): ${spin_pct}% of one core"
 echo "idle CPU, default (sleep when idle): ${sleep_pct}% of one core"
 awk -v a="$spin_pct" -v b="$sleep_pct" \
     'BEGIN { if (b > 0) printf "reduction: %.0fx less CPU when sleeping\n", a / b; else print "reduction: sleeping used no measurable CPU" }'
@@ -128,11 +139,12 @@ awk -v a="$spin_pct" -v b="$sleep_pct" \
 printf '%s\n%s\n' "$spin" "$sleeping" | awk -v cpus="$cpus" '
     {
         label[NR] = $1; window[NR] = $3; run[NR] = $4; wait[NR] = $5; steal[NR] = $6
-        vol[NR] = $7; invol[NR] = $8
+        vol[NR] = $7; invol[NR] = $8; fired[NR] = $9
     }
     function ms(ns) { return sprintf("%.1f ms", ns / 1e6) }
     function pct(ns, of) { return sprintf("%.3f %%", 100 * ns / of) }
     function row(name, a, b) { printf "  %-36s %-24s %s\n", name, a, b }
+    function ratio(a, b) { return b > 0 ? sprintf("%.2f", a / b) : "-" }
     END {
         printf "per run, over the sample window:\n"
         row("", label[1], label[2])
@@ -142,6 +154,9 @@ printf '%s\n%s\n' "$spin" "$sleeping" | awk -v cpus="$cpus" '
             ms(wait[2]) " (" pct(wait[2], window[2]) ")")
         row("loop thread switches, voluntary/s", sprintf("%.1f", vol[1] / (window[1] / 1e9)),
             sprintf("%.1f", vol[2] / (window[2] / 1e9)))
+        row("fired ticks/s (first loop: line)", sprintf("%.2f", fired[1]), sprintf("%.2f", fired[2]))
+        row("thread wake-ups per fired tick", ratio(vol[1] / (window[1] / 1e9), fired[1]),
+            ratio(vol[2] / (window[2] / 1e9), fired[2]))
         row("loop thread switches, involuntary/s", sprintf("%.1f", invol[1] / (window[1] / 1e9)),
             sprintf("%.1f", invol[2] / (window[2] / 1e9)))
         row("host steal (" cpus " CPUs, like %st)", ms(steal[1]) " (" pct(steal[1], window[1] * cpus) ")",
