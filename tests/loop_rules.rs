@@ -477,3 +477,43 @@ async fn the_profile_adds_up_and_names_the_slow_callback_with_its_line() {
         "the summary names the callback's line:\n{text}"
     );
 }
+
+/// A post ends a park early and leaves the park's timer armed; the park after it, for the
+/// same deadline, must still end at that deadline (not at `idle_wait`, a minute here).
+#[tokio::test]
+async fn l2_a_post_keeps_the_parked_deadline_real_time() {
+    let mut el = EventLoop::builder()
+        .idle_wait(Duration::from_secs(60))
+        .spin_before_park(Duration::ZERO)
+        .build();
+    let ctx = el.context();
+    let posted = Arc::new(AtomicUsize::new(0));
+    let p = posted.clone();
+    let poster = thread::spawn(move || {
+        for _ in 0..3 {
+            thread::sleep(std::time::Duration::from_millis(30));
+            let p = p.clone();
+            ctx.post(move || {
+                p.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        }
+    });
+    let start = std::time::Instant::now();
+    within(
+        Duration::from_secs(30),
+        "a 300 ms pause after three posts",
+        el.run_until(timer::pause(300)),
+    )
+    .await;
+    poster.join().unwrap();
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(20),
+        "the pause ended at idle_wait, not at its deadline: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(posted.load(Ordering::Relaxed), 3);
+    let stats = el.stats();
+    // The posts ended parks early (the pause's park was entered again after each).
+    assert!(stats.wakes_issued >= 3 && stats.sleeps >= 4, "{stats:?}");
+}

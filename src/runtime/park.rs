@@ -20,9 +20,10 @@
 //!
 //! Whichever fires first ends the park; so does a notify from another thread (a post or a
 //! cross-thread task wake). A park ended by the timerfd has consumed its one expiry; one ended
-//! otherwise leaves the timerfd armed, which costs nothing: the next park re-arms it (which
-//! also forgets an expiry that came in between) before the thread can block again, and
-//! [`Park::disarm`] stops it when the loop stops running.
+//! otherwise leaves the timerfd armed, which costs nothing: the next park keeps it when its
+//! deadline is the same (an expiry that came in between then ends that park at once, as it
+//! should) and re-arms it otherwise (which also forgets such an expiry) before the thread can
+//! block again, and [`Park::disarm`] stops it when the loop stops running.
 //!
 //! This module must never decide *whether* to park or for how long: the loop does.
 
@@ -50,8 +51,8 @@ pub(crate) enum Woken {
 pub(crate) struct Park {
     timerfd: Option<AsyncFd<TimerFd>>,
     timerfd_tried: bool,
-    /// The timerfd may still expire: armed, and its expiry not yet consumed.
-    armed: bool,
+    /// The deadline the timerfd is armed for, while its expiry is not yet consumed.
+    armed_for: Option<Instant>,
 }
 
 impl Park {
@@ -60,11 +61,15 @@ impl Park {
         self.ensure_timerfd();
         let with_sleep = self.timerfd.is_none() || clock_may_be_paused();
         let mut sleep = pin!(with_sleep.then(|| tokio::time::sleep_until(deadline)));
-        if let Some(fd) = &self.timerfd {
+        // A park that a notify ended leaves the timerfd armed; the next park, very often for
+        // the same deadline, then needs no system call to arm it again.
+        if let Some(fd) = &self.timerfd
+            && self.armed_for != Some(deadline)
+        {
             let armed = fd
                 .get_ref()
                 .arm(deadline.saturating_duration_since(Instant::now()));
-            self.armed = armed.is_ok();
+            self.armed_for = armed.is_ok().then_some(deadline);
         }
         let timerfd = self.timerfd.as_ref();
         let mut fired = false;
@@ -93,7 +98,7 @@ impl Park {
         })
         .await;
         if fired {
-            self.armed = false;
+            self.armed_for = None;
         }
         woken
     }
@@ -102,9 +107,9 @@ impl Park {
     /// that it cannot wake the thread after the loop stopped running. The loop calls it when
     /// a run ends; while it runs, every park re-arms the timerfd anyway.
     pub(crate) fn disarm(&mut self) {
-        if let (Some(fd), true) = (&self.timerfd, self.armed) {
+        if let (Some(fd), Some(_)) = (&self.timerfd, self.armed_for) {
             let _ = fd.get_ref().arm(Duration::ZERO);
-            self.armed = false;
+            self.armed_for = None;
         }
     }
 
@@ -141,7 +146,7 @@ impl Park {
         })
         .await;
         // Its one expiry was consumed above.
-        self.armed = false;
+        self.armed_for = None;
     }
 
     fn ensure_timerfd(&mut self) {
