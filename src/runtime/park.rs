@@ -9,14 +9,14 @@
 //!   auto-advance to, so `#[tokio::test(start_paused = true)]` runs at the exact boundary.
 //!
 //! In real time the tokio `Sleep` would be pure cost: the timerfd always ends the park first,
-//! and the `Sleep`, still in tokio's timer wheel, then made tokio's driver wake the thread
-//! once more at its own (rounded) instant for nothing — two thread wake-ups per park where
-//! one does the work. So each park first asks whether the clock moves: two readings of
+//! and the `Sleep`, still in tokio's timer wheel, made tokio's driver wake the thread once or
+//! twice more for nothing (to move it down the wheel's levels, then at its rounded instant) —
+//! up to three thread wake-ups per park where one does the work (docs/performance.md). So each park first asks whether the clock moves: two readings of
 //! tokio's clock in a row differ in real time (a nanosecond clock), and are equal when it is
 //! paused (a paused clock moves only inside tokio's park). Equal readings arm the `Sleep`
 //! too, which is always correct, only dearer; so a coarse host clock costs a wake-up, never
-//! a hang. The `Sleep` lives on the park's own stack frame and leaves tokio's wheel when the
-//! park returns, so it never outlives the deadline it was armed for.
+//! a hang. The `Sleep` lives in the park's own future (no allocation) and leaves tokio's wheel
+//! when the park returns, so it never outlives the deadline it was armed for.
 //!
 //! Whichever fires first ends the park; so does a notify from another thread (a post or a
 //! cross-thread task wake). A park ended by the timerfd has consumed its one expiry; one ended
