@@ -166,6 +166,65 @@ async fn l2_the_loop_sleeps_only_until_due_ticks_not_every_tick() {
     assert_eq!(stats.ticks_fired, 6);
 }
 
+/// `voluntary_ctxt_switches` of this thread, from the kernel's own report: the same count
+/// `LoopStats::thread_wakeups` reads, through another door.
+fn voluntary_switches_in_proc() -> u64 {
+    let status = std::fs::read_to_string("/proc/thread-self/status").expect("procfs");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a voluntary_ctxt_switches line")
+}
+
+/// Issue 23: at idle the loop thread wakes once per loop wake, not two or three times (a
+/// second timer still armed in tokio's wheel woke it for nothing). Counts over 10 s of real
+/// time, a quiet loop with one 1 s timer: it counts, it does not time.
+#[tokio::test]
+async fn l2_an_idle_loop_thread_wakes_once_per_loop_wake_real_time() {
+    let mut el = EventLoop::new();
+    let fired = Rc::new(Cell::new(0u32));
+    let f = fired.clone();
+    timer::every(Duration::from_secs(1)).start(move || f.set(f.get() + 1));
+    // Warm up: the first fire, so start-up (the timerfd's creation, first polls) is outside.
+    within(
+        Duration::from_secs(60),
+        "warm-up",
+        el.run_until(timer::pause(1_100)),
+    )
+    .await;
+    let proc_before = voluntary_switches_in_proc();
+    let before = el.stats();
+    within(
+        Duration::from_secs(60),
+        "10 s idle",
+        el.run_until(timer::pause(10_000)),
+    )
+    .await;
+    let after = el.stats();
+    let proc_after = voluntary_switches_in_proc();
+
+    let loop_wakes = after.sleeps - before.sleeps;
+    let thread_wakes = after.thread_wakeups - before.thread_wakeups;
+    let proc_wakes = proc_after - proc_before;
+    let report = format!(
+        "loop wakes {loop_wakes}, thread wake-ups {thread_wakes} (procfs {proc_wakes}), \
+         fires {}, {after:?}",
+        fired.get()
+    );
+    // The timer fired every second and each fire was a park that ended: the counts are real.
+    assert!((10..=12).contains(&fired.get()), "{report}");
+    assert!((9..=13).contains(&loop_wakes), "{report}");
+    // The counter agrees with the kernel's report (read just outside its window).
+    assert!(
+        thread_wakes <= proc_wakes && proc_wakes <= thread_wakes + 2,
+        "{report}"
+    );
+    // Ten 1 s parks cannot end without blocking; and no more than 10 % on top of them.
+    assert!(thread_wakes >= 9, "{report}");
+    assert!(thread_wakes * 10 <= loop_wakes * 11, "{report}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn l2_idle_wait_caps_a_block() {
     let mut el = EventLoop::builder().idle_wait(ms(100)).build();
@@ -417,4 +476,44 @@ async fn the_profile_adds_up_and_names_the_slow_callback_with_its_line() {
         text.contains(&format!("{file}:{timer_line}:")),
         "the summary names the callback's line:\n{text}"
     );
+}
+
+/// A post ends a park early and leaves the park's timer armed; the park after it, for the
+/// same deadline, must still end at that deadline (not at `idle_wait`, a minute here).
+#[tokio::test]
+async fn l2_a_post_keeps_the_parked_deadline_real_time() {
+    let mut el = EventLoop::builder()
+        .idle_wait(Duration::from_secs(60))
+        .spin_before_park(Duration::ZERO)
+        .build();
+    let ctx = el.context();
+    let posted = Arc::new(AtomicUsize::new(0));
+    let p = posted.clone();
+    let poster = thread::spawn(move || {
+        for _ in 0..3 {
+            thread::sleep(std::time::Duration::from_millis(30));
+            let p = p.clone();
+            ctx.post(move || {
+                p.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        }
+    });
+    let start = std::time::Instant::now();
+    within(
+        Duration::from_secs(30),
+        "a 300 ms pause after three posts",
+        el.run_until(timer::pause(300)),
+    )
+    .await;
+    poster.join().unwrap();
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(20),
+        "the pause ended at idle_wait, not at its deadline: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(posted.load(Ordering::Relaxed), 3);
+    let stats = el.stats();
+    // The posts ended parks early (the pause's park was entered again after each).
+    assert!(stats.wakes_issued >= 3 && stats.sleeps >= 4, "{stats:?}");
 }

@@ -152,12 +152,17 @@ fn unit_gauge(registry: &mut Registry, name: &str, help: &str, unit: Unit, value
 
 fn register_loop(registry: &mut Registry, snapshot: &Snapshot, readings: &Readings<'_>) {
     let s = &snapshot.stats;
-    let counters: [(&str, &str, u64); 11] = [
+    let counters: [(&str, &str, u64); 12] = [
         ("loop_iterations", "Loop iterations run", s.iterations),
         (
             "loop_sleeps",
             "Idle sleeps: the loop parked with every queue empty",
             s.sleeps,
+        ),
+        (
+            "loop_thread_wakeups",
+            "Times the loop thread blocked and was woken (its voluntary context switches)",
+            s.thread_wakeups,
         ),
         (
             "loop_late_wakes",

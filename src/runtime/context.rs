@@ -296,6 +296,7 @@ impl Core {
             posts: shared.posts.load(Ordering::Relaxed),
             stolen: self.profile.totals().0,
             run_queue_wait: self.profile.totals().1,
+            thread_wakeups: c.thread_wakeups(),
         }
     }
 

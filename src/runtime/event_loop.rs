@@ -43,6 +43,7 @@ use super::history::{Part, Site};
 use super::park::{Park, Woken};
 use super::profile::{ENABLED as PROFILING, Kind};
 use super::stats::{Counters, LagHistogram, LoopStats};
+use super::thread_wakes;
 use crate::timer::job::fire;
 
 /// Default longest idle block when no timer is due. The loop wakes for due ticks, posts and
@@ -208,6 +209,10 @@ impl EventLoopBuilder {
             },
             health,
         );
+        // Thread wake-ups count from here (stats are read on this, the loop's, thread).
+        core.counters
+            .switches_at_build
+            .set(thread_wakes::voluntary_switches());
         install(&core);
         fault::install_site_hook();
         EventLoop {
@@ -382,12 +387,14 @@ impl EventLoop {
                 Ok(pending) => pending,
                 Err(fault) => {
                     self.core.shared.set_running(false);
+                    self.park.disarm();
                     self.broken = Some(fault.clone());
                     return Err(fault);
                 }
             };
             if output.is_some() || (until_closed && self.core.shared.is_closed()) {
                 self.core.shared.set_running(false);
+                self.park.disarm();
                 return Ok(output);
             }
             self.idle_part = self.idle(pending).await;

@@ -14,6 +14,7 @@ mod keyed;
 pub(crate) mod park;
 pub(crate) mod profile;
 mod stats;
+mod thread_wakes;
 
 pub use context::{LoopClosed, LoopContext};
 pub use event_loop::{

@@ -1,26 +1,40 @@
 //! The idle park: how the loop blocks when every queue is empty.
 //!
 //! tokio's own park cannot be replaced, so parking is the loop future returning `Pending`
-//! with exactly one deadline armed, *twice*:
-//! - a tokio `Sleep` at the deadline — the only timer tokio's paused test clock knows how to
-//!   auto-advance to, so `#[tokio::test(start_paused = true)]` runs at the exact boundary;
-//! - a `timerfd` (CLOCK_MONOTONIC) in an `AsyncFd` — tokio's sleep is rounded up to whole
-//!   milliseconds and so wakes ~1 ms late; the timerfd wakes within microseconds.
+//! with one deadline armed on the timer that can end it:
+//! - a `timerfd` (CLOCK_MONOTONIC) in an `AsyncFd`, always: it wakes within microseconds,
+//!   where tokio's sleep is rounded up to whole milliseconds and so wakes ~1 ms late;
+//! - a tokio `Sleep` at the same deadline, only while tokio's clock may be paused (or when
+//!   there is no timerfd): it is the only timer tokio's paused test clock knows how to
+//!   auto-advance to, so `#[tokio::test(start_paused = true)]` runs at the exact boundary.
+//!
+//! In real time the tokio `Sleep` would be pure cost: the timerfd always ends the park first,
+//! and the `Sleep`, still in tokio's timer wheel, made tokio's driver wake the thread once or
+//! twice more for nothing (to move it down the wheel's levels, then at its rounded instant) —
+//! up to three thread wake-ups per park where one does the work (docs/performance.md). So each park first asks whether the clock moves: two readings of
+//! tokio's clock in a row differ in real time (a nanosecond clock), and are equal when it is
+//! paused (a paused clock moves only inside tokio's park). Equal readings arm the `Sleep`
+//! too, which is always correct, only dearer; so a coarse host clock costs a wake-up, never
+//! a hang. The `Sleep` lives in the park's own future (no allocation) and leaves tokio's wheel
+//! when the park returns, so it never outlives the deadline it was armed for.
 //!
 //! Whichever fires first ends the park; so does a notify from another thread (a post or a
-//! cross-thread task wake). After each park the timerfd is disarmed and drained, so a late
-//! expiry can never cause a spurious wake later.
+//! cross-thread task wake). A park ended by the timerfd has consumed its one expiry; one ended
+//! otherwise leaves the timerfd armed, which costs nothing: the next park keeps it when its
+//! deadline is the same (an expiry that came in between then ends that park at once, as it
+//! should) and re-arms it otherwise (which also forgets such an expiry) before the thread can
+//! block again, and [`Park::disarm`] stops it when the loop stops running.
 //!
 //! This module must never decide *whether* to park or for how long: the loop does.
 
 use std::future::poll_fn;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::pin::Pin;
+use std::pin::pin;
 use std::task::Poll;
 
 use tokio::io::unix::AsyncFd;
-use tokio::time::{Duration, Instant, Sleep};
+use tokio::time::{Duration, Instant};
 
 use super::context::Shared;
 
@@ -35,53 +49,68 @@ pub(crate) enum Woken {
 
 #[derive(Default)]
 pub(crate) struct Park {
-    sleep: Option<Pin<Box<Sleep>>>,
     timerfd: Option<AsyncFd<TimerFd>>,
     timerfd_tried: bool,
+    /// The deadline the timerfd is armed for, while its expiry is not yet consumed.
+    armed_for: Option<Instant>,
 }
 
 impl Park {
     /// Blocks (as a future) until `deadline` or a notify, whichever comes first.
     pub(crate) async fn wait(&mut self, shared: &Shared, deadline: Instant) -> Woken {
         self.ensure_timerfd();
-        let sleep = match &mut self.sleep {
-            Some(sleep) => {
-                sleep.as_mut().reset(deadline);
-                sleep
-            }
-            None => self
-                .sleep
-                .insert(Box::pin(tokio::time::sleep_until(deadline))),
-        };
-        if let Some(fd) = &self.timerfd {
-            let _ = fd
+        let with_sleep = self.timerfd.is_none() || clock_may_be_paused();
+        let mut sleep = pin!(with_sleep.then(|| tokio::time::sleep_until(deadline)));
+        // A park that a notify ended leaves the timerfd armed; the next park, very often for
+        // the same deadline, then needs no system call to arm it again.
+        if let Some(fd) = &self.timerfd
+            && self.armed_for != Some(deadline)
+        {
+            let armed = fd
                 .get_ref()
                 .arm(deadline.saturating_duration_since(Instant::now()));
+            self.armed_for = armed.is_ok().then_some(deadline);
         }
+        let timerfd = self.timerfd.as_ref();
+        let mut fired = false;
         let woken = poll_fn(|cx| {
             if shared.register_and_check(cx.waker()) {
                 return Poll::Ready(Woken::Notified);
             }
-            if sleep.as_mut().poll(cx).is_ready() {
+            if let Some(sleep) = sleep.as_mut().as_pin_mut()
+                && sleep.poll(cx).is_ready()
+            {
                 return Poll::Ready(Woken::Deadline);
             }
-            if let Some(fd) = &self.timerfd {
+            if let Some(fd) = timerfd {
                 while let Poll::Ready(Ok(mut guard)) = fd.poll_read_ready(cx) {
-                    if guard.get_inner().expired() {
+                    let expired = guard.get_inner().expired();
+                    // Drained either way: the next park waits for a new edge instead of
+                    // finding this readiness and reading the timerfd once more for nothing.
+                    guard.clear_ready();
+                    if expired {
+                        fired = true;
                         return Poll::Ready(Woken::Deadline);
                     }
-                    // Stale readiness (already drained): wait for the next edge.
-                    guard.clear_ready();
                 }
             }
             Poll::Pending
         })
         .await;
-        if let Some(fd) = &self.timerfd {
-            let _ = fd.get_ref().arm(Duration::ZERO);
-            fd.get_ref().expired();
+        if fired {
+            self.armed_for = None;
         }
         woken
+    }
+
+    /// Stops a timerfd left armed by a park that a notify (or the tokio `Sleep`) ended, so
+    /// that it cannot wake the thread after the loop stopped running. The loop calls it when
+    /// a run ends; while it runs, every park re-arms the timerfd anyway.
+    pub(crate) fn disarm(&mut self) {
+        if let (Some(fd), Some(_)) = (&self.timerfd, self.armed_for) {
+            let _ = fd.get_ref().arm(Duration::ZERO);
+            self.armed_for = None;
+        }
     }
 
     /// Lets tokio run once *through a real park*, without blocking: the timerfd is armed to
@@ -116,6 +145,8 @@ impl Park {
             Poll::Pending
         })
         .await;
+        // Its one expiry was consumed above.
+        self.armed_for = None;
     }
 
     fn ensure_timerfd(&mut self) {
@@ -129,6 +160,17 @@ impl Park {
             unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
         });
     }
+}
+
+/// False only if tokio's clock is certainly moving (real time); true if it may be paused.
+///
+/// A paused clock moves only inside tokio's park (auto-advance) or an awaited `advance`, so
+/// two readings in a row on this thread are equal; a running clock is read in nanoseconds,
+/// and two readings differ. Equal readings on a running but coarse clock only answer "may be
+/// paused", which arms a `Sleep` that was not needed.
+fn clock_may_be_paused() -> bool {
+    let first = Instant::now();
+    Instant::now() == first
 }
 
 /// A non-blocking CLOCK_MONOTONIC timerfd.

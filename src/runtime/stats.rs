@@ -23,11 +23,19 @@ pub(crate) struct Counters {
     pub(crate) lag_window: Cell<LagHistogram>,
     /// Wheel lag of every fired tick since the loop was built (for `/metrics`).
     pub(crate) lag_total: Cell<LagHistogram>,
+    /// The loop thread's voluntary context switches when the loop was built.
+    pub(crate) switches_at_build: Cell<u64>,
 }
 
 impl Counters {
     pub(crate) fn bump(cell: &Cell<u64>) {
         cell.set(cell.get() + 1);
+    }
+
+    /// Times the loop thread blocked and was woken since the loop was built (a system call:
+    /// call it on the loop thread, per snapshot, not per iteration).
+    pub(crate) fn thread_wakeups(&self) -> u64 {
+        super::thread_wakes::voluntary_switches().saturating_sub(self.switches_at_build.get())
     }
 
     pub(crate) fn record_lag(&self, lag: Duration) {
@@ -176,14 +184,20 @@ pub struct LoopStats {
     pub stolen: Duration,
     /// The part of `stolen` measured as run-queue wait.
     pub run_queue_wait: Duration,
+    /// Times the loop thread blocked and was woken: its voluntary context switches since the
+    /// loop was built (`getrusage(RUSAGE_THREAD)`, read when this snapshot was taken). The
+    /// loop blocks only in its idle park, so at idle this tracks `sleeps`; a thread that
+    /// wakes more often than the loop is paying for wake-ups that do no work.
+    pub thread_wakeups: u64,
 }
 
 /// One counter per line, `name  value`, for the console's `loopstats`.
 impl fmt::Display for LoopStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: [(&str, &dyn fmt::Display); 14] = [
+        let rows: [(&str, &dyn fmt::Display); 15] = [
             ("iterations", &self.iterations),
             ("idle sleeps", &self.sleeps),
+            ("thread wake-ups", &self.thread_wakeups),
             ("late wakes", &self.late_wakes),
             ("fired ticks", &self.ticks_fired),
             ("late ticks", &self.late_ticks),

@@ -2,7 +2,10 @@
 //! is healthy, from figures they can act on.
 //!
 //! Each line covers the interval since the previous one: process CPU (from `getrusage`, so
-//! it includes every thread), loop wake-ups per second, iterations, fired and late ticks (and
+//! it includes every thread), loop wake-ups per second and, beside them, the loop thread's own
+//! wake-ups per second (its voluntary context switches: at idle the two should be about
+//! equal, and a thread that wakes more often than its loop pays for wake-ups that do no
+//! work), iterations, fired and late ticks (and
 //! of those, ticks two ticks or more late), peak and p99 wheel lag, the loop thread's
 //! run-queue wait and steal (from the loop profile's closed seconds: stolen time is wall time
 //! neither parked nor on a CPU; steal is the part of it that is not run-queue wait), posts,
@@ -28,6 +31,8 @@ pub struct StatusLine {
     pub interval: Duration,
     pub cpu_percent: f64,
     pub wakes_per_sec: f64,
+    /// The loop thread's own wake-ups per second (`LoopStats::thread_wakeups`).
+    pub thread_wakes_per_sec: f64,
     pub iterations: u64,
     pub ticks_fired: u64,
     pub late_ticks: u64,
@@ -94,6 +99,8 @@ impl StatusReporter {
             interval,
             cpu_percent: 100.0 * cpu.as_secs_f64() / secs,
             wakes_per_sec: (now.sleeps - was.sleeps) as f64 / secs,
+            thread_wakes_per_sec: now.thread_wakeups.saturating_sub(was.thread_wakeups) as f64
+                / secs,
             iterations: now.iterations - was.iterations,
             ticks_fired: now.ticks_fired - was.ticks_fired,
             late_ticks: now.late_ticks - was.late_ticks,
@@ -119,12 +126,13 @@ impl fmt::Display for StatusLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "loop: cpu {:.2}% | wakes {:.1}/s | iterations {} | fired ticks {} | late ticks {} \
+            "loop: cpu {:.2}% | wakes {:.1}/s thread {:.1}/s | iterations {} | fired ticks {} | late ticks {} \
              (>=2 ticks {}) | wheel lag peak {:.3?} p99<={:.3?} | run-queue wait {:.3?} steal \
              {:.3?} | posts {} | wakes issued {} elided {} | backoffs {} | verdict {:?} | \
              idle_wait {:?}",
             self.cpu_percent,
             self.wakes_per_sec,
+            self.thread_wakes_per_sec,
             self.iterations,
             self.ticks_fired,
             self.late_ticks,
@@ -189,6 +197,7 @@ mod tests {
         let before = LoopStats {
             iterations: 100,
             sleeps: 40,
+            thread_wakeups: 45,
             ticks_fired: 30,
             posts: 5,
             ..LoopStats::default()
@@ -202,6 +211,7 @@ mod tests {
         let after = LoopStats {
             iterations: 160,
             sleeps: 60,
+            thread_wakeups: 67,
             ticks_fired: 50,
             late_ticks: 1,
             very_late_ticks: 1,
@@ -222,7 +232,11 @@ mod tests {
         assert!((line.wakes_per_sec - 2.0).abs() < 1e-9);
         assert!((line.cpu_percent - 0.05).abs() < 1e-9);
         let text = line.to_string();
-        assert!(text.starts_with("loop: cpu 0.05% | wakes 2.0/s"), "{text}");
+        assert!((line.thread_wakes_per_sec - 2.2).abs() < 1e-9);
+        assert!(
+            text.starts_with("loop: cpu 0.05% | wakes 2.0/s thread 2.2/s | iterations 60"),
+            "{text}"
+        );
         assert!(text.contains("verdict Healthy"), "{text}");
         assert!(text.contains("late ticks 1 (>=2 ticks 1)"), "{text}");
         assert!(!text.contains("16ms"), "{text}");
