@@ -183,6 +183,12 @@ impl Running {
         &self.context
     }
 
+    /// Each per-NPC behaviour's counters: started, stopped, panicked, running now.
+    #[must_use]
+    pub fn behaviour_stats(&self) -> Vec<crate::game::BehaviourStats> {
+        self.context.behaviour_stats()
+    }
+
     /// A new connection, not logged in.
     pub async fn connect(&self) -> TestPlayer {
         TestPlayer::connect(self.addr).await

@@ -72,6 +72,8 @@ async fn a_behaviour_runs_while_a_player_is_near_and_is_dropped_when_it_leaves()
             assert!(anna.closed_within(Duration::from_secs(5)).await);
             shard.advance(Duration::from_millis(100)).await;
             assert_eq!(alive.get(), 0, "the sector slept: every future was dropped");
+            let watch = shard.behaviour_stats()[1]; // after the demo's bark
+            assert_eq!((watch.name, watch.started, watch.stopped), ("watch", 3, 3));
         })
         .await;
 }
@@ -107,6 +109,8 @@ async fn a_behaviour_that_panics_stops_its_npc_only_and_is_counted() {
             for _ in 0..3 {
                 assert_eq!(&anna.expect(server::SPEECH).await[4..], b"still standing");
             }
+            let unlucky = shard.behaviour_stats()[1];
+            assert_eq!((unlucky.panicked, unlucky.running), (1, 1));
         })
         .await;
     assert_eq!(stopped.stats.panics, 1);

@@ -4,7 +4,7 @@
 //! Owns the list of things to stop (timers, tasks, stop hooks) of every game, and stops them
 //! in one call when the shard stops. Must never block; everything here runs on the loop.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
 
@@ -12,6 +12,7 @@ use crate::net::Net;
 use crate::runtime::{AbortHandle, Cancel};
 use crate::world::World;
 
+use super::behaviours::{BehaviourStats, Behaviours};
 use super::players::{Players, broadcast};
 
 /// The shard's game state, shared by every game's start hook and console command.
@@ -21,6 +22,8 @@ pub struct GameContext {
     players: Rc<RefCell<Players>>,
     net: Net,
     kept: Rc<Kept>,
+    /// Every game's per-NPC behaviours, once the shard has started them.
+    behaviours: Rc<OnceCell<Behaviours>>,
 }
 
 #[derive(Default)]
@@ -36,7 +39,28 @@ impl GameContext {
             players,
             net,
             kept: Rc::default(),
+            behaviours: Rc::default(),
         }
+    }
+
+    /// Hands over the running per-NPC behaviours (once, by the shard).
+    pub(crate) fn set_behaviours(&self, behaviours: Behaviours) {
+        if self.behaviours.set(behaviours).is_err() {
+            unreachable!("the shard starts the behaviours once");
+        }
+    }
+
+    /// The running per-NPC behaviours: `None` inside start hooks (they start after them).
+    #[must_use]
+    pub fn behaviours(&self) -> Option<&Behaviours> {
+        self.behaviours.get()
+    }
+
+    /// Each per-NPC behaviour's counters (started, stopped, panicked, running now), in
+    /// registration order; empty until they start.
+    #[must_use]
+    pub fn behaviour_stats(&self) -> Vec<BehaviourStats> {
+        self.behaviours().map(Behaviours::stats).unwrap_or_default()
     }
 
     /// The world, to borrow briefly (never across an `.await`).
@@ -85,8 +109,11 @@ impl GameContext {
         self.kept.on_stop.borrow_mut().push(Box::new(hook));
     }
 
-    /// Stops everything kept and runs the stop hooks, once.
+    /// Stops the per-NPC behaviours, then everything kept, and runs the stop hooks, once.
     pub(crate) fn stop(&self) {
+        if let Some(behaviours) = self.behaviours() {
+            behaviours.stop();
+        }
         // Taken out first: a cancelled task's drop may keep or stop something itself.
         let running = std::mem::take(&mut *self.kept.running.borrow_mut());
         for r in &running {

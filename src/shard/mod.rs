@@ -604,18 +604,16 @@ async fn serve(
     })
 }
 
-/// The games as they run: their console commands, their per-NPC behaviours, and what their
-/// start hooks left to stop.
+/// The games as they run: their console commands, and their state (per-NPC behaviours,
+/// what their start hooks left to stop) in the context they share.
 pub(crate) struct StartedGames {
     pub(crate) context: GameContext,
-    pub(crate) behaviours: Behaviours,
     pub(crate) commands: Vec<game::CommandSpec>,
 }
 
 impl StartedGames {
     /// Stops the behaviours, then what the start hooks kept.
     fn stop(&self) {
-        self.behaviours.stop();
         self.context.stop();
     }
 }
@@ -637,12 +635,8 @@ fn start_games(
         npcs.extend(game.npcs);
         commands.extend(game.commands);
     }
-    let behaviours = Behaviours::start(world.clone(), npcs);
-    Rc::new(StartedGames {
-        context,
-        behaviours,
-        commands,
-    })
+    context.set_behaviours(Behaviours::start(world.clone(), npcs));
+    Rc::new(StartedGames { context, commands })
 }
 
 /// Descriptors the shard keeps for itself beyond its connections: listeners, the loop's own

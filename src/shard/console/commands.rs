@@ -403,7 +403,7 @@ fn run_game_command(
 impl Shell {
     /// `bark 3, crier 1` (or `none`).
     fn behaviours_report(&self) -> String {
-        let stats = self.games.behaviours.stats();
+        let stats = self.games.context.behaviour_stats();
         if stats.is_empty() {
             return "none".into();
         }
