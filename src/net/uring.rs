@@ -869,7 +869,11 @@ impl Ring {
         let Some(listener) = self.listeners.get_mut(key) else {
             return;
         };
-        debug_assert!(!listener.accept_in_flight);
+        if listener.accept_in_flight {
+            // Armed already: a ring that died pauses its listeners with their accept still
+            // in flight, and the server's retry comes here before that accept completes.
+            return;
+        }
         listener.accept_in_flight = true;
         let fd = types::Fd(listener.socket.as_raw_fd());
         // Peer addresses come from getpeername later: no address buffer to keep alive.
