@@ -652,6 +652,15 @@ async fn real_time_scenario(idle_wait: Duration) -> RealTimeTrace {
     }
 }
 
+/// A run of ~0.25 s that has not ended after 5 s has hung: fail rather than hang the suite.
+/// (A park that lost its deadline once did exactly that, on the real clock only: see
+/// `runtime::park`'s test of a deadline already passed when parking.)
+async fn within_5s<T>(run: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("the loop hung: a real-clock run of ~0.25 s did not end within 5 s")
+}
+
 /// T11 for `idle_wait = 0`: a loop that never parks cannot move a paused clock, so it is held
 /// to the same order on the real clock, against a loop that parks (50 ms) and against the
 /// paused clock's trace of the same inputs.
@@ -680,8 +689,8 @@ async fn t11_determinism_in_real_time_with_and_without_idle_wait() {
 
     const ATTEMPTS: usize = 3;
     for attempt in 1..=ATTEMPTS {
-        let spinning = real_time_scenario(Duration::ZERO).await;
-        let parking = real_time_scenario(ms(50)).await;
+        let spinning = within_5s(real_time_scenario(Duration::ZERO)).await;
+        let parking = within_5s(real_time_scenario(ms(50))).await;
 
         // Whatever the load: the same callbacks at the same ticks, and every label as often.
         assert_eq!(spinning.timers_only(), parking.timers_only());
