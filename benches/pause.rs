@@ -28,20 +28,26 @@
 //!
 //! async-io has no paused clock: its timers are real, so `smol_local` really waits 8 ms per
 //! pause and its wall time mixes work with sleep. Subtracting the known sleep
-//! (wall − `PAUSES` × 8 ms) would be wrong in both directions: with 100k tasks one round of
-//! wake-ups costs more than 8 ms of CPU, so every timer is already overdue when the thread
-//! gets to it and the sleeps overlap the work instead of adding to it; with 1k tasks the
-//! thread does sleep, but each sleep overshoots by the kernel's timer slack, which the
-//! subtraction would count as work. So every peer is also measured by the CPU time of the
-//! thread that runs it (`CLOCK_THREAD_CPUTIME_ID`, read at both ends of the same window),
-//! which counts the work and none of the waiting, whichever clock the peer runs on. That is
-//! the figure the ratio columns compare. For the two paused-clock peers it is within noise of
-//! their wall time (a check that the thread measure hides nothing).
+//! (wall − `PAUSES` × 8 ms) does not leave the work: each task's next 8 ms starts when *it*
+//! resumes, so while one task waits the thread is busy with the others, and the waits
+//! overlap the work instead of adding to it. The subtraction undercounts, by up to the whole
+//! sleep: with 100k tasks one round of wake-ups costs more than 8 ms of CPU, every timer is
+//! already overdue when the thread gets to it, and wall ≈ CPU (so wall − sleep is low by
+//! 80 ns per pause); with 1k tasks a round's work hides almost entirely inside the waits
+//! (measured: wall − sleep ≈ 0.24 µs per pause against ≈ 1 µs of CPU). So every peer is also
+//! measured by the CPU time of the thread that runs it (`CLOCK_THREAD_CPUTIME_ID`, read at
+//! both ends of the same window), which counts the work and none of the waiting, whichever
+//! clock the peer runs on. For the two paused-clock peers it equals their wall time within
+//! noise (their thread never sleeps), so for them nothing changes; for `smol_local` it is the
+//! only figure that means the same thing.
 //!
 //! What the CPU measure still leaves in, and out, for `smol_local`:
-//! - In: when a round finishes early (the 1k-task shape) the thread parks in `epoll_wait`
-//!   until the next timer, and the park and the wake-up are CPU spent per round that the
-//!   paused-clock peers never pay. Spread over 1 000 tasks it is a few ns per pause.
+//! - In: real-clock costs the paused-clock peers never pay. Its timers come due spread over
+//!   the time it took to re-arm them, not all on one boundary, so the thread turns async-io's
+//!   reactor (an `epoll_wait` each) more often per round; and when a round ends early (the
+//!   1k-task shape) it parks until the next timer and is woken again. This is why its 1k
+//!   figure is higher than its 100k figure, the opposite of the other two peers: compare it
+//!   on the 100k shape, where it never sleeps.
 //! - Out, if nothing else were done: async-io keeps a helper thread ("async-io") that may
 //!   take the reactor lock and fire timers itself while the executor thread is busy; that
 //!   work would not show on the executor thread. So the run also reads the process's CPU
@@ -59,7 +65,7 @@
 //! `pause/tokio_local`, `pause/smol_local`; 10 flat samples, one iteration = one whole run)
 //! and then prints a summary: the median of `REPS` runs per peer, runs interleaved between
 //! peers. Criterion is given the wall time for the two paused-clock peers and the process
-//! CPU time for `smol_local` (its wall time is mostly sleeping). The summary adds a
+//! CPU time for `smol_local` (its wall time includes real waits). The summary adds a
 //! diagnostic shape, `SMALL` (1k tasks × 1000 pauses), whose working set stays in cache: the
 //! gap between the two shapes is what cache misses cost at 100k tasks (`smol_local` really
 //! sleeps 8 s per run of that shape). `cargo bench --bench pause -- summary` prints only the
