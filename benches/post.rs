@@ -1,5 +1,6 @@
-//! Post benchmark: cross-thread `LoopContext::post` throughput, against a tokio unbounded
-//! `mpsc` channel drained by a `spawn_local` consumer.
+//! Post benchmark: cross-thread `LoopContext::post` throughput, against two unbounded
+//! channels of boxed closures drained by a local task: tokio's `mpsc` and smol's
+//! `async-channel`.
 //!
 //! Workload: `P` producer threads (std threads) post `POSTS / P` closures each, as fast as
 //! they can; each closure adds its payload (a `u64` it captures, so every closure is a real
@@ -7,7 +8,8 @@
 //! producers (held at a barrier), release them, and time (real clock) until the loop thread
 //! has run every closure. posts/s = `POSTS` / that time. The sum is checked afterwards.
 //!
-//! Peers (one current-thread tokio runtime each, `enable_all`, real time):
+//! Peers (all on the real clock; the first two on a current-thread tokio runtime each,
+//! `enable_all`):
 //! - `ours`: `LoopContext::post` into an `EventLoop` running `el.run()`; the last producer to
 //!   finish calls `LoopContext::shutdown()`, and `run()` returns once everything accepted
 //!   before that has run.
@@ -15,6 +17,13 @@
 //!   `spawn_local` task on a `LocalSet` runs `while let Some(job) = rx.recv().await { job() }`
 //!   and ends when every sender is dropped. The closures are boxed exactly as `post` boxes
 //!   them.
+//! - `smol_channel`: the same shape with smol's parts and no tokio at all:
+//!   `async_channel::unbounded::<Box<dyn FnOnce() + Send>>()`, producers calling `try_send`
+//!   (never full on an unbounded channel, so it is the plain non-async send, like tokio's
+//!   `send`), drained by a task on an `async_executor::LocalExecutor` that runs
+//!   `while let Ok(job) = rx.recv().await { job() }` and ends when every sender is dropped.
+//!   The consumer thread runs it with `futures_lite::future::block_on`, which parks on a
+//!   plain thread parker: the channel needs no I/O reactor, so none is started.
 //!
 //! The machine has 2 cores: with `P = 1` the loop and the producer each have one; `P = 2`
 //! oversubscribes them (3 busy threads), and is reported as such.
@@ -30,6 +39,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use async_executor::LocalExecutor;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use shardloop::EventLoop;
 
@@ -152,13 +162,57 @@ fn run_tokio_mpsc(producers: u64, posts: u64) -> Duration {
     elapsed
 }
 
+/// One run of `smol_channel`, timed like [`run_ours`].
+fn run_smol_channel(producers: u64, posts: u64) -> Duration {
+    let per_producer = posts / producers;
+    let (tx, rx) = async_channel::unbounded::<Job>();
+    let barrier = Arc::new(Barrier::new(producers as usize + 1));
+    let threads: Vec<_> = (0..producers)
+        .map(|_| {
+            let (tx, barrier) = (tx.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                for i in 0..per_producer {
+                    tx.try_send(Box::new(job(i)))
+                        .unwrap_or_else(|_| panic!("the consumer is running"));
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let ex = LocalExecutor::new();
+    SUM.with(|sum| sum.set(0));
+    barrier.wait();
+    let start = Instant::now();
+    let consumer = ex.spawn(async move {
+        while let Ok(job) = rx.recv().await {
+            job();
+        }
+    });
+    futures_lite::future::block_on(ex.run(consumer));
+    let elapsed = start.elapsed();
+    for t in threads {
+        t.join().expect("producer");
+    }
+    assert_eq!(
+        SUM.with(Cell::get),
+        expected_sum(producers, per_producer),
+        "smol: every message ran once"
+    );
+    elapsed
+}
+
+/// Index of `tokio_mpsc` and of `smol_channel` in [`PEERS`] (the ratio columns).
+const TOKIO: usize = 1;
+const SMOL: usize = 2;
+
 #[derive(Clone, Copy)]
 struct Peer {
     name: &'static str,
     run: fn(u64, u64) -> Duration,
 }
 
-const PEERS: [Peer; 2] = [
+const PEERS: [Peer; 3] = [
     Peer {
         name: "ours",
         run: run_ours,
@@ -166,6 +220,10 @@ const PEERS: [Peer; 2] = [
     Peer {
         name: "tokio_mpsc",
         run: run_tokio_mpsc,
+    },
+    Peer {
+        name: "smol_channel",
+        run: run_smol_channel,
     },
 ];
 
@@ -195,8 +253,10 @@ fn summary(posts: u64) {
     println!();
     println!("post summary: {posts} posts per run, median of {REPS} runs (M posts/s)");
     println!();
-    println!("| producers | peer | M posts/s (median) | min | max | vs tokio_mpsc |");
-    println!("|---:|---|---:|---:|---:|---:|");
+    println!(
+        "| producers | peer | M posts/s (median) | min | max | vs tokio_mpsc | vs smol_channel |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|");
     for producers in PRODUCERS {
         let mut rates: Vec<Vec<f64>> = vec![Vec::new(); PEERS.len()];
         for _ in 0..REPS {
@@ -210,9 +270,10 @@ fn summary(posts: u64) {
             let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
             let max = xs.iter().copied().fold(0.0, f64::max);
             println!(
-                "| {producers} | {} | {m:.2} | {min:.2} | {max:.2} | {:.2}× |",
+                "| {producers} | {} | {m:.2} | {min:.2} | {max:.2} | {:.2}× | {:.2}× |",
                 peer.name,
-                m / medians[1]
+                m / medians[TOKIO],
+                m / medians[SMOL]
             );
         }
     }

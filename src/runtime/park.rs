@@ -66,9 +66,12 @@ impl Park {
         if let Some(fd) = &self.timerfd
             && self.armed_for != Some(deadline)
         {
-            let armed = fd
-                .get_ref()
-                .arm(deadline.saturating_duration_since(Instant::now()));
+            // At least 1 ns: a deadline that passed since the loop chose it (the thread was
+            // descheduled in between) must expire at once, and a zero delay would disarm.
+            let after = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_nanos(1));
+            let armed = fd.get_ref().arm(after);
             self.armed_for = armed.is_ok().then_some(deadline);
         }
         let timerfd = self.timerfd.as_ref();
@@ -196,14 +199,10 @@ impl TimerFd {
         })
     }
 
-    /// Arms the timer `after` from now; `Duration::ZERO` disarms it.
+    /// Arms the timer `after` from now; `Duration::ZERO` disarms it (a zero it_value is the
+    /// kernel's "disarm"), so a caller arming for a deadline that has already passed must
+    /// pass at least 1 ns.
     pub(crate) fn arm(&self, after: Duration) -> io::Result<()> {
-        // A zero it_value disarms, so an already-passed deadline is armed as 1 ns.
-        let after = if after.is_zero() {
-            Duration::ZERO
-        } else {
-            after.max(Duration::from_nanos(1))
-        };
         let spec = libc::itimerspec {
             it_interval: libc::timespec {
                 tv_sec: 0,
@@ -265,5 +264,25 @@ impl TimerFd {
 impl AsRawFd for TimerFd {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deadline that has already passed when the park arms its timerfd (the loop was
+    /// descheduled between choosing the deadline and parking) must end the park at once. On
+    /// the real clock no tokio `Sleep` is armed, so if the timerfd were armed with a zero
+    /// delay — which disarms a timerfd — nothing would ever end the park: the loop would
+    /// hang in `epoll_wait(-1)` with its timers due.
+    #[tokio::test]
+    async fn a_deadline_already_passed_when_parking_ends_the_park_at_once() {
+        let el = crate::EventLoop::builder().build();
+        let shared = el.context().shared;
+        let mut park = Park::default();
+        let passed = Instant::now() - Duration::from_millis(1);
+        let woken = tokio::time::timeout(Duration::from_secs(5), park.wait(&shared, passed)).await;
+        assert_eq!(woken, Ok(Woken::Deadline), "the park must not hang");
     }
 }
