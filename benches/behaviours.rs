@@ -145,11 +145,13 @@ fn place_crowd(crowd: usize) -> impl FnOnce(&mut World) {
 fn run_ours(crowd: usize, cycles: usize) -> Vec<Cycle> {
     let counters = Counters::default();
     let behaviour = counters.clone();
-    let game = Game::new("crowd").setup_world(place_crowd(crowd)).npc_behaviour(
-        "mill",
-        |m| &*m.name == "crowd",
-        move |_npc: Npc| behaviour.body(),
-    );
+    let game = Game::new("crowd")
+        .setup_world(place_crowd(crowd))
+        .npc_behaviour(
+            "mill",
+            |m| &*m.name == "crowd",
+            move |_npc: Npc| behaviour.body(),
+        );
     let shard = TestShard::new(Shard::builder().game(move |_| game));
     paused_runtime().block_on(shard.run(|running| async move {
         let mut times = Vec::with_capacity(cycles);
@@ -164,10 +166,17 @@ fn run_ours(crowd: usize, cycles: usize) -> Vec<Cycle> {
             let stop = Instant::now();
             running.world().borrow_mut().deactivate_around(CROWD_AT);
             let stopped = stop.elapsed();
-            assert_eq!(counters.alive.get(), 0, "ours: every future dropped at once");
+            assert_eq!(
+                counters.alive.get(),
+                0,
+                "ours: every future dropped at once"
+            );
 
             let stats = &running.behaviour_stats()[0];
-            assert_eq!((stats.started, stats.stopped), ((cycle * crowd) as u64, (cycle * crowd) as u64));
+            assert_eq!(
+                (stats.started, stats.stopped),
+                ((cycle * crowd) as u64, (cycle * crowd) as u64)
+            );
             times.push(Cycle {
                 start: started,
                 stop: stopped,

@@ -29,7 +29,6 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::pin;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 
 use tokio::task::coop::unconstrained;
@@ -377,7 +376,6 @@ impl EventLoop {
         loop {
             let mut output = None;
             let iterated = self.iterate(&mut || {
-                root.clear_queued();
                 let mut cx = Context::from_waker(&root_waker);
                 if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
                     output = Some(out);
@@ -522,9 +520,12 @@ impl EventLoop {
     /// Phase 4: posted closures, FIFO, at most [`POSTED_PER_ITERATION`].
     fn run_posted(&mut self) -> bool {
         if self.posted.is_empty() {
-            self.core
+            let taken = self
+                .core
                 .shared
                 .take_posted(&mut self.posted, POSTED_PER_ITERATION);
+            let posts = &self.core.counters.posts_taken;
+            posts.set(posts.get() + taken as u64);
         }
         let profile = &self.core.profile;
         let mut since = profile.mark(); // read only with the profile (see run_timers)
@@ -614,7 +615,7 @@ impl EventLoop {
         if self.spin_before_park.is_zero() {
             return false;
         }
-        let wakes = self.core.shared.wakes_issued.load(Ordering::Relaxed);
+        let wakes = self.core.shared.wakes_issued_total();
         let real_now = std::time::Instant::now();
         if wakes != self.wakes_seen {
             self.wakes_seen = wakes;

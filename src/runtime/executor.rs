@@ -4,10 +4,14 @@
 //! Why not tokio's `spawn_local`? tokio decides the order in which woken tasks run, and that
 //! order is not part of its contract. Game logic needs the same inputs to give the same
 //! sequence of effects (T11), so tasks live here: a generational slab of boxed futures and a
-//! FIFO of woken task ids. A waker is an `Arc` holding the task id and a "queued" flag, so a
-//! task is queued once however often it is woken. Woken on the loop thread, it goes straight
-//! to the FIFO; woken elsewhere, to the cross-thread queue, drained into the FIFO at the start
-//! of the Tasks phase.
+//! FIFO of woken task ids.
+//!
+//! Each slot holds its task's "queued" flag (a plain `Cell`: only the loop thread reads or
+//! writes it) and a ready-made `Waker`, built once at spawn and lent to every poll — so a
+//! poll and a wake on the loop thread cost no atomic operation. A task is queued once however
+//! often it is woken. Woken on the loop thread, it goes straight to the FIFO; woken elsewhere,
+//! its waker (an `Arc` holding the task id) goes to the cross-thread queue, deduplicated by an
+//! atomic flag of its own, and is drained into the FIFO at the start of the Tasks phase.
 //!
 //! Aborting a task removes it from the slab and drops its future on the spot, so whatever it
 //! owned (its pauses' wheel entries, its timers' tokens, its guards) goes before `abort`
@@ -19,7 +23,7 @@
 //! while a future runs or is dropped (the future may spawn, pause, abort or drop other tasks).
 
 use std::any::Any;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, Location, catch_unwind};
@@ -35,13 +39,17 @@ use crate::slab::{Key, Slab};
 use super::context::{Core, LoopId, Shared, core, is_loop_thread, with_current};
 use super::history::Site;
 use super::profile::{ENABLED as PROFILING, Kind};
+use super::stats::Counters;
 
 type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
 
 struct Task {
     /// `None` while the task is being polled.
     future: Option<LocalFuture>,
-    waker: Arc<TaskWaker>,
+    /// The task's waker, lent to each poll (a no-op waker sits here meanwhile).
+    waker: Waker,
+    /// In the ready FIFO since its last poll started: another wake is a no-op.
+    queued: Cell<bool>,
     site: &'static Location<'static>,
     /// Aborted while being polled (by itself): drop it when the poll returns.
     aborted: bool,
@@ -50,7 +58,8 @@ struct Task {
 /// The waker of one task (or of `run_until`'s root future, with [`ROOT`] as its id).
 pub(crate) struct TaskWaker {
     task: Key,
-    queued: AtomicBool,
+    /// On the cross-thread queue and not yet drained: another remote wake is a no-op.
+    remote_queued: AtomicBool,
     shared: Arc<Shared>,
 }
 
@@ -59,18 +68,15 @@ pub(crate) const ROOT: Key = Key::RESERVED;
 
 impl TaskWaker {
     pub(crate) fn new_root(shared: Arc<Shared>) -> Arc<Self> {
+        Self::new(ROOT, shared)
+    }
+
+    fn new(task: Key, shared: Arc<Shared>) -> Arc<Self> {
         Arc::new(TaskWaker {
-            task: ROOT,
-            queued: AtomicBool::new(true),
+            task,
+            remote_queued: AtomicBool::new(false),
             shared,
         })
-    }
-}
-
-impl TaskWaker {
-    /// Called just before the task is polled: a wake during the poll queues it again.
-    pub(crate) fn clear_queued(&self) {
-        self.queued.store(false, Ordering::Release);
     }
 }
 
@@ -80,26 +86,20 @@ impl Wake for TaskWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if self.queued.swap(true, Ordering::AcqRel) {
-            return;
+        let woken_here = is_loop_thread(self.shared.id)
+            && with_current(|core| core.executor.wake(core, self.task)).unwrap_or(false);
+        if !woken_here && !self.remote_queued.swap(true, Ordering::AcqRel) {
+            self.shared.push_remote_wake(self.clone());
         }
-        if is_loop_thread(self.shared.id)
-            && with_current(|core| core.executor.ready.borrow_mut().push_back(self.task)).is_some()
-        {
-            if !self.shared.is_running() {
-                // Woken by another future on this thread while the loop is parked.
-                self.shared.notify();
-            }
-            return;
-        }
-        self.shared.push_remote_wake(self.task);
     }
 }
 
 pub(crate) struct Executor {
     tasks: RefCell<Slab<Task>>,
     ready: RefCell<VecDeque<Key>>,
-    remote: RefCell<Vec<Key>>,
+    /// `run_until`'s future is in the ready FIFO (it has no slot to hold the flag).
+    root_queued: Cell<bool>,
+    remote: RefCell<Vec<Arc<TaskWaker>>>,
 }
 
 impl Executor {
@@ -107,6 +107,7 @@ impl Executor {
         Executor {
             tasks: RefCell::new(Slab::new()),
             ready: RefCell::new(VecDeque::new()),
+            root_queued: Cell::new(false),
             remote: RefCell::new(Vec::new()),
         }
     }
@@ -116,6 +117,51 @@ impl Executor {
         let mut ready = self.ready.borrow_mut();
         ready.retain(|&id| id != ROOT);
         ready.push_back(ROOT);
+        self.root_queued.set(true);
+    }
+
+    /// Queues task `id` (or [`ROOT`]) unless it is queued already, from the loop thread.
+    /// Returns false when it could not look (the slab is being changed right now): the
+    /// caller then takes the cross-thread path, which retries at the next Tasks phase.
+    fn wake(&self, core: &Core, id: Key) -> bool {
+        if id == ROOT {
+            if self.root_queued.replace(true) {
+                return true;
+            }
+        } else {
+            let Ok(tasks) = self.tasks.try_borrow() else {
+                return false;
+            };
+            match tasks.get(id) {
+                // Finished or aborted: nothing to wake.
+                None => return true,
+                Some(task) if task.queued.replace(true) => return true,
+                Some(_) => {}
+            }
+        }
+        let Ok(mut ready) = self.ready.try_borrow_mut() else {
+            self.unqueue(id);
+            return false;
+        };
+        ready.push_back(id);
+        drop(ready);
+        if !core.shared.is_running() {
+            // Woken by another future on this thread while the loop is parked.
+            Counters::bump(&core.counters.local_notifies);
+            core.shared.notify();
+        }
+        true
+    }
+
+    /// Undoes the flag [`wake`](Self::wake) set when it could not queue after all.
+    fn unqueue(&self, id: Key) {
+        if id == ROOT {
+            self.root_queued.set(false);
+        } else if let Ok(tasks) = self.tasks.try_borrow()
+            && let Some(task) = tasks.get(id)
+        {
+            task.queued.set(false);
+        }
     }
 
     pub(crate) fn has_ready(&self) -> bool {
@@ -134,14 +180,11 @@ impl Executor {
         site: &'static Location<'static>,
     ) -> Key {
         let mut tasks = self.tasks.borrow_mut();
-        let waker = Arc::new(TaskWaker {
-            task: tasks.next_key(),
-            queued: AtomicBool::new(true),
-            shared: shared.clone(),
-        });
+        let waker = Waker::from(TaskWaker::new(tasks.next_key(), shared.clone()));
         let key = tasks.insert(Task {
             future: Some(future),
             waker,
+            queued: Cell::new(true),
             site,
             aborted: false,
         });
@@ -174,8 +217,17 @@ impl Executor {
     pub(crate) fn run_ready(&self, core: &Core, poll_root: &mut dyn FnMut()) -> bool {
         {
             let mut remote = self.remote.borrow_mut();
-            core.shared.take_remote_wakes(&mut remote);
-            self.ready.borrow_mut().extend(remote.drain(..));
+            let taken = core.shared.take_remote_wakes(&mut remote);
+            let counted = &core.counters.remote_wakes_taken;
+            counted.set(counted.get() + taken as u64);
+            for waker in remote.drain(..) {
+                // Cleared first: a remote wake from now on is queued again, never lost.
+                waker.remote_queued.store(false, Ordering::Release);
+                if !self.wake(core, waker.task) {
+                    // Cannot happen between polls (nothing is borrowed); kept for safety.
+                    self.ready.borrow_mut().push_back(waker.task);
+                }
+            }
         }
         let batch = self.ready.borrow().len();
         // Each poll's time runs from the previous clock read to the next (see profile).
@@ -191,6 +243,8 @@ impl Executor {
                 break;
             };
             if id == ROOT {
+                // A wake during the poll queues it again.
+                self.root_queued.set(false);
                 poll_root();
                 if PROFILING {
                     // `run_until`'s own future has no spawn site: restart the chain after it.
@@ -213,10 +267,12 @@ impl Executor {
             // Finished or dropped since it was woken.
             let task = tasks.get_mut(id)?;
             let future = task.future.take()?;
-            (future, task.waker.clone(), task.site)
+            // A wake during the poll queues it again.
+            task.queued.set(false);
+            // Lent, not cloned: no reference count touched per poll.
+            let waker = std::mem::replace(&mut task.waker, Waker::noop().clone());
+            (future, waker, task.site)
         };
-        waker.clear_queued();
-        let waker = Waker::from(waker);
         let mut cx = Context::from_waker(&waker);
         match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
             Ok(Poll::Pending) => {
@@ -225,12 +281,15 @@ impl Executor {
                     Some(task) if task.aborted => {
                         let task = tasks.remove(id);
                         drop(tasks);
-                        drop((future, task));
+                        drop((future, task, waker));
                     }
-                    Some(task) => task.future = Some(future),
+                    Some(task) => {
+                        task.future = Some(future);
+                        task.waker = waker;
+                    }
                     None => {
                         drop(tasks);
-                        drop(future);
+                        drop((future, waker));
                     }
                 }
             }

@@ -1,7 +1,9 @@
 //! What the loop counts about itself: production counters, cheap enough to keep always on.
 //!
-//! Counters are plain `Cell`s owned by the loop thread, except the wake counters, which other
-//! threads bump and which therefore live (atomic) in `Shared`. [`LoopStats`] is a snapshot.
+//! Counters are plain `Cell`s owned by the loop thread, except the wakes issued, which other
+//! threads bump and which therefore live (atomic) in `Shared`. Posts and elided wakes are
+//! counted here, as the loop drains its queues, so that a producer touches no counter on the
+//! post path. [`LoopStats`] is a snapshot.
 
 use std::cell::Cell;
 use std::fmt;
@@ -25,6 +27,12 @@ pub(crate) struct Counters {
     pub(crate) lag_total: Cell<LagHistogram>,
     /// The loop thread's voluntary context switches when the loop was built.
     pub(crate) switches_at_build: Cell<u64>,
+    /// Posted closures the loop has taken off the queue.
+    pub(crate) posts_taken: Cell<u64>,
+    /// Cross-thread task wakes the loop has taken off their queue.
+    pub(crate) remote_wakes_taken: Cell<u64>,
+    /// Task wakes on the loop thread while the loop was parked (each asks for a loop wake).
+    pub(crate) local_notifies: Cell<u64>,
 }
 
 impl Counters {
@@ -161,7 +169,8 @@ pub struct LoopStats {
     pub late_wakes: u64,
     /// Wakes sent to a possibly parked loop by posts and cross-thread task wakes.
     pub wakes_issued: u64,
-    /// Wakes not needed: the loop was running, or already signalled.
+    /// Wakes not needed: the loop was running, or already signalled. Derived by the loop:
+    /// posts, cross-thread task wakes and parked-loop task wakes, less the wakes they issued.
     pub wakes_elided: u64,
     /// Tick boundaries processed that had at least one due timer.
     pub ticks_fired: u64,
@@ -177,7 +186,8 @@ pub struct LoopStats {
     pub verdict: Verdict,
     /// Times sleeping was suspended because the host returned sleeps late.
     pub backoffs: u64,
-    /// Closures accepted by `LoopContext::post` (and `spawn`, which posts).
+    /// Closures posted by `LoopContext::post` (and `spawn`, which posts) that the loop has
+    /// taken to run (counted by the loop, so a post still queued is not in it yet).
     pub posts: u64,
     /// Wall time the loop was neither parked nor on a CPU (run-queue wait, host steal), over
     /// the seconds the profile has closed; zero without the profile.

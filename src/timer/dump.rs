@@ -1,8 +1,9 @@
 //! `timer::dump()`: what is waiting on the wheel, grouped by the line that started it —
 //! the first thing to look at when timers leak or pile up.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fmt;
+use std::panic::Location;
 
 use tokio::time::Instant;
 
@@ -33,18 +34,18 @@ pub struct SiteSummary {
 impl TimerDump {
     pub(crate) fn collect(core: &Core) -> Self {
         let wheel = core.wheel.borrow();
-        let mut by_site: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+        // Keyed by the site itself, not its text: a million live entries from a handful of
+        // lines cost a hash each, and only the rows are turned into strings.
+        let mut by_site: HashMap<&'static Location<'static>, (usize, u64)> = HashMap::new();
         for (_, due, job) in wheel.iter() {
-            let row = by_site
-                .entry(job.site().to_string())
-                .or_insert((0, u64::MAX));
+            let row = by_site.entry(job.site()).or_insert((0, u64::MAX));
             row.0 += 1;
             row.1 = row.1.min(due);
         }
         let mut sites: Vec<SiteSummary> = by_site
             .into_iter()
             .map(|(site, (count, due))| SiteSummary {
-                site,
+                site: site.to_string(),
                 count,
                 next_due: core.clock.boundary(due),
             })
