@@ -30,7 +30,7 @@ use std::panic::{AssertUnwindSafe, Location, catch_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, RawWakerVTable, Wake, Waker};
 
 use futures::task::AtomicWaker;
 
@@ -96,6 +96,8 @@ impl Wake for TaskWaker {
 
 pub(crate) struct Executor {
     tasks: RefCell<Slab<Task>>,
+    /// The task being polled, and its waker's identity (data and vtable pointers).
+    polling: Cell<Option<(Key, *const (), *const RawWakerVTable)>>,
     ready: RefCell<VecDeque<Key>>,
     /// `run_until`'s future is in the ready FIFO (it has no slot to hold the flag).
     root_queued: Cell<bool>,
@@ -106,6 +108,7 @@ impl Executor {
     pub(crate) fn new() -> Self {
         Executor {
             tasks: RefCell::new(Slab::new()),
+            polling: Cell::new(None),
             ready: RefCell::new(VecDeque::new()),
             root_queued: Cell::new(false),
             remote: RefCell::new(Vec::new()),
@@ -151,6 +154,21 @@ impl Executor {
             core.shared.notify();
         }
         true
+    }
+
+    /// Wakes task `id` from the loop thread, between polls (a pause's tick, a remote wake
+    /// being drained): nothing is borrowed then, so it always queues.
+    pub(crate) fn wake_task(&self, core: &Core, id: Key) {
+        if !self.wake(core, id) {
+            self.ready.borrow_mut().push_back(id);
+        }
+    }
+
+    /// The key of the task being polled, if `waker` is its waker (and not, say, a waker a
+    /// combinator inside it made for one of its parts).
+    pub(crate) fn polled_task(&self, waker: &Waker) -> Option<Key> {
+        let (task, data, vtable) = self.polling.get()?;
+        (std::ptr::eq(waker.data(), data) && std::ptr::eq(waker.vtable(), vtable)).then_some(task)
     }
 
     /// Undoes the flag [`wake`](Self::wake) set when it could not queue after all.
@@ -223,10 +241,7 @@ impl Executor {
             for waker in remote.drain(..) {
                 // Cleared first: a remote wake from now on is queued again, never lost.
                 waker.remote_queued.store(false, Ordering::Release);
-                if !self.wake(core, waker.task) {
-                    // Cannot happen between polls (nothing is borrowed); kept for safety.
-                    self.ready.borrow_mut().push_back(waker.task);
-                }
+                self.wake_task(core, waker.task);
             }
         }
         let batch = self.ready.borrow().len();
@@ -274,7 +289,11 @@ impl Executor {
             (future, waker, task.site)
         };
         let mut cx = Context::from_waker(&waker);
-        match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
+        self.polling
+            .set(Some((id, waker.data(), std::ptr::from_ref(waker.vtable()))));
+        let polled = catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx)));
+        self.polling.set(None);
+        match polled {
             Ok(Poll::Pending) => {
                 let mut tasks = self.tasks.borrow_mut();
                 match tasks.get_mut(id) {

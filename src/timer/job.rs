@@ -15,7 +15,7 @@ use crate::slab::Key;
 pub(crate) enum Job {
     /// A `Pause`: wake its task.
     Wake {
-        waker: Waker,
+        target: WakeTarget,
         site: &'static Location<'static>,
     },
     /// A callback timer.
@@ -27,6 +27,35 @@ impl Job {
         match self {
             Job::Wake { site, .. } => site,
             Job::Timer(t) => t.site,
+        }
+    }
+}
+
+/// Whom a pause wakes when its tick comes.
+pub(crate) enum WakeTarget {
+    /// The loop's task that awaits it, by key: the wake touches only the task's slot, not
+    /// its waker's `Arc` (a cache miss per wake with many tasks, and two atomic operations).
+    Task(Key),
+    /// Anything else: the root future of `run_until`, a future polled by a combinator with
+    /// wakers of its own, a pause polled off the executor.
+    Waker(Waker),
+}
+
+impl WakeTarget {
+    /// Remembers who polled the pause last (`cx`'s waker), as a task key when it is the
+    /// waker of the task being polled.
+    pub(crate) fn update(&mut self, core: &Core, waker: &Waker) {
+        if let Some(task) = core.executor.polled_task(waker) {
+            *self = WakeTarget::Task(task);
+        } else if !matches!(self, WakeTarget::Waker(w) if w.will_wake(waker)) {
+            *self = WakeTarget::Waker(waker.clone());
+        }
+    }
+
+    fn wake(self, core: &Core) {
+        match self {
+            WakeTarget::Task(task) => core.executor.wake_task(core, task),
+            WakeTarget::Waker(waker) => waker.wake(),
         }
     }
 }
@@ -69,9 +98,9 @@ pub(crate) fn fire(core: &Core, key: Key) -> Option<&'static Location<'static>> 
     let job = wheel.get_mut(key)?;
     let timer = match job {
         Job::Wake { .. } => {
-            if let Some(Job::Wake { waker, .. }) = wheel.remove(key) {
+            if let Some(Job::Wake { target, .. }) = wheel.remove(key) {
                 drop(wheel);
-                waker.wake();
+                target.wake(core);
             }
             return None;
         }

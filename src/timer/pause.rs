@@ -15,7 +15,7 @@ use tokio::time::Duration;
 use crate::runtime::context::{LoopId, core, try_core};
 use crate::slab::Key;
 
-use super::job::Job;
+use super::job::{Job, WakeTarget};
 
 /// Completes at the first tick boundary at or after its due instant (`timer::now()` at
 /// creation plus the delay, on tokio's clock — the virtual one under `start_paused`).
@@ -38,7 +38,7 @@ impl Pause {
         let key = core.wheel.borrow_mut().insert(
             due,
             Job::Wake {
-                waker: Waker::noop().clone(),
+                target: WakeTarget::Waker(Waker::noop().clone()),
                 site,
             },
         );
@@ -59,10 +59,8 @@ impl Future for Pause {
         }
         let mut wheel = core.wheel.borrow_mut();
         match wheel.get_mut(self.key) {
-            Some(Job::Wake { waker, .. }) => {
-                if !waker.will_wake(cx.waker()) {
-                    waker.clone_from(cx.waker());
-                }
+            Some(Job::Wake { target, .. }) => {
+                target.update(&core, cx.waker());
                 Poll::Pending
             }
             _ => Poll::Ready(()),
