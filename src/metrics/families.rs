@@ -186,7 +186,7 @@ fn register_loop(registry: &mut Registry, snapshot: &Snapshot, readings: &Readin
         ),
         (
             "loop_posts",
-            "Closures posted to the loop from other threads",
+            "Closures posted to the loop, counted as the loop takes them to run",
             s.posts,
         ),
         (
