@@ -11,7 +11,9 @@
 //! poll and a wake on the loop thread cost no atomic operation. A task is queued once however
 //! often it is woken. Woken on the loop thread, it goes straight to the FIFO; woken elsewhere,
 //! its waker (an `Arc` holding the task id) goes to the cross-thread queue, deduplicated by an
-//! atomic flag of its own, and is drained into the FIFO at the start of the Tasks phase.
+//! atomic flag of its own, and is drained into the FIFO at the start of the Tasks phase. That
+//! same `Arc` is what abort handles hold (one allocation, not two), and a pause awaited by the
+//! task being polled remembers the task's key rather than its waker (`timer::job::WakeTarget`).
 //!
 //! Aborting a task removes it from the slab and drops its future on the spot, so whatever it
 //! owned (its pauses' wheel entries, its timers' tokens, its guards) goes before `abort`
@@ -36,7 +38,7 @@ use futures::task::AtomicWaker;
 
 use crate::slab::{Key, Slab};
 
-use super::context::{Core, LoopId, Shared, core, is_loop_thread, with_current};
+use super::context::{Core, Shared, core, is_loop_thread, with_current};
 use super::history::Site;
 use super::profile::{ENABLED as PROFILING, Kind};
 use super::stats::Counters;
@@ -55,11 +57,17 @@ struct Task {
     aborted: bool,
 }
 
-/// The waker of one task (or of `run_until`'s root future, with [`ROOT`] as its id).
+/// What every handle to one task shares, whatever its output type: its waker, and all an
+/// [`AbortHandle`] needs. One allocation per task serves both (or `run_until`'s root future,
+/// with [`ROOT`] as its id).
 pub(crate) struct TaskWaker {
     task: Key,
     /// On the cross-thread queue and not yet drained: another remote wake is a no-op.
     remote_queued: AtomicBool,
+    /// The result is in (finished, panicked or dropped).
+    done: AtomicBool,
+    /// Dropped by an abort: a cancellation even if the abort came from code unwinding a panic.
+    aborted: AtomicBool,
     shared: Arc<Shared>,
 }
 
@@ -75,8 +83,26 @@ impl TaskWaker {
         Arc::new(TaskWaker {
             task,
             remote_queued: AtomicBool::new(false),
+            done: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
             shared,
         })
+    }
+
+    /// On the task's loop thread, drops its future (see [`Executor::abort`]).
+    #[track_caller]
+    fn abort(&self, what: &str) {
+        let core = core(what);
+        if self.done.load(Ordering::Acquire) {
+            return;
+        }
+        assert!(
+            core.shared.id == self.shared.id,
+            "{what}: the task belongs to another event loop, still running on another thread; \
+             abort it from that loop's thread (LoopContext::post)"
+        );
+        self.aborted.store(true, Ordering::Release);
+        core.executor.abort(self.task);
     }
 }
 
@@ -186,19 +212,23 @@ impl Executor {
         !self.ready.borrow().is_empty()
     }
 
-    /// The id the next [`Executor::spawn`] will give its task.
-    fn next_key(&self) -> Key {
-        self.tasks.borrow().next_key()
+    /// The header of the task the next [`Executor::spawn`] will insert (its key is the one
+    /// the slab issues next).
+    fn next_header(&self, shared: &Arc<Shared>) -> Arc<TaskWaker> {
+        TaskWaker::new(self.tasks.borrow().next_key(), shared.clone())
     }
 
+    /// Inserts the task `header` was made for (by [`next_header`](Self::next_header), with
+    /// nothing spawned in between) and queues it.
     fn spawn(
         &self,
-        shared: &Arc<Shared>,
+        header: Arc<TaskWaker>,
         future: LocalFuture,
         site: &'static Location<'static>,
     ) -> Key {
         let mut tasks = self.tasks.borrow_mut();
-        let waker = Waker::from(TaskWaker::new(tasks.next_key(), shared.clone()));
+        let expected = header.task;
+        let waker = Waker::from(header);
         let key = tasks.insert(Task {
             future: Some(future),
             waker,
@@ -206,6 +236,10 @@ impl Executor {
             site,
             aborted: false,
         });
+        assert_eq!(
+            key, expected,
+            "the slab issued another key than it announced"
+        );
         self.ready.borrow_mut().push_back(key);
         key
     }
@@ -355,7 +389,8 @@ pub(crate) fn spawn_detached(
     site: &'static Location<'static>,
 ) {
     let core = core("LoopContext::spawn");
-    core.executor.spawn(&core.shared, Box::pin(future), site);
+    let header = core.executor.next_header(&core.shared);
+    core.executor.spawn(header, Box::pin(future), site);
 }
 
 /// Runs `future` as a task on this thread's event loop and returns a handle to its output.
@@ -371,15 +406,10 @@ where
 {
     let site = Location::caller();
     let core = core("shardloop::spawn");
-    let link = Arc::new(TaskLink {
-        task: core.executor.next_key(),
-        loop_id: core.shared.id,
-        done: AtomicBool::new(false),
-        aborted: AtomicBool::new(false),
-    });
+    let link = core.executor.next_header(&core.shared);
     let state = Arc::new(JoinState {
         result: Mutex::new(None),
-        link,
+        link: link.clone(),
         waker: AtomicWaker::new(),
     });
     let guard = Completion {
@@ -389,11 +419,7 @@ where
         let output = future.await;
         guard.finish(Ok(output));
     };
-    let key = core.executor.spawn(&core.shared, Box::pin(task), site);
-    debug_assert_eq!(
-        key, state.link.task,
-        "the slab issued another key than it announced"
-    );
+    core.executor.spawn(link, Box::pin(task), site);
     JoinHandle { state }
 }
 
@@ -432,36 +458,8 @@ impl std::error::Error for JoinError {}
 
 struct JoinState<T> {
     result: Mutex<Option<Result<T, JoinError>>>,
-    link: Arc<TaskLink>,
+    link: Arc<TaskWaker>,
     waker: AtomicWaker,
-}
-
-/// What a handle knows of its task whatever its output type — all an [`AbortHandle`] needs.
-struct TaskLink {
-    task: Key,
-    loop_id: LoopId,
-    /// The result is in (finished, panicked or dropped).
-    done: AtomicBool,
-    /// Dropped by an abort: a cancellation even if the abort came from code unwinding a panic.
-    aborted: AtomicBool,
-}
-
-impl TaskLink {
-    /// On the task's loop thread, drops its future (see [`Executor::abort`]).
-    #[track_caller]
-    fn abort(&self, what: &str) {
-        let core = core(what);
-        if self.done.load(Ordering::Acquire) {
-            return;
-        }
-        assert!(
-            core.shared.id == self.loop_id,
-            "{what}: the task belongs to another event loop, still running on another thread; \
-             abort it from that loop's thread (LoopContext::post)"
-        );
-        self.aborted.store(true, Ordering::Release);
-        core.executor.abort(self.task);
-    }
 }
 
 /// Delivers a task's result to its handle exactly once — on completion, or from `Drop` when
@@ -553,7 +551,7 @@ impl<T> JoinHandle<T> {
 /// Cloning it is cheap; dropping it does nothing to the task.
 #[derive(Clone)]
 pub struct AbortHandle {
-    link: Arc<TaskLink>,
+    link: Arc<TaskWaker>,
 }
 
 impl AbortHandle {
