@@ -153,6 +153,12 @@ impl Shared {
     /// Moves up to `max` posted closures into `out`, oldest first; returns how many.
     pub(crate) fn take_posted(&self, out: &mut VecDeque<Posted>, max: usize) -> usize {
         let mut queue = lock(&self.posted);
+        if out.is_empty() && queue.len() <= max {
+            // The usual case: swap the buffers, so the lock is held for O(1) whatever the
+            // backlog, and a producer waiting on it is not put to sleep.
+            std::mem::swap(&mut *queue, out);
+            return out.len();
+        }
         let n = queue.len().min(max);
         out.extend(queue.drain(..n));
         n
@@ -245,7 +251,12 @@ impl Shared {
     /// Called by the loop before it drains the cross-thread queues: anything pushed after
     /// this raises the signal again.
     pub(crate) fn clear_notified(&self) {
-        self.signal.notified.store(false, Ordering::Release);
+        // Written only when set: an iteration that nobody signalled leaves the line alone,
+        // so producers reading it keep their copy. (A producer that sets it between the load
+        // and here costs one extra iteration, never a lost post.)
+        if self.signal.notified.load(Ordering::Relaxed) {
+            self.signal.notified.store(false, Ordering::Release);
+        }
     }
 
     /// Registers the loop future's waker, then reports whether a wake is already pending.
