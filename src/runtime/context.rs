@@ -291,12 +291,21 @@ impl Clock {
     /// The last boundary at or before `instant` (tick index).
     pub(crate) fn tick_at(&self, instant: Instant) -> u64 {
         let since = instant.saturating_duration_since(self.epoch).as_nanos();
-        u64::try_from(since / self.tick_nanos()).unwrap_or(u64::MAX)
+        // In 64 bits while both fit (584 years): a 128-bit division is a library call, and
+        // this runs for every pause and timer started.
+        match (u64::try_from(since), u64::try_from(self.tick_nanos())) {
+            (Ok(since), Ok(tick)) => since / tick,
+            _ => u64::try_from(since / self.tick_nanos()).unwrap_or(u64::MAX),
+        }
     }
 
     /// The first boundary at or after `epoch + offset` (tick index), saturating.
     pub(crate) fn tick_ceil(&self, offset: Duration) -> u64 {
-        u64::try_from(offset.as_nanos().div_ceil(self.tick_nanos())).unwrap_or(u64::MAX)
+        let nanos = offset.as_nanos();
+        match (u64::try_from(nanos), u64::try_from(self.tick_nanos())) {
+            (Ok(nanos), Ok(tick)) => nanos.div_ceil(tick),
+            _ => u64::try_from(nanos.div_ceil(self.tick_nanos())).unwrap_or(u64::MAX),
+        }
     }
 
     /// The instant of boundary `tick`, saturating far in the future.
