@@ -34,7 +34,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, SamplingMode, Throughput};
+use criterion::Criterion;
 use shardloop::game::{Game, Npc};
 use shardloop::shard::Shard;
 use shardloop::testkit::TestShard;
@@ -252,13 +252,7 @@ fn per_thousand(d: Duration, crowd: usize) -> f64 {
 }
 
 fn bench(c: &mut Criterion, crowd: usize) {
-    let mut group = c.benchmark_group("behaviours");
-    group
-        .sample_size(10)
-        .sampling_mode(SamplingMode::Flat)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(3))
-        .throughput(Throughput::Elements(crowd as u64));
+    let mut group = support::whole_run_group(c, "behaviours", crowd as u64);
     for peer in PEERS {
         // One iteration: one start and one stop of the whole crowd (the shard's own start-up,
         // outside the timed cycles, is not counted).

@@ -28,7 +28,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use criterion::{BenchmarkId, Criterion};
 use shardloop::EventLoop;
 use shardloop::game::packets::client;
 use shardloop::net::frame;
@@ -229,13 +229,7 @@ fn bench(c: &mut Criterion, connections: usize) {
     }
     group.finish();
 
-    let mut group = c.benchmark_group("net_1000");
-    group
-        .sample_size(10)
-        .sampling_mode(SamplingMode::Flat)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(3))
-        .throughput(Throughput::Elements(connections as u64));
+    let mut group = support::whole_run_group(c, "net_1000", connections as u64);
     for peer in FAN_PEERS {
         let Some(server) = (peer.start)() else {
             println!(

@@ -80,7 +80,7 @@ use std::time::{Duration, Instant};
 
 use async_executor::LocalExecutor;
 
-use criterion::{Criterion, SamplingMode, Throughput};
+use criterion::Criterion;
 use shardloop::EventLoop;
 use shardloop::timer::pause;
 
@@ -382,13 +382,7 @@ fn ns_per_pause(elapsed: Duration, shape: Shape) -> f64 {
 }
 
 fn bench(c: &mut Criterion, shape: Shape) {
-    let mut group = c.benchmark_group("pause");
-    group
-        .sample_size(10)
-        .sampling_mode(SamplingMode::Flat)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(3))
-        .throughput(Throughput::Elements(shape.cycles()));
+    let mut group = support::whole_run_group(c, "pause", shape.cycles());
     for peer in PEERS {
         group.bench_function(peer.name, |b| {
             b.iter_custom(|iters| (0..iters).map(|_| peer.criterion_time(shape)).sum());

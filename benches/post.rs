@@ -40,7 +40,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use async_executor::LocalExecutor;
-use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use criterion::{BenchmarkId, Criterion};
 use shardloop::EventLoop;
 
 mod support;
@@ -70,6 +70,31 @@ fn job(payload: u64) -> impl FnOnce() + Send + 'static {
 /// What [`SUM`] must hold after a run of `per_producer` posts from `producers` threads.
 fn expected_sum(producers: u64, per_producer: u64) -> u64 {
     producers * (per_producer * per_producer.saturating_sub(1) / 2)
+}
+
+/// Starts `producers` threads that wait at `barrier` (sized for them and the consumer), then
+/// each hand `send` their share of jobs, in order.
+fn start_producers<S>(
+    producers: u64,
+    per_producer: u64,
+    barrier: &Arc<Barrier>,
+    sender: S,
+    send: fn(&S, Job),
+) -> Vec<thread::JoinHandle<()>>
+where
+    S: Clone + Send + 'static,
+{
+    (0..producers)
+        .map(|_| {
+            let (sender, barrier) = (sender.clone(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                for i in 0..per_producer {
+                    send(&sender, Box::new(job(i)));
+                }
+            })
+        })
+        .collect()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -125,18 +150,10 @@ fn run_tokio_mpsc(producers: u64, posts: u64) -> Duration {
     let local = tokio::task::LocalSet::new();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
     let barrier = Arc::new(Barrier::new(producers as usize + 1));
-    let threads: Vec<_> = (0..producers)
-        .map(|_| {
-            let (tx, barrier) = (tx.clone(), barrier.clone());
-            thread::spawn(move || {
-                barrier.wait();
-                for i in 0..per_producer {
-                    tx.send(Box::new(job(i)))
-                        .unwrap_or_else(|_| panic!("the consumer is running"));
-                }
-            })
-        })
-        .collect();
+    let threads = start_producers(producers, per_producer, &barrier, tx.clone(), |tx, job| {
+        tx.send(job)
+            .unwrap_or_else(|_| panic!("the consumer is running"));
+    });
     drop(tx);
     let elapsed = local.block_on(&rt, async {
         SUM.with(|sum| sum.set(0));
@@ -167,18 +184,10 @@ fn run_smol_channel(producers: u64, posts: u64) -> Duration {
     let per_producer = posts / producers;
     let (tx, rx) = async_channel::unbounded::<Job>();
     let barrier = Arc::new(Barrier::new(producers as usize + 1));
-    let threads: Vec<_> = (0..producers)
-        .map(|_| {
-            let (tx, barrier) = (tx.clone(), barrier.clone());
-            thread::spawn(move || {
-                barrier.wait();
-                for i in 0..per_producer {
-                    tx.try_send(Box::new(job(i)))
-                        .unwrap_or_else(|_| panic!("the consumer is running"));
-                }
-            })
-        })
-        .collect();
+    let threads = start_producers(producers, per_producer, &barrier, tx.clone(), |tx, job| {
+        tx.try_send(job)
+            .unwrap_or_else(|_| panic!("the consumer is running"));
+    });
     drop(tx);
     let ex = LocalExecutor::new();
     SUM.with(|sum| sum.set(0));
@@ -228,13 +237,7 @@ const PEERS: [Peer; 3] = [
 ];
 
 fn bench(c: &mut Criterion, posts: u64) {
-    let mut group = c.benchmark_group("post");
-    group
-        .sample_size(10)
-        .sampling_mode(SamplingMode::Flat)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(3))
-        .throughput(Throughput::Elements(posts));
+    let mut group = support::whole_run_group(c, "post", posts);
     for producers in PRODUCERS {
         for peer in PEERS {
             group.bench_with_input(

@@ -485,18 +485,23 @@ async fn t10_panics_are_contained_counted_and_reported_to_join_handles() {
     assert!(!repeating.running(), "a panicking repeat is stopped");
 }
 
+/// The scenarios' random numbers: a fixed-seed xorshift, `next(n)` in `0..n`.
+fn fixed_rng() -> impl FnMut(u64) -> u64 {
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}
+
 /// A fixed-seed scenario with tasks, timers, cancels and nested starts; returns its trace.
 async fn scenario(idle_wait: Duration) -> Vec<(String, u128)> {
     let mut el = EventLoop::builder().idle_wait(idle_wait).build();
     let epoch = Instant::now();
     let log = Log::default();
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut next = fixed_rng();
     let mut tokens = Vec::new();
     for i in 0..40 {
         let l = log.clone();
@@ -609,13 +614,7 @@ const REAL_TIME_SLACK: Duration = Duration::from_millis(6);
 async fn real_time_scenario(idle_wait: Duration) -> RealTimeTrace {
     let mut el = EventLoop::builder().idle_wait(idle_wait).build();
     let labels: TickLog = Rc::default();
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut next = fixed_rng();
     let mut tokens = Vec::new();
     for i in 0..40 {
         let l = labels.clone();

@@ -1,7 +1,10 @@
 //! What the `pause`, `post` and `net` benches share: how the binary was started, and the
 //! median their summary tables report.
 
-use criterion::{BenchmarkFilter, Criterion};
+use std::time::Duration;
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkFilter, BenchmarkGroup, Criterion, SamplingMode, Throughput};
 
 /// How a bench binary was started, and so what it should run.
 pub struct Invocation {
@@ -41,4 +44,22 @@ pub fn median(mut xs: Vec<f64>) -> f64 {
     } else {
         (xs[n / 2 - 1] + xs[n / 2]) / 2.0
     }
+}
+
+/// A criterion group whose one iteration is a whole run of `elements` operations: 10 flat
+/// samples, a short warm-up, 3 s of measurement — the shape every summary bench uses.
+#[allow(dead_code)] // the benches whose iterations are single operations do not use it
+pub fn whole_run_group<'a>(
+    c: &'a mut Criterion,
+    name: &str,
+    elements: u64,
+) -> BenchmarkGroup<'a, WallTime> {
+    let mut group = c.benchmark_group(name);
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(elements));
+    group
 }
