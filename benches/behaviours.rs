@@ -120,14 +120,6 @@ impl std::ops::Add for Cycle {
     }
 }
 
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("tokio runtime")
-}
-
 /// Places `crowd` NPCs at [`CROWD_AT`].
 fn place_crowd(crowd: usize) -> impl FnOnce(&mut World) {
     move |world| {
@@ -153,7 +145,7 @@ fn run_ours(crowd: usize, cycles: usize) -> Vec<Cycle> {
             move |_npc: Npc| behaviour.body(),
         );
     let shard = TestShard::new(Shard::builder().game(move |_| game));
-    paused_runtime().block_on(shard.run(|running| async move {
+    support::paused_runtime().block_on(shard.run(|running| async move {
         let mut times = Vec::with_capacity(cycles);
         for cycle in 1..=cycles {
             let before = counters.polled.get();
@@ -189,7 +181,7 @@ fn run_ours(crowd: usize, cycles: usize) -> Vec<Cycle> {
 /// The same cycles by hand on tokio's `LocalSet`.
 fn run_tokio_local(crowd: usize, cycles: usize) -> Vec<Cycle> {
     let counters = Counters::default();
-    let rt = paused_runtime();
+    let rt = support::paused_runtime();
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async {
         let mut times = Vec::with_capacity(cycles);

@@ -221,19 +221,11 @@ impl Countdown {
     }
 }
 
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("tokio runtime")
-}
-
 /// One run of `ours`: from "every task is parked on its first pause" to "every task has
 /// finished".
 fn run_ours(shape: Shape) -> Measured {
     let Shape { tasks, pauses } = shape;
-    paused_runtime().block_on(async {
+    support::paused_runtime().block_on(async {
         let mut el = EventLoop::builder()
             .tick(Duration::from_millis(PAUSE_MS))
             .build();
@@ -266,7 +258,7 @@ fn run_ours(shape: Shape) -> Measured {
 /// One run of `tokio_local`, timed like [`run_ours`].
 fn run_tokio_local(shape: Shape) -> Measured {
     let Shape { tasks, pauses } = shape;
-    let rt = paused_runtime();
+    let rt = support::paused_runtime();
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async {
         let started = Countdown::new(tasks);

@@ -97,6 +97,23 @@ where
         .collect()
 }
 
+/// Waits for the producers, then checks that every job ran exactly once on the consumer.
+fn join_and_check(
+    threads: Vec<thread::JoinHandle<()>>,
+    producers: u64,
+    per_producer: u64,
+    peer: &str,
+) {
+    for t in threads {
+        t.join().expect("producer");
+    }
+    assert_eq!(
+        SUM.with(Cell::get),
+        expected_sum(producers, per_producer),
+        "{peer}: every job ran once"
+    );
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -130,14 +147,7 @@ fn run_ours(producers: u64, posts: u64) -> Duration {
         let start = Instant::now();
         el.run().await;
         let elapsed = start.elapsed();
-        for t in threads {
-            t.join().expect("producer");
-        }
-        assert_eq!(
-            SUM.with(Cell::get),
-            expected_sum(producers, per_producer),
-            "ours: every post ran once"
-        );
+        join_and_check(threads, producers, per_producer, "ours");
         drop(el);
         elapsed
     })
@@ -168,14 +178,7 @@ fn run_tokio_mpsc(producers: u64, posts: u64) -> Duration {
         .expect("consumer");
         start.elapsed()
     });
-    for t in threads {
-        t.join().expect("producer");
-    }
-    assert_eq!(
-        SUM.with(Cell::get),
-        expected_sum(producers, per_producer),
-        "tokio: every message ran once"
-    );
+    join_and_check(threads, producers, per_producer, "tokio");
     elapsed
 }
 
@@ -200,14 +203,7 @@ fn run_smol_channel(producers: u64, posts: u64) -> Duration {
     });
     futures_lite::future::block_on(ex.run(consumer));
     let elapsed = start.elapsed();
-    for t in threads {
-        t.join().expect("producer");
-    }
-    assert_eq!(
-        SUM.with(Cell::get),
-        expected_sum(producers, per_producer),
-        "smol: every message ran once"
-    );
+    join_and_check(threads, producers, per_producer, "smol");
     elapsed
 }
 

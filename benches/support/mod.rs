@@ -63,3 +63,13 @@ pub fn whole_run_group<'a>(
         .throughput(Throughput::Elements(elements));
     group
 }
+
+/// A current-thread tokio runtime on the paused clock, for benches that time CPU work only.
+#[allow(dead_code)] // the benches that run on the real clock do not use it
+pub fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("tokio runtime")
+}

@@ -291,20 +291,24 @@ impl Clock {
     /// The last boundary at or before `instant` (tick index).
     pub(crate) fn tick_at(&self, instant: Instant) -> u64 {
         let since = instant.saturating_duration_since(self.epoch).as_nanos();
-        // In 64 bits while both fit (584 years): a 128-bit division is a library call, and
-        // this runs for every pause and timer started.
-        match (u64::try_from(since), u64::try_from(self.tick_nanos())) {
-            (Ok(since), Ok(tick)) => since / tick,
-            _ => u64::try_from(since / self.tick_nanos()).unwrap_or(u64::MAX),
-        }
+        self.ticks_in(since, false)
     }
 
     /// The first boundary at or after `epoch + offset` (tick index), saturating.
     pub(crate) fn tick_ceil(&self, offset: Duration) -> u64 {
-        let nanos = offset.as_nanos();
-        match (u64::try_from(nanos), u64::try_from(self.tick_nanos())) {
-            (Ok(nanos), Ok(tick)) => nanos.div_ceil(tick),
-            _ => u64::try_from(nanos.div_ceil(self.tick_nanos())).unwrap_or(u64::MAX),
+        self.ticks_in(offset.as_nanos(), true)
+    }
+
+    /// Whole ticks in `nanos` (rounded up if `up`), saturating. In 64 bits while both fit
+    /// (584 years): a 128-bit division is a library call, and this runs for every pause and
+    /// timer started.
+    fn ticks_in(&self, nanos: u128, up: bool) -> u64 {
+        let tick = self.tick_nanos();
+        match (u64::try_from(nanos), u64::try_from(tick)) {
+            (Ok(nanos), Ok(tick)) if up => nanos.div_ceil(tick),
+            (Ok(nanos), Ok(tick)) => nanos / tick,
+            _ if up => u64::try_from(nanos.div_ceil(tick)).unwrap_or(u64::MAX),
+            _ => u64::try_from(nanos / tick).unwrap_or(u64::MAX),
         }
     }
 

@@ -524,8 +524,7 @@ impl EventLoop {
                 .core
                 .shared
                 .take_posted(&mut self.posted, POSTED_PER_ITERATION);
-            let posts = &self.core.counters.posts_taken;
-            posts.set(posts.get() + taken as u64);
+            Counters::add(&self.core.counters.posts_taken, taken);
         }
         let profile = &self.core.profile;
         let mut since = profile.mark(); // read only with the profile (see run_timers)

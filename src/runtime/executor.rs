@@ -270,8 +270,7 @@ impl Executor {
         {
             let mut remote = self.remote.borrow_mut();
             let taken = core.shared.take_remote_wakes(&mut remote);
-            let counted = &core.counters.remote_wakes_taken;
-            counted.set(counted.get() + taken as u64);
+            Counters::add(&core.counters.remote_wakes_taken, taken);
             for waker in remote.drain(..) {
                 // Cleared first: a remote wake from now on is queued again, never lost.
                 waker.remote_queued.store(false, Ordering::Release);

@@ -40,6 +40,10 @@ impl Counters {
         cell.set(cell.get() + 1);
     }
 
+    pub(crate) fn add(cell: &Cell<u64>, n: usize) {
+        cell.set(cell.get() + n as u64);
+    }
+
     /// Times the loop thread blocked and was woken since the loop was built (a system call:
     /// call it on the loop thread, per snapshot, not per iteration).
     pub(crate) fn thread_wakeups(&self) -> u64 {
