@@ -42,3 +42,9 @@ pub use runtime::{
 #[cfg(doctest)]
 #[doc = include_str!("../docs/game-logic.md")]
 pub struct GameLogicGuide;
+
+/// The README: its Rust code blocks are compiled by `cargo test` as doctests, so the first
+/// code a newcomer reads builds against today's API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct Readme;
