@@ -3,8 +3,9 @@
 //! Chromium, `/healthz` against a loop blocked on purpose, the connection bound against many
 //! idle clients, and a bad or busy address.
 //!
-//! `promtool`, `prometheus` (Debian's `prometheus`) and `chromium` are installed by `.ci/run`;
-//! a test that cannot find them fails unless `SHARDLOOP_ALLOW_SKIP=1`.
+//! `promtool`, `prometheus` (Debian's `prometheus`) and `chromium` are installed by
+//! `scripts/test`; a test that cannot find them fails naming them (`common::tools`), unless
+//! `SHARDLOOP_ALLOW_SKIP=1`.
 
 mod common;
 
@@ -18,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use common::binary::{shardloop, spawn_logged};
 use common::deadline::{run_within, watchdog};
-use common::skip;
 use shardloop::metrics::server::MAX_CONNECTIONS;
 use shardloop::metrics::{MetricsServer, PersistFacts, Settings, Sources, WorldCounts};
 use shardloop::runtime::history::{LoopSecond, Part};
@@ -59,22 +59,6 @@ fn poll<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) ->
         assert!(began.elapsed() < limit, "{what}: not within {limit:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// True if `tool --version` runs; otherwise says why the test cannot run.
-fn have(tool: &str, package: &str) -> bool {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !found {
-        skip::cannot_run(format!(
-            "{tool} is not installed (Debian package {package}; .ci/run installs it)"
-        ));
-    }
-    found
 }
 
 /// A free loopback port (bound and released: Prometheus takes a fixed address).
@@ -123,7 +107,7 @@ impl Drop for Killed {
 #[test]
 fn the_shard_s_metrics_pass_promtool_and_a_real_prometheus_scrapes_them() {
     let _watchdog = watchdog(Duration::from_secs(90), "promtool and prometheus");
-    if !have("promtool", "prometheus") || !have("prometheus", "prometheus") {
+    if !common::tools::need(&["promtool", "prometheus"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -330,7 +314,7 @@ fn history() -> Vec<LoopSecond> {
 #[test]
 fn the_status_page_renders_the_chart_and_the_verdict_in_headless_chromium() {
     let _watchdog = watchdog(Duration::from_secs(90), "chromium");
-    if !have("chromium", "chromium") {
+    if !common::tools::need(&["chromium"]) {
         return;
     }
     let endpoint = endpoint(Settings::default(), history());
@@ -493,7 +477,7 @@ fn many_idle_clients_do_not_stop_a_scrape_and_hold_a_bounded_number_of_connectio
 
 #[test]
 fn the_example_alert_rules_pass_promtool_check_and_their_unit_tests() {
-    if !have("promtool", "prometheus") {
+    if !common::tools::need(&["promtool"]) {
         return;
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/monitoring");

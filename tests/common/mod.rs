@@ -17,4 +17,5 @@ pub mod fd_limit;
 pub mod mutate;
 pub mod skip;
 pub mod tmpfs;
+pub mod tools;
 pub mod tree;

@@ -1,10 +1,28 @@
-//! A small tmpfs to fill up, run out of inodes on or remount read-only (root or
-//! CAP_SYS_ADMIN). Unmounted on drop.
+//! A small tmpfs to fill up, run out of inodes on or remount read-only. Unmounted on drop.
+//!
+//! Mounting needs root (CAP_SYS_ADMIN). A test run by another user gets it the way
+//! containers do: [`Tmpfs::mount_or_skip`] runs the calling test again in a child process
+//! inside a new user and mount namespace (`unshare --user --map-root-user --mount`), where
+//! the test is root of mounts no one else sees, and passes on the child's verdict. Where the
+//! kernel refuses unprivileged user namespaces (`kernel.unprivileged_userns_clone = 0`, or an
+//! AppArmor policy restricting them) the test cannot run, and says so.
+//!
+//! The child is the same test binary filtered to the one test, so everything the test does —
+//! the shard binary it starts, the `mount` and `umount` it runs — happens inside the
+//! namespace. A process cannot enter a new user namespace itself once it has threads, which
+//! a test binary always has: hence the child.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use super::skip;
+use super::{deadline, skip};
+
+/// Set in the child, so a mount that fails there too is final instead of another child.
+const IN_NAMESPACE: &str = "SHARDLOOP_TEST_IN_USERNS";
+
+/// How long the child may take: the slowest tmpfs test runs in seconds.
+const CHILD_LIMIT: Duration = Duration::from_secs(240);
 
 pub struct Tmpfs {
     /// The mount point.
@@ -35,13 +53,23 @@ impl Tmpfs {
         Ok(Tmpfs { mnt, dir })
     }
 
-    /// [`Tmpfs::mount`], or "cannot run here" (see [`skip::cannot_run`]) and `None`.
+    /// [`Tmpfs::mount`] for the calling test. `None` means the test is over in this process
+    /// and the caller returns: either it ran, whole, in a user-namespace child (which
+    /// passed; a failure there fails this test with the child's output), or it cannot run
+    /// here at all ([`skip::cannot_run`]).
     #[track_caller]
     pub fn mount_or_skip(options: &str) -> Option<Tmpfs> {
-        skip::or_skip(
-            Tmpfs::mount(options),
-            "cannot mount a tmpfs (needs root or CAP_SYS_ADMIN)",
-        )
+        match Tmpfs::mount(options) {
+            Ok(fs) => Some(fs),
+            Err(e) if is_root() || std::env::var_os(IN_NAMESPACE).is_some() => {
+                skip::cannot_run(format!("cannot mount a tmpfs: {e}"));
+                None
+            }
+            Err(_) => {
+                rerun_in_user_namespace();
+                None
+            }
+        }
     }
 
     /// A directory outside the mount, for a process's working directory.
@@ -81,4 +109,59 @@ impl Drop for Tmpfs {
             let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
         }
     }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs the calling test (named by its thread, as libtest names them) in a user and mount
+/// namespace of its own, and fails this test if it failed there.
+#[track_caller]
+fn rerun_in_user_namespace() {
+    let thread = std::thread::current();
+    let test = thread
+        .name()
+        .filter(|name| *name != "main")
+        .expect("a tmpfs test runs on libtest's thread named after it");
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--user", "--map-root-user", "--mount", "--"])
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(IN_NAMESPACE, "1");
+    let spawned = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let out = match spawned {
+        Ok(child) => deadline::output_within(child, CHILD_LIMIT),
+        Err(e) => {
+            skip::cannot_run(format!(
+                "not root, and cannot run unshare for a user namespace: {e}"
+            ));
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // What the child printed belongs to this test's output (shown when it fails).
+    print!("{stdout}");
+    eprint!("{stderr}");
+    if !stdout.contains("running 1 test") {
+        // The namespace was refused before the test binary started.
+        skip::cannot_run(format!(
+            "cannot mount a tmpfs: not root, and this kernel refuses an unprivileged user \
+             namespace ({})",
+            stderr.trim()
+        ));
+        return;
+    }
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{test} failed in its user namespace ({}); its output is above",
+        out.status
+    );
 }
