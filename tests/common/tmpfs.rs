@@ -78,8 +78,10 @@ impl Tmpfs {
     }
 
     pub fn remount(&self, options: &str) {
+        // The type and source named: inside a user namespace, util-linux's `mount -o
+        // remount` without them fails ("mount point not mounted or bad option").
         let status = Command::new("mount")
-            .args(["-o", &format!("remount,{options}")])
+            .args(["-t", "tmpfs", "-o", &format!("remount,{options}"), "tmpfs"])
             .arg(&self.mnt)
             .status()
             .expect("run mount");
