@@ -1,5 +1,53 @@
-//! shardloop: the core of a game shard — one thread, one deterministic event loop that runs
-//! timers, packet handlers and game logic written as `async fn`s.
+//! shardloop: the core of a game shard — a persistent online world server — on tokio. One
+//! thread runs all game logic (timers, packet handlers, NPC behaviour written as `async fn`s)
+//! in one deterministic event loop, flat out when there is work and at almost no cost when
+//! there is none, never firing a timer early.
+//!
+//! This page is for two readers: the operator who runs a shard and the game developer who
+//! writes a game on it. The guides are markdown files in the repository, named here by path;
+//! the map of the source (modules, what each owns, which way data flows) is
+//! `docs/architecture.md`, and the measured costs are in `docs/performance.md`.
+//!
+//! # Operators: running a shard
+//!
+//! - **Start it** with `cargo run --release`: the demo shard loads its world from `data/`
+//!   (generating one the first time), listens for players on port 2593 and saves every hour.
+//!   Other commands of the binary: `check-config`, `probe-host`, `restore`, `loadgen`,
+//!   `chart` (`cargo run --release -- --help`).
+//! - **Configuration**: `config/shard.toml`, every key documented in place, overridden by
+//!   `SHARD_*` environment variables and flags; `shardloop check-config` prints the result and
+//!   where each value came from. Every key and error: `docs/configuration.md`.
+//! - **Console**: type `help` on stdin for the commands (`status`, `save`, `loopstats`,
+//!   `dumptimers`, `shutdown`, ...). Ctrl-C saves and stops.
+//! - **Logs** go to stderr, filtered by `RUST_LOG` (`--log-format json` for collectors), with
+//!   a `loop:` health line every `server.loop_stats_interval`. Reading them when the loop is
+//!   slow, the `loop-profiling` build and `loopstats`: `docs/debugging.md`.
+//! - **Metrics**: `[metrics] listen` turns on `/metrics` (Prometheus), `/healthz` and a
+//!   status page, served from a thread of their own: `docs/monitoring.md`.
+//! - **The host** a shard needs, sizing and tuning: `docs/server-requirements.md`
+//!   (`shardloop probe-host` grades a machine). **Saves, backups, archives** and
+//!   `shardloop restore`: `docs/backups-and-archives.md`.
+//!
+//! # Game developers: the API
+//!
+//! - **A game** is a [`game::Game`]: its packets, per-NPC behaviours, start hooks and console
+//!   commands, registered from your own crate without editing shardloop. A shard runs it:
+//!   `Shard::builder().game(..)` ([`shard::Shard::builder`], [`shard::ShardBuilder::game`]),
+//!   then [`shard::ShardBuilder::main`] for a whole process. Guide: `docs/game-logic.md`
+//!   (worked example: `examples/town_crier.rs`).
+//! - **Time**: [`timer::pause`] in async code, [`timer::after`] and [`timer::every`] for
+//!   callbacks, all on the loop's tick boundaries — never early, no drift, FIFO. The rules
+//!   and the wheel: `docs/timers.md`.
+//! - **Tasks**: [`spawn`] runs a future on the loop thread (it need not be `Send`);
+//!   [`LoopContext`] posts work to the loop from other threads. What runs on which thread,
+//!   and what must never block: `docs/threading-model.md`.
+//! - **Packets**: the wire format, every packet and disconnect reason, adding a handler:
+//!   `docs/protocol.md`.
+//! - **Tests**: [`testkit`] runs a whole shard on the test's paused clock
+//!   ([`testkit::TestShard`]) with loopback players ([`testkit::TestPlayer`]), so an
+//!   hour-long behaviour is tested in milliseconds.
+//!
+//! The loop alone, without a shard — a task that pauses on the loop thread:
 //!
 //! ```no_run
 //! use shardloop::{EventLoop, timer};
@@ -15,8 +63,6 @@
 //!         .await;
 //! }
 //! ```
-//!
-//! See `docs/` for the guides: `timers.md`, `threading-model.md`, `performance.md`.
 
 pub mod config;
 pub mod game;

@@ -195,7 +195,7 @@ impl Running {
     }
 
     /// A new connection logged in as `name` (it stands at
-    /// [`start_location`](crate::game::start_location)`(name)`).
+    /// [`start_location`]`(name)`).
     pub async fn login(&self, name: &str) -> TestPlayer {
         let mut player = self.connect().await;
         player.login(name).await;

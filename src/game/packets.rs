@@ -5,7 +5,7 @@
 //!
 //! The demo game ([`super::demo`]) registers every entry of [`PACKETS`]: an id, a name, who
 //! may send it, and one plain function `fn(&mut Packet, &[u8]) -> Result<(), BadPacket>`
-//! ([`super::dispatch`] does the borrowing). The network layer knows only framing and ping.
+//! (`dispatch.rs` does the borrowing). The network layer knows only framing and ping.
 //!
 //! This is where the world and the network meet: the world never sees a socket and the server
 //! never sees an entity. Handlers run in the Network phase; they must never do I/O (they only

@@ -1,6 +1,6 @@
 //! Networking: players' TCP connections, handled inline on the loop thread.
 //!
-//! A [`Net`] server owns the listeners ([`listener`], built with socket2) and the open
+//! A [`Net`] server owns the listeners (`listener.rs`, built with socket2) and the open
 //! connections ([`Sessions`]); a [`backend`] moves the bytes — tokio's epoll reactor, or
 //! io_uring where compiled in and allowed. Packets are framed as described in
 //! `docs/protocol.md` ([`frame`]) and handed to the handlers game code registered

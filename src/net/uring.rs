@@ -11,7 +11,7 @@
 //! talking to the kernel: when the ring has completions it drains them into the connections'
 //! buffers and raises their wakers (so the loop's `Signal` sees them like epoll readiness), and
 //! whenever the loop queued work (a receive re-armed by `read`, a send queued by `write`) it
-//! submits it, [`SUBMIT_BATCH`] entries per `io_uring_enter`. The kernel does real work inside
+//! submits it, `SUBMIT_BATCH` (32) entries per `io_uring_enter`. The kernel does real work inside
 //! that call (the sends, and the receives that completed meanwhile), so a run does one batch
 //! and, with more left, yields behind the loop: a busy loop iterates, timers first, between
 //! two batches. The driver runs when the loop future yields or parks, so the Flush phase's
@@ -19,8 +19,8 @@
 //! runtime.
 //!
 //! Owns: the ring, the driver, the sockets and their buffers. Every buffer is bounded (one
-//! receive buffer, [`OUTBOX_LIMIT`] of output, [`ACCEPT_QUEUE`] accepted connections), so a
-//! flood or a slow peer costs back-pressure, not memory.
+//! receive buffer, `OUTBOX_LIMIT` (64 KiB) of output, `ACCEPT_QUEUE` (64) accepted
+//! connections), so a flood or a slow peer costs back-pressure, not memory.
 //!
 //! Must never parse packets, never block the phase that calls it, and never free or move a
 //! buffer the kernel may still write to or read from.

@@ -2,7 +2,7 @@
 //! leaves either the old state or the new one, never a torn file.
 //!
 //! - [`create`] / [`write_new`]: a new file, filled and fsynced before it is called done;
-//! - [`write`]: the same for a file that may already exist (it is truncated);
+//! - [`write()`]: the same for a file that may already exist (it is truncated);
 //! - [`Replacement`] / [`replace`]: a file replaced atomically — written under a temporary
 //!   name next to it, fsynced, optionally checked, renamed over the target, and the directory
 //!   fsynced so the rename itself survives a crash;

@@ -7,8 +7,9 @@
 //! backup. At every instant a complete, loadable save is on disk. See `docs/save-format.md`.
 //!
 //! - [`codec`]: the byte layout of each entity type, per version;
-//! - [`file`]: one checksummed file of records; [`manifest`]: what makes a directory a save;
-//! - [`snapshot`], [`save`], [`load`]: taking, writing and reading a save;
+//! - [`file`](mod@file): one checksummed file of records; [`manifest`]: what makes a
+//!   directory a save;
+//! - [`snapshot`], [`save`], [`load`](mod@load): taking, writing and reading a save;
 //! - [`layout`]: where saves, backups and temp directories live, the swap, crash recovery;
 //! - [`saver`]: saves on the loop, never overlapping; [`autosave`], [`schedule`], [`clock`]:
 //!   when they happen;

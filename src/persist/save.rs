@@ -45,7 +45,7 @@ pub struct Saved {
     pub took: Duration,
 }
 
-/// [`write`] on a dedicated low-priority thread (see [`super::background`]); blocks until it
+/// [`write()`] on a dedicated low-priority thread (see [`super::background`]); blocks until it
 /// is done. Call it from `spawn_blocking`.
 pub fn write_in_background(
     layout: &Layout,

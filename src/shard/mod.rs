@@ -1,6 +1,6 @@
 //! The shard: one configuration, one world, one event loop. This module wires the network
 //! server (Network and Flush phases, the demo protocol of [`crate::game`]), the world's Deltas
-//! phase, the demo game logic, the operator console ([`console`]), saving ([`saving`]) and
+//! phase, the demo game logic, the operator console ([`console`]), saving (`saving.rs`) and
 //! the `loop:` status line ([`status`]) onto the loop, runs it until something asks it to
 //! stop, and then stops in order.
 //!

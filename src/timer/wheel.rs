@@ -6,15 +6,16 @@
 //!
 //! # Layout
 //!
-//! Six [levels](level). Level 0 has 4096 slots of one tick; levels 1 to 5 have 64 slots, a
-//! slot of level `L` covering `2^(12 + 6·(L−1))` ticks: 4096 ticks on level 1, 2^36 on level 5.
-//! The whole wheel spans 2^42 ticks (~1 115 years at 8 ms). Read a tick as a 12-bit digit
-//! (level 0) under 6-bit digits (levels 1–5): an entry due at tick `due` is placed on the level
-//! of the highest digit in which `due` differs from `elapsed` (see [`level_for`]). When
-//! `elapsed` reaches the first tick of an upper slot, the slot is *cascaded*: each entry is
-//! placed again, relative to the new `elapsed`, and so lands on a lower level, eventually
-//! level 0, where a slot holds exactly one due tick. A wide level 0 means that every delay
-//! under 4096 ticks (~33 s at 8 ms) goes straight to its tick and is never cascaded.
+//! Six levels (`wheel/level.rs`). Level 0 has 4096 slots of one tick; levels 1 to 5 have 64
+//! slots, a slot of level `L` covering `2^(12 + 6·(L−1))` ticks: 4096 ticks on level 1, 2^36
+//! on level 5. The whole wheel spans 2^42 ticks (~1 115 years at 8 ms). Read a tick as a
+//! 12-bit digit (level 0) under 6-bit digits (levels 1–5): an entry due at tick `due` is
+//! placed on the level of the highest digit in which `due` differs from `elapsed` (see
+//! `level_for`). When `elapsed` reaches the first tick of an upper slot, the slot is
+//! *cascaded*: each entry is placed again, relative to the new `elapsed`, and so lands on a
+//! lower level, eventually level 0, where a slot holds exactly one due tick. A wide level 0
+//! means that every delay under 4096 ticks (~33 s at 8 ms) goes straight to its tick and is
+//! never cascaded.
 //!
 //! Levels are disjoint in time: everything on level `L` is due inside `elapsed`'s current
 //! level-`L+1` block, and everything above it later, so the first occupied slot of the lowest
@@ -23,7 +24,7 @@
 //!
 //! # Storage and stamps
 //!
-//! Entries (value, due tick, stamp) live in a generational [slab](crate::slab); slot lists hold
+//! Entries (value, due tick, stamp) live in a generational slab (`src/slab.rs`); slot lists hold
 //! 16-byte *placements* (slab index, stamp, low 32 bits of the due tick). Every insert or
 //! reschedule takes the next *stamp* (even numbers; bit 0, `FIRED`, marks a yielded entry).
 //! Cancellation is lazy: a placement whose stamp is no longer its entry's is garbage, skipped

@@ -1,7 +1,7 @@
 //! Whether a file is what its name says: an archive of a save. Two bounded reads, both
 //! through [`bounded`] and its [`Limits`]:
 //!
-//! - [`manifest`]: finds the archive's `manifest.toml` (at its root or in one top folder) and
+//! - [`manifest()`]: finds the archive's `manifest.toml` (at its root or in one top folder) and
 //!   reads it, refusing one over [`MAX_MANIFEST_BYTES`]; it stops there (`restore --list`);
 //! - [`verify`]: reads every entry to the end and checks that the manifest is there, parses,
 //!   and that each data file it names is in the archive, next to it, with the size and CRC-32

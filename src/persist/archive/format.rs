@@ -80,7 +80,7 @@ pub fn write(
     fsio::create(path, |file| write_to(file, format, level, files))
 }
 
-/// [`write`] into `out` (buffered here), without the fsync: the caller owns the file's
+/// [`write()`] into `out` (buffered here), without the fsync: the caller owns the file's
 /// durability (a rollup writes through `fsio::Replacement`).
 pub fn write_to<W: Write + io::Seek>(
     out: W,

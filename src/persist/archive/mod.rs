@@ -1,7 +1,7 @@
 //! Archives: replaced saves rolled up into hourly, daily and monthly archives, their
 //! retention, and restoring a save from one. See `docs/backups-and-archives.md`.
 //!
-//! - [`format`]: the four archive encodings, written and read back;
+//! - [`format`](mod@format): the four archive encodings, written and read back;
 //! - [`rollup`]: one rollup run and retention, on a blocking thread; [`archiver`]: runs them
 //!   off the loop, one at a time;
 //! - [`bounded`]: the limits, and the one way an untrusted archive is opened and read

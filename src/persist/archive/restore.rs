@@ -2,9 +2,9 @@
 //! back where it was.
 //!
 //! An archive (any of the four formats, made by a rollup or by hand with `tar` or `zip`) is
-//! unpacked into a fresh temp directory ([`extract`](super::extract): the untrusted-input
+//! unpacked into a fresh temp directory ([`extract`]: the untrusted-input
 //! boundary, with its checks and [`Limits`]), checked as a loadable save (manifest,
-//! checksums, every record: [`load`](crate::persist::load)), and only then put in place as
+//! checksums, every record: [`load()`]), and only then put in place as
 //! `Saves/`. The save it replaces moves to `Backups/Restored-<UTC time>/` and the archive to
 //! `Archives/Restored/`: nothing is deleted. A restore refused before the moves leaves every
 //! file where it was and removes its temp directory; one that fails part-way through the

@@ -4,14 +4,14 @@
 //! - a *reader* thread does the blocking reads, cuts lines (at most [`MAX_LINE`] bytes),
 //!   checks they are UTF-8 and sends them over a channel;
 //! - a loop *task* answers each line with the shard's command table ([`language`],
-//!   [`commands`]) — on the loop thread, so a command may look at the world directly;
+//!   `commands`) — on the loop thread, so a command may look at the world directly;
 //! - a *printer* thread writes the answers, so a slow terminal or pipe never stalls a tick.
 //!
 //! Bad input — garbage, a line over 64 KiB, bytes that are not UTF-8 — gets one error line and
 //! changes nothing. A closed stdin (`</dev/null`, a service manager) just ends the reader.
 //!
 //! This module owns the console's threads and its plumbing; what the commands are is
-//! [`commands`]'s business. It must never block the loop thread.
+//! `commands`' business. It must never block the loop thread.
 
 pub(super) mod commands;
 pub mod language;
