@@ -89,8 +89,10 @@ pub use runtime::{
 #[doc = include_str!("../docs/game-logic.md")]
 pub struct GameLogicGuide;
 
-/// The README: its Rust code blocks are compiled by `cargo test` as doctests, so the first
-/// code a newcomer reads builds against today's API.
+/// The README: its Rust code blocks are compiled by `cargo test` as doctests, without a
+/// single warning, so the first code a newcomer reads and copies builds cleanly against
+/// today's API.
 #[cfg(doctest)]
+#[doc(test(attr(deny(warnings))))]
 #[doc = include_str!("../README.md")]
 pub struct Readme;
