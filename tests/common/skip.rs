@@ -40,7 +40,7 @@ pub fn cannot_run(why: impl Display) {
     );
 }
 
-/// Appends "test: why" to the skip log, if there is one. A write that fails is reported,
+/// Appends "test<TAB>why" to the skip log, if there is one. A write that fails is reported,
 /// not ignored: the count at the end of `scripts/test` would otherwise be short.
 fn record(test: &str, why: &impl Display) {
     let Some(path) = std::env::var_os(SKIP_LOG) else {
@@ -50,7 +50,7 @@ fn record(test: &str, why: &impl Display) {
         .create(true)
         .append(true)
         .open(&path)
-        .and_then(|mut f| writeln!(f, "{test}: {why}"));
+        .and_then(|mut f| writeln!(f, "{test}\t{why}"));
     if let Err(e) = appended {
         panic!("cannot record a skip in {}: {e}", path.to_string_lossy());
     }
