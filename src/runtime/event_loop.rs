@@ -85,7 +85,6 @@ pub struct EventLoopBuilder {
     late_wake_percent: u32,
     tick: Duration,
     probe_host: Option<Probe>,
-    yield_through_park: bool,
     spin_before_park: Duration,
     handlers: Vec<(Slot, Handler)>,
 }
@@ -111,7 +110,6 @@ impl Default for EventLoopBuilder {
             late_wake_percent: DEFAULT_LATE_WAKE_PERCENT,
             tick: DEFAULT_TICK,
             probe_host: None,
-            yield_through_park: false,
             spin_before_park: DEFAULT_SPIN_BEFORE_PARK,
             handlers: Vec::new(),
         }
@@ -154,16 +152,6 @@ impl EventLoopBuilder {
     /// need a known verdict whatever host they run on.
     pub fn probe_host_with(mut self, probe: impl FnOnce(Duration) -> bool + 'static) -> Self {
         self.probe_host = Some(Box::new(probe));
-        self
-    }
-
-    /// When the loop has work pending (or `idle_wait` is zero) it lets tokio poll its
-    /// drivers between iterations without parking. With this on it goes through a real,
-    /// zero-length park instead, so the runtime's park hooks run every iteration: needed on a
-    /// runtime that submits queued I/O only from a park hook (tokio-uring's does). Neither
-    /// network backend here needs it. Off by default.
-    pub fn yield_through_park(mut self, on: bool) -> Self {
-        self.yield_through_park = on;
         self
     }
 
@@ -219,7 +207,6 @@ impl EventLoopBuilder {
             broken: None,
             idle_wait: self.idle_wait,
             probe_host: self.probe_host,
-            yield_through_park: self.yield_through_park,
             spin_before_park: self.spin_before_park,
             spin_until: None,
             wakes_seen: 0,
@@ -239,7 +226,6 @@ pub struct EventLoop {
     broken: Option<Fault>,
     idle_wait: Duration,
     probe_host: Option<Probe>,
-    yield_through_park: bool,
     spin_before_park: Duration,
     /// End of the current spin window (real time), if one is open.
     spin_until: Option<std::time::Instant>,
@@ -567,11 +553,7 @@ impl EventLoop {
             || !core.health.borrow_mut().may_sleep(now)
         {
             core.shared.set_running(false);
-            if self.yield_through_park {
-                self.park.yield_through_park().await;
-            } else {
-                tokio::task::yield_now().await;
-            }
+            tokio::task::yield_now().await;
             return Part::Network;
         }
         let next_due = core

@@ -166,45 +166,29 @@ impl Health {
             until: now + suspension,
         };
         let s = self.last_sample;
-        // Every backoff is visible at the default level: the first two at info (a busy host
-        // moment), the ones after at warn (the host keeps doing it).
-        if self.backoffs_in_row <= 2 {
-            tracing::info!(
-                backoff = self.backoffs_in_row,
-                late = s.late,
-                sleeps = s.sleeps,
-                asked = ?s.asked,
-                overshoot = ?s.overshoot,
-                ?suspension,
-                "idle sleeps returned late two seconds in a row ({} of {} sleeps in the last;                  worst: asked {:?}, overshot by {:?}); suspending sleep for {:?}",
-                s.late,
-                s.sleeps,
-                s.asked,
-                s.overshoot,
-                suspension
-            );
-        } else {
-            tracing::warn!(
-                backoff = self.backoffs_in_row,
-                late = s.late,
-                sleeps = s.sleeps,
-                asked = ?s.asked,
-                overshoot = ?s.overshoot,
-                ?suspension,
-                "the host keeps returning idle sleeps late ({} of {} sleeps in the last                  second; worst: asked {:?}, overshot by {:?}); suspending sleep for {:?}",
-                s.late,
-                s.sleeps,
-                s.asked,
-                s.overshoot,
-                suspension
-            );
-        }
+        // Every backoff at warn: an operator who greps warnings must see the host misbehave
+        // from the first one, not only once it has happened three times in a row.
+        tracing::warn!(
+            backoff = self.backoffs_in_row,
+            late = s.late,
+            sleeps = s.sleeps,
+            asked = ?s.asked,
+            overshoot = ?s.overshoot,
+            ?suspension,
+            "the host returned idle sleeps late two seconds in a row ({} of {} sleeps in the \
+             last second; worst: asked {:?}, overshot by {:?}); suspending sleep for {:?}",
+            s.late,
+            s.sleeps,
+            s.asked,
+            s.overshoot,
+            suspension
+        );
         if suspension == MAX_SUSPENSION && !self.ceiling_reported {
             self.ceiling_reported = true;
             tracing::error!(
                 "sleep backoff reached its {}s ceiling: this host does not schedule the \
                  process promptly. Give the shard a dedicated CPU, or set \
-                 server.idle_wait = 0ms to spin instead of sleeping",
+                 server.idle_wait = \"0ms\" to spin instead of sleeping",
                 MAX_SUSPENSION.as_secs()
             );
         }
@@ -326,6 +310,130 @@ mod tests {
         second(&mut h, &mut now, 10, 10);
         second(&mut h, &mut now, 10, 10);
         assert_eq!(h.suspended_for(now), Some(Duration::from_secs(5)));
+    }
+
+    /// A `tracing` writer into a shared buffer: what the binary's subscriber would print.
+    #[derive(Clone, Default)]
+    struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Log {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
+        type Writer = Log;
+        fn make_writer(&'a self) -> Log {
+            self.clone()
+        }
+    }
+
+    impl Log {
+        fn lines(&self) -> Vec<String> {
+            let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+            text.lines().map(str::to_owned).collect()
+        }
+    }
+
+    /// The backoff's words are what operators grep for and what debugging.md quotes, so the
+    /// test reads the line as the log subscriber formats it, not the format string.
+    #[test]
+    fn every_backoff_logs_one_warn_line_that_debugging_md_quotes() {
+        let log = Log::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .without_time()
+            .with_max_level(tracing::Level::TRACE)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let mut now = Instant::now();
+            let mut h = Health::new(now, 1, 25, false);
+            for _ in 0..7 {
+                second(&mut h, &mut now, 10, 10);
+                second(&mut h, &mut now, 10, 10);
+                now += h.suspended_for(now).expect("suspended");
+                assert!(h.may_sleep(now));
+            }
+        });
+        let lines = log.lines();
+        let first = "WARN shardloop::runtime::health: the host returned idle sleeps late two \
+                     seconds in a row (10 of 10 sleeps in the last second; worst: asked 8ms, \
+                     overshot by 9ms); suspending sleep for 5s backoff=1 late=10 sleeps=10 \
+                     asked=8ms overshoot=9ms suspension=5s";
+        assert_eq!(
+            lines.first().map(|l| l.trim_start()),
+            Some(first),
+            "{lines:#?}"
+        );
+        let backoffs: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains("suspending sleep for"))
+            .collect();
+        assert_eq!(backoffs.len(), 7, "one line per backoff: {lines:#?}");
+        for line in &backoffs {
+            assert!(line.trim_start().starts_with("WARN "), "{line}");
+            assert!(line.contains(" in the last second; "), "{line}");
+            assert!(!line.trim_start().contains("  "), "a run of spaces: {line}");
+        }
+        assert!(
+            backoffs[6].contains("suspending sleep for 120s backoff=7 "),
+            "{backoffs:#?}"
+        );
+        let ceiling = "ERROR shardloop::runtime::health: sleep backoff reached its 120s ceiling: \
+                       this host does not schedule the process promptly. Give the shard a \
+                       dedicated CPU, or set server.idle_wait = \"0ms\" to spin instead of \
+                       sleeping";
+        let errors: Vec<&str> = lines
+            .iter()
+            .map(|l| l.trim_start())
+            .filter(|l| l.starts_with("ERROR"))
+            .collect();
+        assert_eq!(errors, [ceiling], "the ceiling is reported once");
+        assert_eq!(lines.len(), 8, "nothing else is logged: {lines:#?}");
+
+        assert_quoted(&[first, ceiling]);
+    }
+
+    /// A probe with a zero tick finds every sleep late: the error path, on any host.
+    #[test]
+    fn the_probe_refusal_is_the_error_line_debugging_md_quotes() {
+        let log = Log::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .without_time()
+            .finish();
+        let trusted = tracing::subscriber::with_default(subscriber, || probe(Duration::ZERO));
+        assert!(!trusted);
+        let lines = log.lines();
+        let [line] = lines.as_slice() else {
+            panic!("one line: {lines:#?}")
+        };
+        let refusal = "ERROR shardloop::runtime::health: startup probe: this host overshoots a \
+                       1 ms sleep by a tick or more; the loop will never sleep (verdict: \
+                       spinning, host unsupported) median=";
+        assert!(line.trim_start().starts_with(refusal), "{line}");
+        assert!(line.ends_with(" tick=0ns"), "{line}");
+        assert_quoted(&[refusal]);
+    }
+
+    /// Fails unless docs/debugging.md holds each line's text after its target.
+    fn assert_quoted(lines: &[&str]) {
+        let guide = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/debugging.md");
+        let guide = std::fs::read_to_string(guide).expect("docs/debugging.md");
+        for line in lines {
+            let message = line.split_once(": ").expect("a target").1;
+            assert!(
+                guide.contains(message),
+                "docs/debugging.md must quote the emitted text:\n{message}"
+            );
+        }
     }
 
     #[test]

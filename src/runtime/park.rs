@@ -116,42 +116,6 @@ impl Park {
         }
     }
 
-    /// Lets tokio run once *through a real park*, without blocking: the timerfd is armed to
-    /// expire at once, so the reactor's wait returns immediately. Costs a few syscalls more
-    /// than `yield_now`, which tokio services with a zero-timeout poll of its drivers that
-    /// skips the runtime's park hooks — and tokio-uring submits queued I/O only from its
-    /// park hook. Falls back to `yield_now` without a timerfd.
-    pub(crate) async fn yield_through_park(&mut self) {
-        self.ensure_timerfd();
-        let Some(fd) = &self.timerfd else {
-            tokio::task::yield_now().await;
-            return;
-        };
-        let mut armed = false;
-        poll_fn(|cx| {
-            while let Poll::Ready(Ok(mut guard)) = fd.poll_read_ready(cx) {
-                let expired = guard.get_inner().expired();
-                guard.clear_ready();
-                if armed && expired {
-                    return Poll::Ready(());
-                }
-            }
-            // Readiness is clear and our waker registered: only the reactor, polling inside
-            // the park, can see the expiry we arm now.
-            if !armed {
-                armed = true;
-                if fd.get_ref().arm(Duration::from_nanos(1)).is_err() {
-                    // Nothing would wake us: make it a plain yield instead.
-                    cx.waker().wake_by_ref();
-                }
-            }
-            Poll::Pending
-        })
-        .await;
-        // Its one expiry was consumed above.
-        self.armed_for = None;
-    }
-
     fn ensure_timerfd(&mut self) {
         if self.timerfd_tried {
             return;
