@@ -1,21 +1,25 @@
 //! How a packet reaches its handler: [`register`] puts a handler on the network server with
 //! the world and the players borrowed for each call, so a handler never clones an `Rc` or
 //! borrows a `RefCell` itself; [`install`] registers every packet of every game, their flood
-//! limits, and the disconnect hook. [`Packet`]'s helpers are what handlers share: who sent
-//! it, answer them, reach the players in range, read text.
+//! limits, and the disconnect hook (every game's hooks, then the engine's own cleanup).
+//! [`Packet`]'s helpers are what handlers share: who sent it, answer them, reach the players
+//! in range, read text — and a player's life on a connection: [`Packet::log_in`],
+//! [`Packet::move_player`], [`Packet::log_out`]. A game's login chooses the mobile and the
+//! spot; the engine keeps the player table, the sector index and the world in step.
 //!
 //! Owns that plumbing only; what packets mean is the games'. Must never do I/O (sending only
 //! queues on the sessions).
 
 use std::cell::RefCell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 
-use crate::net::{Access, BadPacket, ConnId, Net, Sessions};
-use crate::world::{Location, Serial, World};
+use crate::net::{Access, BadPacket, ConnId, Disconnect, Net, Sessions, log_at};
+use crate::runtime::panic_text;
+use crate::world::{Location, Mobile, SectorId, Serial, World};
 
-use super::packets::leave;
-use super::players::Players;
-use super::registry::{Games, PacketFn};
+use super::players::{Player, Players};
+use super::registry::{DisconnectFn, Games, PacketFn, Site};
 
 /// What a packet handler works on: the world, the players, the connections, and the
 /// connection the packet came from.
@@ -42,6 +46,57 @@ impl Packet<'_> {
             .location(serial)
             .ok_or_else(|| BadPacket::new("no player mobile"))?;
         Ok((serial, at))
+    }
+
+    /// Logs the sender in as `mobile`, where the mobile stands: puts it into the world, wakes
+    /// the sectors around it and binds this connection to it. From then on the connection may
+    /// send `Access::LoggedIn` packets, and every engine service knows the player —
+    /// [`Packet::player`], range queries, `Npc::say`, console `status`, and saves, which leave
+    /// logged-in players' mobiles out. The engine takes the mobile out of the world when the
+    /// connection closes. The serial is the game's to choose, usually
+    /// `p.world.new_mobile_serial()`.
+    ///
+    /// An error (return it to disconnect the sender): this connection is already logged in,
+    /// or the world refuses the mobile (its serial is taken, or it stands off the map).
+    pub fn log_in(&mut self, mobile: Mobile) -> Result<Serial, BadPacket> {
+        let conn = self.conn;
+        if self.players.player(conn).is_some() {
+            return Err(BadPacket::new("already logged in"));
+        }
+        let at = mobile.location;
+        let name = mobile.name.clone();
+        let serial = self
+            .world
+            .add_mobile(mobile)
+            .map_err(|e| BadPacket::new(format!("cannot place the player: {e}")))?;
+        self.world.activate_around(at);
+        self.players.insert(serial, Player { conn, at });
+        self.sessions.set_logged_in(conn);
+        let level = self.sessions.churn().logged_in();
+        log_at!(level, peer = ?self.sessions.peer(conn), %conn, %serial, name = &*name, "logged in");
+        Ok(serial)
+    }
+
+    /// Moves the sender's player to `to` — its mobile, its place in the player table and the
+    /// sectors awake around it (the new neighbourhood wakes before the old one may sleep) —
+    /// and returns where it stood. An error when the sender has not logged in.
+    pub fn move_player(&mut self, to: Location) -> Result<Location, BadPacket> {
+        let (serial, player) = self.players.get_mut(self.conn)?;
+        let from = player.at;
+        self.players.move_to(serial, to);
+        self.world.move_mobile(serial, to);
+        if SectorId::of(&from) != SectorId::of(&to) {
+            // The overlap of the two neighbourhoods stays awake throughout.
+            self.world.activate_around(to);
+            self.world.deactivate_around(from);
+        }
+        Ok(from)
+    }
+
+    /// Closes the sender's connection as a normal logout, with `why` in the log; the player
+    /// leaves the world when it closes (after the games' disconnect hooks have run).
+    pub fn log_out(&mut self, why: &str) {
+        self.sessions.close(self.conn, Disconnect::normal(why));
     }
 
     /// Queues packet `id` with the concatenation of `parts` as its payload to the sender.
@@ -135,8 +190,43 @@ pub fn install(net: &Net, world: Rc<RefCell<World>>, games: &mut Games) -> Rc<Re
             net.limit_rate(id, rate);
         }
     }
+    let hooks: Vec<(Box<DisconnectFn>, Site)> = games
+        .games
+        .iter_mut()
+        .flat_map(|game| std::mem::take(&mut game.disconnects))
+        .collect();
     let Shared { world, players } = shared;
     let p = players.clone();
-    net.on_disconnect(move |_, conn| leave(&mut world.borrow_mut(), &mut p.borrow_mut(), conn));
+    net.on_disconnect(move |sessions, conn| {
+        let mut world = world.borrow_mut();
+        let mut players = p.borrow_mut();
+        let mut packet = Packet {
+            world: &mut world,
+            players: &mut players,
+            sessions,
+            conn,
+        };
+        for (hook, site) in &hooks {
+            // One game's panic must not skip another's hook, nor the engine's cleanup.
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| hook(&mut packet))) {
+                tracing::error!(
+                    %conn,
+                    %site,
+                    "a disconnect hook panicked: {}; the player leaves anyway",
+                    panic_text(&*panic)
+                );
+            }
+        }
+        leave(packet.world, packet.players, conn);
+    });
     players
+}
+
+/// The connection closed: its player, if it logged in, leaves the table and the world.
+fn leave(world: &mut World, players: &mut Players, conn: ConnId) {
+    let Some((serial, player)) = players.remove(conn) else {
+        return;
+    };
+    world.deactivate_around(player.at);
+    world.remove_mobile(serial);
 }

@@ -43,5 +43,5 @@ pub use players::{
     start_location,
 };
 pub(crate) use registry::CommandSpec;
-pub use registry::{BuildError, CommandFn, Game, Games, PacketFn, Registered, Site};
+pub use registry::{BuildError, CommandFn, DisconnectFn, Game, Games, PacketFn, Registered, Site};
 pub use spawners::spawner_phase;

@@ -1,7 +1,8 @@
 //! The demo game's packets (`docs/protocol.md`): their ids, payload encodings, and what each
 //! does. Login puts a player mobile into the world and wakes the sectors around it; moves and
 //! speech go to every player within [`VIEW_RANGE`]; a disconnect (logout, a fault, the peer
-//! hanging up) takes the mobile out.
+//! hanging up) takes the mobile out. Each does so through the calls any game has
+//! ([`Packet::log_in`], [`Packet::move_player`], [`Packet::log_out`]).
 //!
 //! The demo game ([`super::demo`]) registers every entry of [`PACKETS`]: an id, a name, who
 //! may send it, and one plain function `fn(&mut Packet, &[u8]) -> Result<(), BadPacket>`
@@ -11,11 +12,11 @@
 //! never sees an entity. Handlers run in the Network phase; they must never do I/O (they only
 //! queue packets on the sessions) and never block.
 
-use crate::net::{Access, BadPacket, ConnId, Disconnect, log_at};
-use crate::world::{Mobile, SectorId, World};
+use crate::net::{Access, BadPacket};
+use crate::world::Mobile;
 
 use super::dispatch::{Packet, PacketHandler, text};
-use super::players::{MAX_NAME, MAX_SPEECH, Player, Players, start_location};
+use super::players::{MAX_NAME, MAX_SPEECH, start_location};
 
 #[cfg(doc)]
 use super::players::VIEW_RANGE;
@@ -68,30 +69,19 @@ pub const PACKETS: &[(u8, &str, Access, PacketHandler)] = &[
 ];
 
 fn login(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
-    let conn = p.conn;
-    if p.players.player(conn).is_some() {
+    if p.players.player(p.conn).is_some() {
         return Err(BadPacket::new("already logged in"));
     }
     let name = text(payload, MAX_NAME, "name")?;
-    let serial = p.world.new_mobile_serial();
-    let mut mobile = Mobile::new(serial, name, HUMAN_MALE);
-    let at = start_location(name);
-    mobile.location = at;
-    p.world
-        .add_mobile(mobile)
-        .map_err(|e| BadPacket::new(format!("cannot place the player: {e}")))?;
-    p.world.activate_around(at);
-    p.players.insert(serial, Player { conn, at });
-    p.sessions.set_logged_in(conn);
-    p.sessions
-        .send_packet(conn, server::LOGIN_OK, &[&serial_xy(serial.0, at.x, at.y)]);
-    let level = p.sessions.churn().logged_in();
-    log_at!(level, peer = ?p.sessions.peer(conn), %conn, %serial, name, "logged in");
+    let mut mobile = Mobile::new(p.world.new_mobile_serial(), name, HUMAN_MALE);
+    mobile.location = start_location(name);
+    let at = mobile.location;
+    let serial = p.log_in(mobile)?;
+    p.answer(server::LOGIN_OK, &[&serial_xy(serial.0, at.x, at.y)]);
     Ok(())
 }
 
 fn walk(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
-    let conn = p.conn;
     let &[direction, seq] = payload else {
         return Err(BadPacket::new(format!(
             "move payload of {} bytes, expected 2 (direction, sequence)",
@@ -100,20 +90,12 @@ fn walk(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
     };
     let (dx, dy) = step(direction)
         .ok_or_else(|| BadPacket::new(format!("direction {direction}, expected 0 to 7")))?;
-    let (serial, player) = p.players.get_mut(conn)?;
-    let from = player.at;
+    let (_, from) = p.player()?;
     let to = from.offset_clamped(dx, dy);
-    p.players.move_to(serial, to);
-    p.world.move_mobile(serial, to);
-    if SectorId::of(&from) != SectorId::of(&to) {
-        // Wake the new neighbourhood before the old one may fall asleep: the overlap stays up.
-        p.world.activate_around(to);
-        p.world.deactivate_around(from);
-    }
+    p.move_player(to)?;
     let [x0, x1] = to.x.to_be_bytes();
     let [y0, y1] = to.y.to_be_bytes();
-    p.sessions
-        .send_packet(conn, server::MOVE_OK, &[&[seq, x0, x1, y0, y1]]);
+    p.answer(server::MOVE_OK, &[&[seq, x0, x1, y0, y1]]);
     Ok(())
 }
 
@@ -129,17 +111,8 @@ fn say(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
 }
 
 fn logout(p: &mut Packet<'_>, _payload: &[u8]) -> Result<(), BadPacket> {
-    p.sessions.close(p.conn, Disconnect::normal("logged out"));
+    p.log_out("logged out");
     Ok(())
-}
-
-/// The connection closed: its player leaves the world.
-pub(super) fn leave(world: &mut World, players: &mut Players, conn: ConnId) {
-    let Some((serial, player)) = players.remove(conn) else {
-        return;
-    };
-    world.deactivate_around(player.at);
-    world.remove_mobile(serial);
 }
 
 /// The step for `direction` (0 = north, clockwise).

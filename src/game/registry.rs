@@ -28,6 +28,10 @@ pub type Site = &'static Location<'static>;
 /// A packet handler. `Err` disconnects the sender with its reason (logged with its peer).
 pub type PacketFn = dyn Fn(&mut Packet<'_>, &[u8]) -> Result<(), BadPacket>;
 
+/// A disconnect hook: the closing connection as a [`Packet`] with no payload — its player,
+/// if it logged in, is still in the world and the table while the hook runs.
+pub type DisconnectFn = dyn Fn(&mut Packet<'_>);
+
 /// A console command: the words after its name in, the answer (or why the arguments are
 /// refused: nothing changed) out.
 pub type CommandFn = dyn Fn(&GameContext, &[&str]) -> Result<String, String>;
@@ -90,6 +94,7 @@ pub struct Game {
     pub(crate) starts: Vec<StartHook>,
     pub(crate) setups: Vec<WorldSetup>,
     pub(crate) commands: Vec<CommandSpec>,
+    pub(crate) disconnects: Vec<(Box<DisconnectFn>, Site)>,
 }
 
 impl Game {
@@ -103,6 +108,7 @@ impl Game {
             starts: Vec::new(),
             setups: Vec::new(),
             commands: Vec::new(),
+            disconnects: Vec::new(),
         }
     }
 
@@ -129,6 +135,17 @@ impl Game {
             handler: Box::new(handler),
             site: Location::caller(),
         });
+        self
+    }
+
+    /// Runs `hook` whenever a connection closes — logout, a fault, the peer hanging up — in
+    /// the Network or Flush phase, before the engine takes the connection's player out of the
+    /// world: `p.player()` still answers for a logged-in one. Every game's hooks run, in
+    /// registration order; none replaces another, and one that panics is logged with its
+    /// line while the rest still run.
+    #[track_caller]
+    pub fn on_disconnect(mut self, hook: impl Fn(&mut Packet<'_>) + 'static) -> Game {
+        self.disconnects.push((Box::new(hook), Location::caller()));
         self
     }
 

@@ -148,7 +148,8 @@ struct Server {
     limits: Limits,
     table: PacketTable,
     sessions: Sessions,
-    on_disconnect: Option<DisconnectHook>,
+    /// Every disconnect hook, in the order added.
+    on_disconnect: Vec<DisconnectHook>,
     signal: Option<Signal>,
     acceptors: Vec<Box<dyn Acceptor>>,
     /// Tokens taken from the signal, being processed.
@@ -191,7 +192,7 @@ impl Net {
                 sessions: Sessions::new(limits.send_buffer_size, limits.outbound_budget),
                 limits,
                 table,
-                on_disconnect: None,
+                on_disconnect: Vec::new(),
                 signal: None,
                 acceptors: Vec::new(),
                 ready: Vec::new(),
@@ -222,10 +223,12 @@ impl Net {
             .register(id, name, access, Box::new(handler));
     }
 
-    /// Runs `hook` for every connection that closes, whatever the reason, before its id goes
-    /// stale (game code logs the player out here).
+    /// Adds `hook`, run for every connection that closes, whatever the reason, before its id
+    /// goes stale (game code logs the player out here). Every hook added runs, in the order
+    /// added: a second hook never replaces the first. A hook that panics is logged and the
+    /// next one still runs.
     pub fn on_disconnect(&self, hook: impl FnMut(&mut Sessions, ConnId) + 'static) {
-        self.0.borrow_mut().on_disconnect = Some(Box::new(hook));
+        self.0.borrow_mut().on_disconnect.push(Box::new(hook));
     }
 
     /// Binds every address and starts accepting: [`bind_all`] then [`Net::start`].
@@ -789,7 +792,7 @@ impl Server {
         while !self.sessions.to_close.is_empty() {
             let condemned = std::mem::take(&mut self.sessions.to_close);
             for conn in condemned {
-                if let Some(hook) = &mut self.on_disconnect {
+                for hook in &mut self.on_disconnect {
                     let sessions = &mut self.sessions;
                     if let Err(panic) = catch_unwind(AssertUnwindSafe(|| hook(sessions, conn))) {
                         tracing::error!(

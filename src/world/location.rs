@@ -55,7 +55,8 @@ impl Location {
         map: MapId::INTERNAL,
     };
 
-    pub fn new(x: u16, y: u16, z: i8, map: MapId) -> Location {
+    #[must_use]
+    pub const fn new(x: u16, y: u16, z: i8, map: MapId) -> Location {
         Location { x, y, z, map }
     }
 

@@ -1,0 +1,123 @@
+//! A game with a login of its own, on the engine alone (no demo game): the engine's player
+//! services — `p.player()`, range broadcasts, the player table the saves and `status` read —
+//! work for whatever game logged the player in, and every game's disconnect hook runs, in
+//! registration order, before the engine takes the player out of the world.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use shardloop::game::{Game, Packet};
+use shardloop::net::{Access, BadPacket};
+use shardloop::shard::Shard;
+use shardloop::testkit::TestShard;
+use shardloop::world::{Location, MapId, Mobile};
+
+/// Client → server: login with a token, a step east, a shout.
+const LOGIN: u8 = 0x20;
+const STEP: u8 = 0x21;
+const SHOUT: u8 = 0x22;
+/// Server → client: welcome (`[serial u32]`), where you stand (`[x u16]`), a shout heard.
+const WELCOME: u8 = 0xA0;
+const HERE: u8 = 0xA1;
+const HEARD: u8 = 0xA2;
+
+const SPAWN: Location = Location::new(100, 100, 0, MapId::FELUCCA);
+
+fn login(p: &mut Packet<'_>, token: &[u8]) -> Result<(), BadPacket> {
+    if token != b"lantern" {
+        return Err(BadPacket::new("wrong token"));
+    }
+    let mut mobile = Mobile::new(p.world.new_mobile_serial(), "lamplighter", 0x190);
+    mobile.location = SPAWN;
+    let serial = p.log_in(mobile)?;
+    p.answer(WELCOME, &[&serial.0.to_be_bytes()]);
+    Ok(())
+}
+
+fn step(p: &mut Packet<'_>, _: &[u8]) -> Result<(), BadPacket> {
+    let (_, at) = p.player()?;
+    let to = at.offset_clamped(1, 0);
+    p.move_player(to)?;
+    p.answer(HERE, &[&to.x.to_be_bytes()]);
+    Ok(())
+}
+
+fn shout(p: &mut Packet<'_>, _: &[u8]) -> Result<(), BadPacket> {
+    let (serial, at) = p.player()?;
+    p.broadcast_in_range(at, HEARD, &[&serial.0.to_be_bytes()]);
+    Ok(())
+}
+
+fn lanterns() -> Game {
+    Game::new("lanterns")
+        .packet(LOGIN, "login", Access::Always, login)
+        .packet(STEP, "step", Access::LoggedIn, step)
+        .packet(SHOUT, "shout", Access::LoggedIn, shout)
+}
+
+const SOON: Duration = Duration::from_secs(5);
+
+#[tokio::test(start_paused = true)]
+async fn a_game_s_own_login_gets_every_engine_service() {
+    TestShard::new(Shard::builder().game(|_| lanterns()))
+        .run(|shard| async move {
+            let mut ann = shard.connect().await;
+            ann.send(STEP, &[]).await;
+            assert!(ann.closed_within(SOON).await, "not logged in: refused");
+            let (mut bea, mut cid) = (shard.connect().await, shard.connect().await);
+            bea.send(LOGIN, b"lantern").await;
+            let serial = u32::from_be_bytes(bea.expect(WELCOME).await.try_into().unwrap());
+            cid.send(LOGIN, b"lantern").await;
+            cid.expect(WELCOME).await;
+            bea.send(STEP, &[]).await;
+            assert_eq!(bea.expect(HERE).await, 101u16.to_be_bytes());
+            bea.send(SHOUT, &[]).await;
+            assert_eq!(cid.expect(HEARD).await, serial.to_be_bytes(), "in range");
+            let players = shard.context().players().borrow();
+            assert_eq!(players.len(), 2, "the table status and saves read");
+            let bea_serial = shardloop::world::Serial(serial);
+            assert!(players.is_player(bea_serial), "saves leave it out");
+            assert_eq!(
+                players.location(bea_serial),
+                Some(SPAWN.offset_clamped(1, 0))
+            );
+        })
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_game_s_disconnect_hook_runs_in_order_then_the_player_leaves() {
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let hook = |name: &'static str, seen: &Rc<RefCell<Vec<String>>>| {
+        let seen = seen.clone();
+        move |p: &mut Packet<'_>| {
+            let still_there = p.player().is_ok_and(|(s, _)| p.world.mobile(s).is_some());
+            seen.borrow_mut().push(format!("{name} {still_there}"));
+        }
+    };
+    let panics = |_: &mut Packet<'_>| panic!("a broken hook");
+    let (one, two) = (hook("first", &seen), hook("second", &seen));
+    let builder = Shard::builder()
+        .game(move |_| lanterns().on_disconnect(one).on_disconnect(panics))
+        .game(move |_| Game::new("other").on_disconnect(two));
+    let log = seen.clone();
+    TestShard::new(builder)
+        .run(|shard| async move {
+            let mut bea = shard.connect().await;
+            bea.send(LOGIN, b"lantern").await;
+            let serial = u32::from_be_bytes(bea.expect(WELCOME).await.try_into().unwrap());
+            drop(bea);
+            shard.advance(Duration::from_millis(100)).await;
+            assert_eq!(*log.borrow(), ["first true", "second true"]);
+            assert!(
+                shard
+                    .world()
+                    .borrow()
+                    .mobile(shardloop::world::Serial(serial))
+                    .is_none()
+            );
+            assert!(shard.context().players().borrow().is_empty());
+        })
+        .await;
+}
