@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use shardloop::game::packets::{client, serial_xy, server};
 use shardloop::game::{self, Players};
 use shardloop::net::frame;
-use shardloop::net::{BackendKind, Limits, Net, NetStats};
+use shardloop::net::{Access, BackendKind, Disconnect, Limits, Net, NetStats};
 use shardloop::world::{Location, MapId, Mobile, World};
 use shardloop::{EventLoop, timer};
 
@@ -234,6 +234,35 @@ macro_rules! suite {
                 };
                 assert_eq!(out.stats.packets_in, 8);
                 assert_eq!(out.stats.faults, 0, "{}", out.logs);
+            }
+
+            #[test]
+            fn a_refusal_is_written_out_before_the_close_and_nothing_after_it_is_read() {
+                const REFUSE: u8 = 0x30;
+                const REFUSED: u8 = 0xB0;
+                let Some(out) = serve(KIND, limits(), Duration::from_millis(2), |env| {
+                    env.net
+                        .handle(REFUSE, "refuse", Access::Always, |sessions, conn, _| {
+                            sessions.send_packet(conn, REFUSED, &[b"not today"]);
+                            sessions.close_after_flush(conn, Disconnect::normal("refused"));
+                            Ok(())
+                        });
+                    on_thread(move || {
+                        let mut s = connect(env.addr);
+                        // The refusal and a ping behind it in one write: the ping is never
+                        // read, so never answered.
+                        let mut burst = frame::packet(REFUSE, &[]);
+                        frame::put(&mut burst, client::PING, &[b"late"]);
+                        s.write_all(&burst).unwrap();
+                        assert_eq!(recv(&mut s), (REFUSED, b"not today".to_vec()));
+                        assert!(closed_by_server(&mut s), "closed after the answer");
+                    })
+                }) else {
+                    return;
+                };
+                assert_eq!(out.stats.packets_in, 1, "{}", out.logs);
+                assert_eq!(out.stats.faults, 0, "{}", out.logs);
+                assert!(out.logs.contains("reason=refused"), "{}", out.logs);
             }
 
             #[test]

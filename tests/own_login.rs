@@ -17,16 +17,19 @@ use shardloop::world::{Location, MapId, Mobile};
 const LOGIN: u8 = 0x20;
 const STEP: u8 = 0x21;
 const SHOUT: u8 = 0x22;
-/// Server → client: welcome (`[serial u32]`), where you stand (`[x u16]`), a shout heard.
+/// Server → client: welcome (`[serial u32]`), where you stand (`[x u16]`), a shout heard,
+/// a refused login (`[reason]`).
 const WELCOME: u8 = 0xA0;
 const HERE: u8 = 0xA1;
 const HEARD: u8 = 0xA2;
+const REFUSED: u8 = 0xA3;
 
 const SPAWN: Location = Location::new(100, 100, 0, MapId::FELUCCA);
 
 fn login(p: &mut Packet<'_>, token: &[u8]) -> Result<(), BadPacket> {
     if token != b"lantern" {
-        return Err(BadPacket::new("wrong token"));
+        p.refuse("wrong token", REFUSED, &[b"wrong token"]);
+        return Ok(());
     }
     let mut mobile = Mobile::new(p.world.new_mobile_serial(), "lamplighter", 0x190);
     mobile.location = SPAWN;
@@ -117,6 +120,21 @@ async fn every_game_s_disconnect_hook_runs_in_order_then_the_player_leaves() {
                     .mobile(shardloop::world::Serial(serial))
                     .is_none()
             );
+            assert!(shard.context().players().borrow().is_empty());
+        })
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_login_is_answered_then_closed_and_nothing_after_it_is_read() {
+    TestShard::new(Shard::builder().game(|_| lanterns()))
+        .run(|shard| async move {
+            let mut eve = shard.connect().await;
+            eve.send(LOGIN, b"guess").await;
+            eve.send(LOGIN, b"lantern").await; // already refused: never read
+            assert_eq!(eve.expect(REFUSED).await, b"wrong token");
+            eve.expect_none(WELCOME, SOON).await;
+            assert!(eve.closed_within(SOON).await);
             assert!(shard.context().players().borrow().is_empty());
         })
         .await;

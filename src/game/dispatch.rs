@@ -99,6 +99,16 @@ impl Packet<'_> {
         self.sessions.close(self.conn, Disconnect::normal(why));
     }
 
+    /// Refuses the sender: queues packet `id` (the game's answer: a reason code, a message)
+    /// and closes the connection once that answer is written, with `why` in the log. Nothing
+    /// more is read from it meanwhile. For a login the game turns down — a wrong token, a
+    /// full shard — where returning an error would cut the client off without a word.
+    pub fn refuse(&mut self, why: &str, id: u8, parts: &[&[u8]]) {
+        self.sessions.send_packet(self.conn, id, parts);
+        self.sessions
+            .close_after_flush(self.conn, Disconnect::normal(why));
+    }
+
     /// Queues packet `id` with the concatenation of `parts` as its payload to the sender.
     pub fn answer(&mut self, id: u8, parts: &[&[u8]]) {
         self.sessions.send_packet(self.conn, id, parts);

@@ -606,7 +606,7 @@ impl Server {
         let Some(state) = self.sessions.conns.get_mut(conn.0) else {
             return false;
         };
-        if state.closing.is_some() {
+        if state.closing.is_some() || state.linger.is_some() {
             return false;
         }
         self.scratch.clear();
@@ -777,6 +777,11 @@ impl Server {
             }
             if let Some(state) = self.sessions.conns.get_mut(conn.0) {
                 state.compact_send();
+                if state.pending_output() == 0
+                    && let Some(why) = state.linger.take()
+                {
+                    self.sessions.close(conn, why);
+                }
             }
         }
         conns.clear();

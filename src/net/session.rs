@@ -110,6 +110,9 @@ pub(super) struct NetState {
     pub last_packet: Instant,
     /// Set once the connection is condemned; it is dropped at the end of the phase.
     pub closing: Option<Disconnect>,
+    /// Set by [`Sessions::close_after_flush`]: nothing more is read, and once its queued
+    /// output is written the connection closes with this reason.
+    pub linger: Option<Disconnect>,
     /// The socket said "full"; it signals when writable again.
     pub write_blocked: bool,
     pub queued_flush: bool,
@@ -136,6 +139,7 @@ impl NetState {
             logged_in: false,
             last_packet: now,
             closing: None,
+            linger: None,
             write_blocked: false,
             queued_flush: false,
             queued_read: false,
@@ -237,10 +241,13 @@ impl Sessions {
         self.conns.len() == 0
     }
 
-    /// Whether `conn` is open and not condemned.
+    /// Whether `conn` is open, not condemned and not closing after a flush: whether its
+    /// packets are still read.
     #[must_use]
     pub fn is_open(&self, conn: ConnId) -> bool {
-        self.conns.get(conn.0).is_some_and(|s| s.closing.is_none())
+        self.conns
+            .get(conn.0)
+            .is_some_and(|s| s.closing.is_none() && s.linger.is_none())
     }
 
     /// The client's address.
@@ -353,6 +360,21 @@ impl Sessions {
             state.send = Vec::new();
             state.sent = 0;
             self.to_close.push(conn);
+        }
+    }
+
+    /// Closes `conn` once what is queued for it has been written: an answer to a refused
+    /// login reaches the client, then the connection closes with `why`. Nothing more is read
+    /// from it meanwhile; more may still be queued, and goes out first. A client that does
+    /// not read meets the usual bounds (`send_buffer_size`, the outbound budget, the idle
+    /// timeout), so a lingering connection cannot be held open.
+    pub fn close_after_flush(&mut self, conn: ConnId, why: Disconnect) {
+        if let Some(state) = self.conns.get_mut(conn.0)
+            && state.closing.is_none()
+            && state.linger.is_none()
+        {
+            state.linger = Some(why);
+            self.queue_flush(conn);
         }
     }
 
