@@ -334,6 +334,17 @@ mod tests {
     }
 
     impl Log {
+        /// A subscriber formatting every level as the binary does, without the time, into
+        /// this buffer.
+        fn subscriber(&self) -> impl tracing::Subscriber + use<> {
+            tracing_subscriber::fmt()
+                .with_writer(self.clone())
+                .with_ansi(false)
+                .without_time()
+                .with_max_level(tracing::Level::TRACE)
+                .finish()
+        }
+
         fn lines(&self) -> Vec<String> {
             let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
             text.lines().map(str::to_owned).collect()
@@ -345,12 +356,7 @@ mod tests {
     #[test]
     fn every_backoff_logs_one_warn_line_that_debugging_md_quotes() {
         let log = Log::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(log.clone())
-            .with_ansi(false)
-            .without_time()
-            .with_max_level(tracing::Level::TRACE)
-            .finish();
+        let subscriber = log.subscriber();
         tracing::subscriber::with_default(subscriber, || {
             let mut now = Instant::now();
             let mut h = Health::new(now, 1, 25, false);
@@ -404,11 +410,7 @@ mod tests {
     #[test]
     fn the_probe_refusal_is_the_error_line_debugging_md_quotes() {
         let log = Log::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(log.clone())
-            .with_ansi(false)
-            .without_time()
-            .finish();
+        let subscriber = log.subscriber();
         let trusted = tracing::subscriber::with_default(subscriber, || probe(Duration::ZERO));
         assert!(!trusted);
         let lines = log.lines();
