@@ -69,6 +69,8 @@ pub const PACKETS: &[(u8, &str, Access, PacketHandler)] = &[
 ];
 
 fn login(p: &mut Packet<'_>, payload: &[u8]) -> Result<(), BadPacket> {
+    // `log_in` refuses this too, but only after a serial has been taken for the mobile:
+    // asked first, a repeated login burns no serial.
     if p.players.player(p.conn).is_some() {
         return Err(BadPacket::new("already logged in"));
     }

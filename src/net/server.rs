@@ -606,7 +606,7 @@ impl Server {
         let Some(state) = self.sessions.conns.get_mut(conn.0) else {
             return false;
         };
-        if state.closing.is_some() || state.linger.is_some() {
+        if !state.reads_input() {
             return false;
         }
         self.scratch.clear();
@@ -620,7 +620,9 @@ impl Server {
                 let Some(state) = self.sessions.conns.get_mut(conn.0) else {
                     break false;
                 };
-                if state.closing.is_some() {
+                // A handler may have closed it, or refused it (closing after a flush):
+                // nothing more is taken from the socket either way.
+                if !state.reads_input() {
                     break false;
                 }
                 match state.transport.read(&mut self.scratch, READ_CHUNK) {

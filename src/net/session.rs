@@ -159,6 +159,12 @@ impl NetState {
         self.buckets[at].1.take(rate, now)
     }
 
+    /// Still read from: neither condemned nor closing after a flush. The one test of "its
+    /// packets are still taken", for the read loop and [`Sessions::is_open`] alike.
+    pub fn reads_input(&self) -> bool {
+        self.closing.is_none() && self.linger.is_none()
+    }
+
     /// Bytes queued and not yet written.
     pub fn pending_output(&self) -> usize {
         self.send.len() - self.sent
@@ -245,9 +251,7 @@ impl Sessions {
     /// packets are still read.
     #[must_use]
     pub fn is_open(&self, conn: ConnId) -> bool {
-        self.conns
-            .get(conn.0)
-            .is_some_and(|s| s.closing.is_none() && s.linger.is_none())
+        self.conns.get(conn.0).is_some_and(NetState::reads_input)
     }
 
     /// The client's address.
@@ -370,8 +374,7 @@ impl Sessions {
     /// timeout), so a lingering connection cannot be held open.
     pub fn close_after_flush(&mut self, conn: ConnId, why: Disconnect) {
         if let Some(state) = self.conns.get_mut(conn.0)
-            && state.closing.is_none()
-            && state.linger.is_none()
+            && state.reads_input()
         {
             state.linger = Some(why);
             self.queue_flush(conn);
