@@ -129,13 +129,19 @@ async fn every_game_s_disconnect_hook_runs_in_order_then_the_player_leaves() {
 async fn a_refused_login_is_answered_then_closed_and_nothing_after_it_is_read() {
     TestShard::new(Shard::builder().game(|_| lanterns()))
         .run(|shard| async move {
+            let mut bea = shard.connect().await;
+            bea.send(LOGIN, b"lantern").await;
+            bea.expect(WELCOME).await;
             let mut eve = shard.connect().await;
             eve.send(LOGIN, b"guess").await;
             eve.send(LOGIN, b"lantern").await; // already refused: never read
             assert_eq!(eve.expect(REFUSED).await, b"wrong token");
             eve.expect_none(WELCOME, SOON).await;
             assert!(eve.closed_within(SOON).await);
-            assert!(shard.context().players().borrow().is_empty());
+            // Only the refused connection is affected: the player beside it plays on.
+            bea.send(STEP, &[]).await;
+            assert_eq!(bea.expect(HERE).await, 101u16.to_be_bytes());
+            assert_eq!(shard.context().players().borrow().len(), 1);
         })
         .await;
 }
