@@ -496,6 +496,13 @@ fn sigkill_at_random_moments_never_leaves_a_save_that_will_not_load() {
     );
     let left = temp_dirs(&data);
     assert!(left.is_empty(), "temp dirs after startup: {left:?}");
+
+    // A clean stop takes a final save; the library loads exactly what it logged.
+    shard.send("shutdown");
+    let status = shard.wait_exit();
+    assert_eq!(status.code(), Some(0), "{}", shard.dump());
+    // Backups are checked once the shard has exited: while it runs, its archive rollup may
+    // rename a backup away (to delete it) between listing it and reading its files.
     let backups = backups(&data);
     assert!(!backups.is_empty(), "20 rounds of saves left no backup");
     let mut unmarked = Vec::new();
@@ -513,10 +520,6 @@ fn sigkill_at_random_moments_never_leaves_a_save_that_will_not_load() {
         }
     }
 
-    // A clean stop takes a final save; the library loads exactly what it logged.
-    shard.send("shutdown");
-    let status = shard.wait_exit();
-    assert_eq!(status.code(), Some(0), "{}", shard.dump());
     let saved = shard
         .log
         .seen
