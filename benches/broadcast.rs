@@ -337,6 +337,7 @@ impl Bed {
                 world.clone(),
                 players.clone(),
                 net.clone(),
+                game::packets::DELTAS,
             )),
             reference: Box::new(linear_scan(world.clone(), table.clone(), net.clone())),
             world,

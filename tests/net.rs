@@ -98,7 +98,9 @@ where
             let net = Net::new(limits);
             let players = game::install_demo_packets(&net, world.clone(), &game::Rates::default());
             let builder = EventLoop::builder().idle_wait(idle_wait);
-            let mut event_loop = game::wire(builder, &net, world.clone(), players.clone()).build();
+            let deltas = game::packets::DELTAS;
+            let mut event_loop =
+                game::wire(builder, &net, world.clone(), players.clone(), deltas).build();
             let runs = Rc::new(RefCell::new(0u64));
             let env_net = net.clone();
             let (w, p) = (world.clone(), players.clone());

@@ -7,11 +7,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use shardloop::game::{Game, Packet};
+use shardloop::game::{BuildError, DeltaPackets, Game, Games, Packet};
 use shardloop::net::{Access, BadPacket};
 use shardloop::shard::Shard;
 use shardloop::testkit::TestShard;
-use shardloop::world::{Location, MapId, Mobile};
+use shardloop::world::{Location, MapId, Mobile, Serial};
 
 /// Client → server: login with a token, a step east, a shout.
 const LOGIN: u8 = 0x20;
@@ -23,6 +23,21 @@ const WELCOME: u8 = 0xA0;
 const HERE: u8 = 0xA1;
 const HEARD: u8 = 0xA2;
 const REFUSED: u8 = 0xA3;
+/// Server → client, the game's world changes: a mobile moved (`[serial u32][x u16]`), a line
+/// said (`[text]`, system messages too).
+const MOVED: u8 = 0xA4;
+const SAID: u8 = 0xA5;
+/// The demo's packets for the same changes, which a game of its own must never receive.
+const DEMO_MOVED: u8 = 0x85;
+const DEMO_SPEECH: u8 = 0x84;
+
+const DELTAS: DeltaPackets = DeltaPackets {
+    moved: Some((MOVED, |serial, at, out| {
+        out.extend_from_slice(&serial.0.to_be_bytes());
+        out.extend_from_slice(&at.x.to_be_bytes());
+    })),
+    said: Some((SAID, |_, line, out| out.extend_from_slice(line.as_bytes()))),
+};
 
 const SPAWN: Location = Location::new(100, 100, 0, MapId::FELUCCA);
 
@@ -77,9 +92,11 @@ async fn a_game_s_own_login_gets_every_engine_service() {
             assert_eq!(bea.expect(HERE).await, 101u16.to_be_bytes());
             bea.send(SHOUT, &[]).await;
             assert_eq!(cid.expect(HEARD).await, serial.to_be_bytes(), "in range");
+            // No game encodes world changes here: the step sent nothing to cid.
+            cid.expect_none(DEMO_MOVED, SOON).await;
             let players = shard.context().players().borrow();
             assert_eq!(players.len(), 2, "the table status and saves read");
-            let bea_serial = shardloop::world::Serial(serial);
+            let bea_serial = Serial(serial);
             assert!(players.is_player(bea_serial), "saves leave it out");
             assert_eq!(
                 players.location(bea_serial),
@@ -113,13 +130,7 @@ async fn every_game_s_disconnect_hook_runs_in_order_then_the_player_leaves() {
             drop(bea);
             shard.advance(Duration::from_millis(100)).await;
             assert_eq!(*log.borrow(), ["first true", "second true"]);
-            assert!(
-                shard
-                    .world()
-                    .borrow()
-                    .mobile(shardloop::world::Serial(serial))
-                    .is_none()
-            );
+            assert!(shard.world().borrow().mobile(Serial(serial)).is_none());
             assert!(shard.context().players().borrow().is_empty());
         })
         .await;
@@ -144,4 +155,46 @@ async fn a_refused_login_is_answered_then_closed_and_nothing_after_it_is_read() 
             assert_eq!(shard.context().players().borrow().len(), 1);
         })
         .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn world_changes_and_system_messages_go_out_in_the_game_s_own_packets() {
+    TestShard::new(Shard::builder().game(|_| lanterns().deltas(DELTAS)))
+        .run(|shard| async move {
+            let (mut bea, mut cid) = (shard.connect().await, shard.connect().await);
+            bea.send(LOGIN, b"lantern").await;
+            let serial = bea.expect(WELCOME).await;
+            cid.send(LOGIN, b"lantern").await;
+            cid.expect(WELCOME).await;
+            bea.send(STEP, &[]).await;
+            let seen = cid.expect(MOVED).await;
+            assert_eq!(seen[..4], serial[..], "the mover, in the game's encoding");
+            assert_eq!(seen[4..], 101u16.to_be_bytes());
+            shard.context().broadcast("dusk falls");
+            assert_eq!(bea.expect(SAID).await, b"dusk falls");
+            assert_eq!(cid.expect(SAID).await, b"dusk falls");
+            cid.expect_none(DEMO_MOVED, SOON).await;
+            bea.expect_none(DEMO_SPEECH, SOON).await;
+        })
+        .await;
+}
+
+#[test]
+fn two_games_encoding_world_changes_is_a_build_error_naming_both_lines() {
+    let first_line = line!() + 1;
+    let a = Game::new("lanterns").deltas(DELTAS);
+    let b = Game::new("torches").deltas(DeltaPackets::default());
+    let Err(err) = Games::check(vec![a, b], &[]) else {
+        panic!("two deltas encoders were accepted");
+    };
+    assert!(matches!(err, BuildError::DuplicateDeltas { .. }), "{err}");
+    let text = err.to_string();
+    for needle in [
+        "lanterns".to_owned(),
+        "torches".to_owned(),
+        format!("own_login.rs:{first_line}"),
+        format!("own_login.rs:{}", first_line + 1),
+    ] {
+        assert!(text.contains(&needle), "{needle:?} not in {text}");
+    }
 }

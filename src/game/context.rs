@@ -13,6 +13,7 @@ use crate::runtime::{AbortHandle, Cancel};
 use crate::world::World;
 
 use super::behaviours::{BehaviourStats, Behaviours};
+use super::deltas::DeltaPackets;
 use super::players::{Players, broadcast};
 
 /// The shard's game state, shared by every game's start hook and console command.
@@ -21,6 +22,8 @@ pub struct GameContext {
     world: Rc<RefCell<World>>,
     players: Rc<RefCell<Players>>,
     net: Net,
+    /// The game's encoding of speech, which system messages use too.
+    deltas: DeltaPackets,
     kept: Rc<Kept>,
     /// Every game's per-NPC behaviours, once the shard has started them.
     behaviours: Rc<OnceCell<Behaviours>>,
@@ -33,11 +36,17 @@ struct Kept {
 }
 
 impl GameContext {
-    pub(crate) fn new(world: Rc<RefCell<World>>, players: Rc<RefCell<Players>>, net: Net) -> Self {
+    pub(crate) fn new(
+        world: Rc<RefCell<World>>,
+        players: Rc<RefCell<Players>>,
+        net: Net,
+        deltas: DeltaPackets,
+    ) -> Self {
         GameContext {
             world,
             players,
             net,
+            deltas,
             kept: Rc::default(),
             behaviours: Rc::default(),
         }
@@ -83,7 +92,7 @@ impl GameContext {
 
     /// Sends `text` to every logged-in player as a system message.
     pub fn broadcast(&self, text: &str) {
-        broadcast(&self.net, &self.players.borrow(), text);
+        broadcast(&self.net, &self.players.borrow(), self.deltas.said, text);
     }
 
     /// Stops `running` (a `TimerToken`, an `AbortHandle`, a `JoinHandle`) when the shard

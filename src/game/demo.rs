@@ -1,18 +1,19 @@
 //! The demo game, registered through the same public API any game uses ([`Game`]): its
-//! packets (login, move, say, logout) and their flood limits, its world timers (decay and
+//! packets (login, move, say, logout) and their flood limits, how moves and speech look on
+//! the wire, its world timers (decay and
 //! spawners, started with the shard and stopped with it), and NPC barks as a per-NPC
 //! behaviour. No privileged path: a custom shard can leave it out, or add to it.
 
 use super::barks::{bark, barks};
 use super::logic::start_world_timers;
-use super::packets::{PACKETS, client};
+use super::packets::{DELTAS, PACKETS, client};
 use super::players::Rates;
 use super::registry::Game;
 
 /// The demo game, with the flood limits of `rates` on moves and speech (the shard passes
 /// `network.move_rate` and `network.speech_rate`).
 pub fn demo(rates: Rates) -> Game {
-    let mut game = Game::new("demo");
+    let mut game = Game::new("demo").deltas(DELTAS);
     for &(id, name, access, handler) in PACKETS {
         game = game.packet(id, name, access, handler);
     }

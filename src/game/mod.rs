@@ -30,7 +30,7 @@ pub use barks::{bark, barks};
 pub use behaviours::{BehaviourStats, Behaviours};
 pub use context::GameContext;
 pub use decay::{DECAY_MAX, DECAY_MIN, decay_delay};
-pub use deltas::{deltas_handler, wire};
+pub use deltas::{DeltaPackets, EncodeMoved, EncodeSaid, deltas_handler, wire};
 pub use demo::{demo, npc_behaviours};
 pub use dispatch::{Packet, PacketHandler, Shared, install, install_demo_packets, register, text};
 pub use logic::{

@@ -13,8 +13,9 @@
 //! queue packets on the sessions) and never block.
 
 use crate::net::{Access, BadPacket};
-use crate::world::Mobile;
+use crate::world::{Location, Mobile, Serial};
 
+use super::deltas::DeltaPackets;
 use super::dispatch::{Packet, PacketHandler, text};
 use super::players::{MAX_NAME, MAX_SPEECH, start_location};
 
@@ -58,6 +59,22 @@ pub fn serial_xy(serial: u32, x: u16, y: u16) -> [u8; 8] {
     let [x0, x1] = x.to_be_bytes();
     let [y0, y1] = y.to_be_bytes();
     [s0, s1, s2, s3, x0, x1, y0, y1]
+}
+
+/// How the demo tells players of world changes: a mobile in range moved (`MOBILE_MOVED`,
+/// [`serial_xy`]) or spoke (`SPEECH`, `[serial u32][text]`).
+pub const DELTAS: DeltaPackets = DeltaPackets {
+    moved: Some((server::MOBILE_MOVED, encode_moved)),
+    said: Some((server::SPEECH, encode_said)),
+};
+
+fn encode_moved(serial: Serial, at: Location, out: &mut Vec<u8>) {
+    out.extend_from_slice(&serial_xy(serial.0, at.x, at.y));
+}
+
+fn encode_said(serial: Serial, line: &str, out: &mut Vec<u8>) {
+    out.extend_from_slice(&serial.0.to_be_bytes());
+    out.extend_from_slice(line.as_bytes());
 }
 
 /// The demo game's packets: id, name (in logs), who may send it, the handler.

@@ -11,7 +11,7 @@ use crate::net::{BadPacket, ConnId, Net, Rate};
 use crate::world::{Location, MapId, Serial};
 use std::collections::BTreeMap;
 
-use super::packets::server;
+use super::deltas::EncodeSaid;
 use super::visibility::Visibility;
 
 /// Players see mobiles and hear speech within this many tiles.
@@ -147,17 +147,22 @@ impl Players {
 /// The serial a system message is sent from: 0 is never an entity's serial.
 pub const SYSTEM: Serial = Serial(0);
 
-/// Sends `text` to every logged-in player as a system message (`0x84` from serial 0), cut
-/// at a character boundary to [`MAX_SPEECH`] bytes.
-pub fn broadcast(net: &Net, players: &Players, text: &str) {
+/// Sends `text` to every logged-in player as a system message: said by [`SYSTEM`], in the
+/// game's speech encoding `said` (its `DeltaPackets::said`; `None`: the game has no speech,
+/// and nothing is sent), cut at a character boundary to [`MAX_SPEECH`] bytes. Encoded once.
+pub fn broadcast(net: &Net, players: &Players, said: Option<(u8, EncodeSaid)>, text: &str) {
+    let Some((id, encode)) = said else {
+        return;
+    };
     let mut end = text.len().min(MAX_SPEECH);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    let from = SYSTEM.0.to_be_bytes();
+    let mut payload = Vec::new();
+    encode(SYSTEM, &text[..end], &mut payload);
     net.with_sessions(|sessions| {
         for &conn in players.by_conn.keys() {
-            sessions.send_packet(conn, server::SPEECH, &[&from, &text.as_bytes()[..end]]);
+            sessions.send_packet(conn, id, &[&payload]);
         }
     });
 }

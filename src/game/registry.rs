@@ -18,6 +18,7 @@ use crate::net::{Access, BadPacket, Rate};
 use crate::world::{Mobile, World};
 
 use super::context::GameContext;
+use super::deltas::DeltaPackets;
 use super::dispatch::Packet;
 use super::npc::Npc;
 
@@ -95,6 +96,7 @@ pub struct Game {
     pub(crate) setups: Vec<WorldSetup>,
     pub(crate) commands: Vec<CommandSpec>,
     pub(crate) disconnects: Vec<(Box<DisconnectFn>, Site)>,
+    pub(crate) deltas: Option<(DeltaPackets, Site)>,
 }
 
 impl Game {
@@ -109,6 +111,7 @@ impl Game {
             setups: Vec::new(),
             commands: Vec::new(),
             disconnects: Vec::new(),
+            deltas: None,
         }
     }
 
@@ -146,6 +149,17 @@ impl Game {
     #[track_caller]
     pub fn on_disconnect(mut self, hook: impl Fn(&mut Packet<'_>) + 'static) -> Game {
         self.disconnects.push((Box::new(hook), Location::caller()));
+        self
+    }
+
+    /// What players are sent when a mobile in range moves or speaks: the game's packets
+    /// ([`DeltaPackets`]). The engine picks who sees each change and sends it once per loop
+    /// iteration; without this, world changes send nothing. One game per shard may set it (a
+    /// second is a build error naming both lines); a later call in the same game replaces
+    /// the earlier one.
+    #[track_caller]
+    pub fn deltas(mut self, packets: DeltaPackets) -> Game {
+        self.deltas = Some((packets, Location::caller()));
         self
     }
 
@@ -253,6 +267,11 @@ pub enum BuildError {
     },
     /// A flood limit on a packet id that no game handles.
     RateWithoutHandler { id: u8, at: Registered },
+    /// Two games each say how world changes go on the wire.
+    DuplicateDeltas {
+        first: Registered,
+        second: Registered,
+    },
 }
 
 /// One registration, as errors name it: its game, its name, its line.
@@ -299,6 +318,11 @@ impl fmt::Display for BuildError {
                 f,
                 "a flood limit on packet 0x{id:02x} ({at}) but no game handles that packet"
             ),
+            BuildError::DuplicateDeltas { first, second } => write!(
+                f,
+                "two games encode world changes: {first} and {second}; one game per shard \
+                 says what moves and speech look like on the wire"
+            ),
         }
     }
 }
@@ -308,6 +332,8 @@ impl std::error::Error for BuildError {}
 /// Every game of a shard, checked: what the shard wires in when it runs.
 pub struct Games {
     pub(crate) games: Vec<Game>,
+    /// How world changes go on the wire: the one game's that set them, or none.
+    pub(crate) deltas: DeltaPackets,
 }
 
 impl Games {
@@ -354,7 +380,21 @@ impl Games {
                 }
             }
         }
-        Ok(Games { games })
+        let mut deltas: Option<(DeltaPackets, Registered)> = None;
+        for game in &games {
+            if let Some((packets, site)) = game.deltas {
+                let this = registered(game.name, "deltas", site);
+                if let Some((_, first)) = deltas {
+                    return Err(BuildError::DuplicateDeltas {
+                        first,
+                        second: this,
+                    });
+                }
+                deltas = Some((packets, this));
+            }
+        }
+        let deltas = deltas.map(|(packets, _)| packets).unwrap_or_default();
+        Ok(Games { games, deltas })
     }
 }
 

@@ -290,7 +290,8 @@ async fn run_shard(
     let net = Net::new(Limits::from(&config.network));
     let players = game::install(&net, world.clone(), &mut games);
     let builder = config.server.loop_builder();
-    let mut event_loop = game::wire(builder, &net, world.clone(), players.clone()).build();
+    let mut event_loop =
+        game::wire(builder, &net, world.clone(), players.clone(), games.deltas).build();
     // One wall clock for autosave, saves and archives (and a save after a fault).
     let clock = config.time.clock();
     let after_panic = FaultSave {
@@ -497,8 +498,7 @@ async fn serve(
         clock,
         wired.layout,
         &wired.world,
-        &wired.net,
-        &wired.players,
+        &started_games.context,
         archiver.clone(),
         &save_log,
     );
@@ -626,7 +626,7 @@ fn start_games(
     players: &Rc<RefCell<Players>>,
     net: &Net,
 ) -> Rc<StartedGames> {
-    let context = GameContext::new(world.clone(), players.clone(), net.clone());
+    let context = GameContext::new(world.clone(), players.clone(), net.clone(), games.deltas);
     let (mut npcs, mut commands) = (Vec::new(), Vec::new());
     for game in games.games {
         for (start, _site) in game.starts {

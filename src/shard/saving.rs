@@ -9,9 +9,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::config::Config;
-use crate::game::{self, Players};
+use crate::game::GameContext;
 use crate::metrics::SaveLog;
-use crate::net::Net;
 use crate::persist::archive::Archiver;
 use crate::persist::{self, Autosave, Cadence, Clock, Notice, Saver, SaverConfig};
 use crate::world::World;
@@ -25,25 +24,24 @@ pub(super) fn start_saving(
     clock: Clock,
     layout: persist::Layout,
     world: &Rc<RefCell<World>>,
-    net: &Net,
-    players: &Rc<RefCell<Players>>,
+    games: &GameContext,
     archiver: Option<Archiver>,
     save_log: &Rc<SaveLog>,
 ) -> (Saver, Autosave) {
     let tell = {
-        let (net, players) = (net.clone(), players.clone());
+        let games = games.clone();
         let save_log = save_log.clone();
         Rc::new(move |notice: &Notice| {
             log_notice(notice);
             save_log.record(notice);
-            game::broadcast(&net, &players.borrow(), &notice.to_string());
+            games.broadcast(&notice.to_string());
             // A new backup may complete a period: roll it up (off the loop).
             if let (Notice::Saved(_), Some(archiver)) = (notice, &archiver) {
                 archiver.request();
             }
         })
     };
-    let in_world = players.clone();
+    let in_world = games.players().clone();
     let saver_tell = tell.clone();
     let saver = Saver::new(
         world.clone(),
