@@ -28,7 +28,7 @@ pub type EncodeSaid = fn(Serial, &str, &mut Vec<u8>);
 /// How a game puts world changes on the wire: for each kind of change, the packet id and the
 /// function that writes its payload (into an emptied buffer the engine reuses, so encoding
 /// allocates nothing once the buffer has grown). `None`: players are not told of that kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct DeltaPackets {
     /// A mobile moved: sent to every player in range of where it now stands, but the mover.
     pub moved: Option<(u8, EncodeMoved)>,
