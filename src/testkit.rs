@@ -34,6 +34,7 @@
 //!
 //! Owns the test shard's setup and its players; must never be needed by the shard itself.
 
+mod harness;
 mod player;
 
 use std::cell::RefCell;
@@ -45,17 +46,19 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use crate::config::Config;
-use crate::game::{Game, GameContext, start_location};
+use crate::game::{Game, GameContext};
 use crate::net;
 use crate::shard::{Console, Shard, ShardBuilder, Stopped};
-use crate::world::{Location, World};
+use crate::world::World;
 
-pub use player::{EXPECT_WITHIN, TestPlayer};
+pub use harness::{Harness, npc};
+pub use player::{EXPECT_WITHIN, Login, TestPlayer};
 
 /// A shard for one test. Build it, adjust it, [`run`](Self::run) it.
 #[must_use = "a test shard does nothing until it runs"]
 pub struct TestShard {
     builder: ShardBuilder,
+    login: Option<Login>,
     config: Config,
     dir: tempfile::TempDir,
 }
@@ -80,6 +83,7 @@ impl TestShard {
         config.archive.enabled = false;
         TestShard {
             builder,
+            login: None,
             config,
             dir,
         }
@@ -89,6 +93,13 @@ impl TestShard {
     /// limits, ...). The data directory and listener are the kit's: leave them.
     pub fn configure(mut self, change: impl FnOnce(&mut Config)) -> TestShard {
         change(&mut self.config);
+        self
+    }
+
+    /// How players log in to this shard's game: [`Running::login`] and
+    /// [`TestPlayer::login`] send `login`'s packet and read its answer.
+    pub fn with_login(mut self, login: Login) -> TestShard {
+        self.login = Some(login);
         self
     }
 
@@ -117,6 +128,7 @@ impl TestShard {
             .expect("a loopback listener for the test shard")
             .remove(0);
         let addr = listener.local_addr().expect("the listener's address");
+        let login = self.login;
         let (ready_tx, ready_rx) = oneshot::channel();
         let shard = self
             .builder
@@ -130,7 +142,12 @@ impl TestShard {
             let context = ready_rx
                 .await
                 .expect("the test shard stopped before it was ready");
-            let value = body(Running { addr, context }).await;
+            let value = body(Running {
+                addr,
+                context,
+                login,
+            })
+            .await;
             let _ = stop_tx.send(());
             value
         };
@@ -162,6 +179,7 @@ async fn run_shard(shard: Shard, stop: oneshot::Receiver<()>) -> Stopped {
 pub struct Running {
     addr: SocketAddr,
     context: GameContext,
+    login: Option<Login>,
 }
 
 impl Running {
@@ -191,11 +209,11 @@ impl Running {
 
     /// A new connection, not logged in.
     pub async fn connect(&self) -> TestPlayer {
-        TestPlayer::connect(self.addr).await
+        TestPlayer::connect(self.addr, self.login).await
     }
 
-    /// A new connection logged in as `name` (it stands at
-    /// [`start_location`]`(name)`).
+    /// A new connection logged in as `name` with the game's login
+    /// ([`TestShard::with_login`]), where the game placed it.
     pub async fn login(&self, name: &str) -> TestPlayer {
         let mut player = self.connect().await;
         player.login(name).await;
@@ -206,21 +224,4 @@ impl Running {
     pub async fn advance(&self, duration: Duration) {
         tokio::time::sleep(duration).await;
     }
-}
-
-/// A name whose player starts within `range` tiles of `near` (tried: `p0`, `p1`, ... up to
-/// `p99999`) — to log a player in beside an NPC or another player.
-///
-/// # Panics
-/// When no such name is found.
-#[must_use]
-pub fn name_near(near: Location, range: u16) -> String {
-    (0..100_000)
-        .map(|i| format!("p{i}"))
-        .find(|name| {
-            start_location(name)
-                .distance(&near)
-                .is_some_and(|d| d <= range)
-        })
-        .unwrap_or_else(|| panic!("no player name starts within {range} tiles of {near:?}"))
 }

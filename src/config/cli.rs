@@ -54,6 +54,7 @@ impl ConfigArgs {
             file: self.config_file(),
             env: process_env()?,
             overrides: self.overrides(),
+            sections: Vec::new(),
         })
     }
 }

@@ -44,7 +44,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::game;
 use crate::net::{BackendKind, Limits, Rate};
 use crate::runtime::{
     DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD,
@@ -52,6 +51,8 @@ use crate::runtime::{
 };
 
 pub use cli::ConfigArgs;
+mod section_tmp;
+pub use section_tmp::{Section, SectionSpec};
 pub use duration::format_duration;
 pub use error::{ConfigError, Origin};
 pub use load::{ConfigFile, DEFAULT_CONFIG_PATH, ENV_PREFIX, LoadOptions, Overrides, process_env};
@@ -186,10 +187,9 @@ pub struct NetworkConfig {
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 2593);
 
 impl Default for NetworkConfig {
-    /// The server's own defaults ([`Limits::default`], [`game::Rates::default`]).
+    /// The server's own defaults ([`Limits::default`]).
     fn default() -> Self {
         let limits = Limits::default();
-        let rates = game::Rates::default();
         let ping = limits.ping_rate.expect("pings are limited by default");
         NetworkConfig {
             listen: vec![DEFAULT_LISTEN],
@@ -203,10 +203,10 @@ impl Default for NetworkConfig {
             login_timeout: limits.login_timeout,
             ping_rate: ping.per_sec,
             ping_burst: ping.burst,
-            move_rate: rates.moves.map_or(0, |r| r.per_sec),
-            move_burst: rates.moves.map_or(0, |r| r.burst),
-            speech_rate: rates.speech.map_or(0, |r| r.per_sec),
-            speech_burst: rates.speech.map_or(0, |r| r.burst),
+            move_rate: 10,
+            move_burst: 20,
+            speech_rate: 5,
+            speech_burst: 10,
         }
     }
 }
@@ -237,16 +237,6 @@ impl From<&NetworkConfig> for Limits {
             idle_timeout: config.idle_timeout,
             login_timeout: config.login_timeout,
             ping_rate: rate(config.ping_rate, config.ping_burst),
-        }
-    }
-}
-
-/// The game's flood limits from `[network]`.
-impl From<&NetworkConfig> for game::Rates {
-    fn from(config: &NetworkConfig) -> game::Rates {
-        game::Rates {
-            moves: rate(config.move_rate, config.move_burst),
-            speech: rate(config.speech_rate, config.speech_burst),
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::world::rng::Rng;
 use crate::world::{Activity, IdHasher, Mobile, Serial, World};
 
 use super::npc::Npc;
-use super::registry::{BehaviourFuture, NpcSpec};
+use super::registry::{BehaviourFuture, Game, NpcSpec};
 
 /// The random streams of behaviours: one per behaviour, NPC and start.
 const BEHAVIOUR_STREAM: u64 = 5 << 56;
@@ -58,6 +58,17 @@ struct Kind {
 }
 
 impl Behaviours {
+    /// Runs the per-NPC behaviours of `game` on `world` without a shard — for a test or a
+    /// bench that drives a world on a bare [`EventLoop`](crate::EventLoop): for every NPC
+    /// awake now, and from now on whenever one wakes, exactly as a shard runs them. The rest
+    /// of `game` (packets, start hooks) is not used. [`Behaviours::stop`] stops them.
+    ///
+    /// # Panics
+    /// Off the loop thread, or while the world is borrowed.
+    pub fn run(world: Rc<RefCell<World>>, game: Game) -> Behaviours {
+        Behaviours::start(world, game.npcs)
+    }
+
     /// Starts `specs` on `world`: for every NPC awake now, and from now on whenever one wakes
     /// (the world's activity hook is this engine's).
     ///

@@ -170,19 +170,6 @@ pub fn register(
     });
 }
 
-/// Installs the packets and flood limits of the demo game alone (no world timers, no
-/// behaviours) with the limits of `rates`: for tests and benches that drive the protocol on a
-/// bare loop.
-pub fn install_demo_packets(
-    net: &Net,
-    world: Rc<RefCell<World>>,
-    rates: &super::Rates,
-) -> Rc<RefCell<Players>> {
-    let mut games = Games::check(vec![super::demo(*rates)], &[])
-        .expect("the demo game registers each packet once");
-    install(net, world, &mut games)
-}
-
 /// Registers the packets and flood limits of every game in `games` on `net` (taking them
 /// out of the games), and the disconnect hook that takes a player out of the world; returns
 /// the player table the handlers keep.
@@ -233,7 +220,7 @@ pub fn install(net: &Net, world: Rc<RefCell<World>>, games: &mut Games) -> Rc<Re
 }
 
 /// The connection closed: its player, if it logged in, leaves the table and the world.
-fn leave(world: &mut World, players: &mut Players, conn: ConnId) {
+pub(crate) fn leave(world: &mut World, players: &mut Players, conn: ConnId) {
     let Some((serial, player)) = players.remove(conn) else {
         return;
     };

@@ -1,47 +1,35 @@
-//! The demo game: behaviour that runs on the loop. World behaviour — decay, spawners, NPC
-//! barks — on timers and tasks, and the packet handlers that let players into the world.
+//! The game API: what a game plugs into a shard and what it gets back. A game is a [`Game`]
+//! — its packets and flood limits, its login (through [`Packet::log_in`]), its disconnect
+//! hooks, how world changes look on its wire ([`DeltaPackets`]), its per-NPC behaviours,
+//! world-level timers and tasks started with the shard, its console commands and the world
+//! it starts with — registered on the shard builder (`shardloop::shard::Shard::builder()`),
+//! checked when it is built, started when it runs. `docs/game-logic.md` is the guide.
 //!
-//! Layering: the game uses the world model ([`crate::world`]: entities, serials, sectors,
+//! Layering: this module uses the world model ([`crate::world`]: entities, serials, sectors,
 //! deltas), the network ([`crate::net`]: connections, framing) and the runtime (timers,
-//! tasks); none of them knows the game. Everything here runs on the loop thread and must
-//! never block or do I/O: handlers queue packets, behaviours start timers and tasks.
-//!
-//! A game is a [`Game`]: packets, per-NPC behaviours, world-level timers and tasks started
-//! with the shard, console commands — registered on the shard builder
-//! (`shardloop::shard::Shard::builder()`), checked when it is built, started when it runs.
-//! The demo game is one ([`demo`]); `docs/game-logic.md` is the guide to writing another.
+//! tasks); none of them knows a game. It keeps what every game shares — the player table,
+//! the sector index of players, the Deltas phase's *who* and *when* — and must never name a
+//! game's packet, id, rate or content: the demo game is a client of this API like any other
+//! (it lives outside the library, in `src/demo/`). Everything here runs on the loop thread
+//! and must never block or do I/O: handlers queue packets, behaviours start timers and tasks.
 
-mod barks;
 mod behaviours;
 mod context;
-mod decay;
 mod deltas;
-mod demo;
 mod dispatch;
-mod logic;
 mod npc;
-pub mod packets;
 mod players;
 mod registry;
-mod spawners;
 mod visibility;
 
-pub use barks::{bark, barks};
 pub use behaviours::{BehaviourStats, Behaviours};
 pub use context::GameContext;
-pub use decay::{DECAY_MAX, DECAY_MIN, decay_delay};
 pub use deltas::{DeltaPackets, EncodeMoved, EncodeSaid, deltas_handler, wire};
-pub use demo::{demo, npc_behaviours};
-pub use dispatch::{Packet, PacketHandler, Shared, install, install_demo_packets, register, text};
-pub use logic::{
-    GameLogic, IdleLoad, LogicStats, WorldTimers, idle_load, start_game_logic, start_world_timers,
-};
+pub use dispatch::{Packet, PacketHandler, Shared, install, register, text};
 pub use npc::Npc;
-pub use packets::PACKETS;
-pub use players::{
-    MAX_NAME, MAX_SPEECH, Players, Rates, START, START_SPREAD, SYSTEM, VIEW_RANGE, broadcast,
-    start_location,
-};
+pub use players::{Players, SYSTEM, VIEW_RANGE, broadcast};
+pub(crate) use dispatch::leave;
 pub(crate) use registry::CommandSpec;
-pub use registry::{BuildError, CommandFn, DisconnectFn, Game, Games, PacketFn, Registered, Site};
-pub use spawners::spawner_phase;
+pub use registry::{
+    BuildError, CommandFn, DisconnectFn, Game, Games, PacketFn, Registered, Site, WorldGenerator,
+};

@@ -23,7 +23,10 @@ pub struct Npc {
 }
 
 impl Npc {
-    pub(crate) fn new(serial: Serial, world: Rc<RefCell<World>>, rng: Rng) -> Npc {
+    /// The NPC `serial` of `world`, with its own random stream `rng` — what the engine hands
+    /// a behaviour. Build one yourself to unit-test a behaviour without a shard (see
+    /// [`crate::testkit::npc`], which derives the stream as the engine does).
+    pub fn new(serial: Serial, world: Rc<RefCell<World>>, rng: Rng) -> Npc {
         Npc { serial, world, rng }
     }
 

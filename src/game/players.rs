@@ -1,14 +1,15 @@
 //! Who is playing: the logged-in players, their connections and where they stand, and the
 //! two ways to reach them — everyone in range of a spot, or everyone.
 //!
-//! Owns the player table and the players' flood limits ([`Rates`]), and keeps the sector
-//! index of players ([`Visibility`]) in step with the table: a player joins, moves and leaves
-//! through [`Players::insert`], [`Players::move_to`] and [`Players::remove`] only, never by
-//! writing the maps or a `Player`'s `at`. Must never touch the world's entities (handlers do)
+//! Owns the player table, and keeps the sector index of players ([`Visibility`]) in step
+//! with it: a player joins, moves and leaves through [`Players::insert`], [`Players::move_to`]
+//! and [`Players::remove`] only (which a game reaches through `Packet::log_in`,
+//! `Packet::move_player` and `Packet::log_out`), never by writing the maps or a `Player`'s
+//! `at`. Must never touch the world's entities (handlers do)
 //! and never do I/O (it only queues packets on the sessions).
 
-use crate::net::{BadPacket, ConnId, Net, Rate};
-use crate::world::{Location, MapId, Serial};
+use crate::net::{BadPacket, ConnId, Net};
+use crate::world::{Location, Serial};
 use std::collections::BTreeMap;
 
 use super::deltas::EncodeSaid;
@@ -16,43 +17,6 @@ use super::visibility::Visibility;
 
 /// Players see mobiles and hear speech within this many tiles.
 pub const VIEW_RANGE: u16 = 18;
-/// Longest player name, bytes of UTF-8.
-pub const MAX_NAME: usize = 30;
-/// Longest line a player may say, bytes of UTF-8.
-pub const MAX_SPEECH: usize = 200;
-/// Where new players appear: Britain, spread over a square this many tiles wide (by name),
-/// so that a crowd of bots is a town, not one tile.
-pub const START: Location = Location {
-    x: 1300,
-    y: 1450,
-    z: 0,
-    map: MapId::FELUCCA,
-};
-pub const START_SPREAD: u16 = 400;
-/// How fast players may move and talk: a move or a line beyond the rate is dropped, far
-/// beyond it disconnects (see [`crate::net::rate`]). `None`: no limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rates {
-    pub moves: Option<Rate>,
-    pub speech: Option<Rate>,
-}
-
-impl Default for Rates {
-    /// Moves: 10 a second (a running character's pace), 20 at once after a pause. Speech:
-    /// 5 lines a second, 10 at once.
-    fn default() -> Rates {
-        Rates {
-            moves: Some(Rate {
-                per_sec: 10,
-                burst: 20,
-            }),
-            speech: Some(Rate {
-                per_sec: 5,
-                burst: 10,
-            }),
-        }
-    }
-}
 
 /// Who is logged in on which connection, and where they stand. Ordered by serial wherever
 /// it is walked: broadcasts go out in the same order on every run.
@@ -148,33 +112,17 @@ impl Players {
 pub const SYSTEM: Serial = Serial(0);
 
 /// Sends `text` to every logged-in player as a system message: said by [`SYSTEM`], in the
-/// game's speech encoding `said` (its `DeltaPackets::said`; `None`: the game has no speech,
-/// and nothing is sent), cut at a character boundary to [`MAX_SPEECH`] bytes. Encoded once.
+/// game's speech encoding `said` (its `DeltaPackets::said`, which may cut it; `None`: the
+/// game has no speech, and nothing is sent). Encoded once.
 pub fn broadcast(net: &Net, players: &Players, said: Option<(u8, EncodeSaid)>, text: &str) {
     let Some((id, encode)) = said else {
         return;
     };
-    let mut end = text.len().min(MAX_SPEECH);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
     let mut payload = Vec::new();
-    encode(SYSTEM, &text[..end], &mut payload);
+    encode(SYSTEM, text, &mut payload);
     net.with_sessions(|sessions| {
         for &conn in players.by_conn.keys() {
             sessions.send_packet(conn, id, &[&payload]);
         }
     });
-}
-
-/// A new player's spot: [`START`] offset by a hash of the name (FNV-1a), the same for the
-/// same name.
-pub fn start_location(name: &str) -> Location {
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    let spread = u64::from(START_SPREAD);
-    let dx = (hash % spread) as i32;
-    let dy = ((hash >> 32) % spread) as i32;
-    START.offset_clamped(dx, dy)
 }

@@ -46,6 +46,9 @@ pub(crate) type StartHook = (Box<dyn FnOnce(&GameContext)>, Site);
 /// A change to the world made before anything starts.
 pub(crate) type WorldSetup = Box<dyn FnOnce(&mut World)>;
 
+/// Makes the world a shard starts with when it has no save ([`Game::world_generator`]).
+pub type WorldGenerator = dyn FnOnce() -> World;
+
 pub(crate) struct PacketSpec {
     pub(crate) id: u8,
     pub(crate) name: &'static str,
@@ -97,6 +100,7 @@ pub struct Game {
     pub(crate) commands: Vec<CommandSpec>,
     pub(crate) disconnects: Vec<(Box<DisconnectFn>, Site)>,
     pub(crate) deltas: Option<(DeltaPackets, Site)>,
+    pub(crate) generator: Option<(Box<WorldGenerator>, Site)>,
 }
 
 impl Game {
@@ -112,6 +116,7 @@ impl Game {
             commands: Vec::new(),
             disconnects: Vec::new(),
             deltas: None,
+            generator: None,
         }
     }
 
@@ -160,6 +165,18 @@ impl Game {
     #[track_caller]
     pub fn deltas(mut self, packets: DeltaPackets) -> Game {
         self.deltas = Some((packets, Location::caller()));
+        self
+    }
+
+    /// Makes the world the shard starts with when there is no save yet (the first start, or
+    /// a new data directory): e.g. the game's map, towns and spawners. Runs once, before
+    /// [`Game::setup_world`] and anything else; after a save exists the shard loads that
+    /// instead. Without a generator a shard starts empty ([`World::new`] with the
+    /// `world.generate.seed` of the configuration). One game per shard may set it (a second
+    /// is a build error naming both lines); a later call in the same game replaces it.
+    #[track_caller]
+    pub fn world_generator(mut self, generate: impl FnOnce() -> World + 'static) -> Game {
+        self.generator = Some((Box::new(generate), Location::caller()));
         self
     }
 
@@ -272,6 +289,11 @@ pub enum BuildError {
         first: Registered,
         second: Registered,
     },
+    /// Two games each bring the world a shard starts with.
+    DuplicateWorldGenerator {
+        first: Registered,
+        second: Registered,
+    },
 }
 
 /// One registration, as errors name it: its game, its name, its line.
@@ -323,6 +345,11 @@ impl fmt::Display for BuildError {
                 "two games encode world changes: {first} and {second}; one game per shard \
                  says what moves and speech look like on the wire"
             ),
+            BuildError::DuplicateWorldGenerator { first, second } => write!(
+                f,
+                "two games generate the starting world: {first} and {second}; one game per \
+                 shard brings the world"
+            ),
         }
     }
 }
@@ -334,6 +361,8 @@ pub struct Games {
     pub(crate) games: Vec<Game>,
     /// How world changes go on the wire: the one game's that set them, or none.
     pub(crate) deltas: DeltaPackets,
+    /// The world when there is no save: the one game's generator, or none (an empty world).
+    pub(crate) generator: Option<Box<WorldGenerator>>,
 }
 
 impl Games {
@@ -394,7 +423,25 @@ impl Games {
             }
         }
         let deltas = deltas.map(|(packets, _)| packets).unwrap_or_default();
-        Ok(Games { games, deltas })
+        let mut games = games;
+        let mut generator: Option<(Box<WorldGenerator>, Registered)> = None;
+        for game in &mut games {
+            if let Some((generate, site)) = game.generator.take() {
+                let this = registered(game.name, "world generator", site);
+                if let Some((_, first)) = generator {
+                    return Err(BuildError::DuplicateWorldGenerator {
+                        first,
+                        second: this,
+                    });
+                }
+                generator = Some((generate, this));
+            }
+        }
+        Ok(Games {
+            games,
+            deltas,
+            generator: generator.map(|(generate, _)| generate),
+        })
     }
 }
 

@@ -10,8 +10,8 @@ use std::future::Future;
 use std::net::TcpListener;
 use std::process::ExitCode;
 
-use crate::config::Config;
-use crate::game::{self, BuildError, Game, Games};
+use crate::config::{Config, Section, SectionSpec};
+use crate::game::{BuildError, Game, Games};
 use crate::net::BackendKind;
 
 use super::console::commands::COMMANDS;
@@ -25,6 +25,8 @@ type MakeGame = Box<dyn FnOnce(&Config) -> Game>;
 pub struct ShardBuilder {
     games: Vec<MakeGame>,
     listeners: Option<Vec<TcpListener>>,
+    /// The games' own configuration sections, read with the engine's.
+    pub(super) sections: Vec<SectionSpec>,
 }
 
 /// A shard ready to run: its configuration and its checked games.
@@ -37,11 +39,12 @@ pub struct Shard {
 }
 
 impl Shard {
-    /// A shard with no game yet: add the demo ([`demo_game`]), yours, or both.
+    /// A shard with no game yet: add yours with [`ShardBuilder::game`].
     pub fn builder() -> ShardBuilder {
         ShardBuilder {
             games: Vec::new(),
             listeners: None,
+            sections: Vec::new(),
         }
     }
 
@@ -75,10 +78,19 @@ impl Shard {
 }
 
 impl ShardBuilder {
-    /// Adds a game, made from the configuration when the shard is built: a function such as
-    /// [`demo_game`], or a closure (`|_| my_game()`). Games are started in the order added.
+    /// Adds a game, made from the configuration when the shard is built: a function
+    /// `fn(&Config) -> Game`, or a closure (`|_| my_game()`). Games are started in the order added.
     pub fn game(mut self, make: impl FnOnce(&Config) -> Game + 'static) -> ShardBuilder {
         self.games.push(Box::new(make));
+        self
+    }
+
+    /// Reads the game's own configuration section `S` (`[S::NAME]` in the file,
+    /// `SHARD_<NAME>__<KEY>` in the environment) with the engine's: checked at startup (a bad
+    /// key exits 2 naming it and its source), listed by `check-config`, and handed to the
+    /// games as `config.section::<S>()`. Without it, a `[S::NAME]` table is an unknown key.
+    pub fn section<S: Section>(mut self) -> ShardBuilder {
+        self.sections.push(SectionSpec::of::<S>());
         self
     }
 
@@ -102,17 +114,49 @@ impl ShardBuilder {
         })
     }
 
-    /// Runs the shard as a whole process, as `shardloop run` does: the configuration from
-    /// `config/shard.toml`, `SHARD_*` variables and the flags (`--config`, `--data-dir`,
-    /// `--listen`, `--idle-wait`, `--log-format`), logs on stderr, the console on stdin,
-    /// SIGINT/SIGTERM to stop. Call it from `main`; the exit code is the binary's.
+    /// Runs the shard as a whole process with the command line every shard binary has:
+    /// `run` (the default: the configuration from `config/shard.toml`, `SHARD_*` variables
+    /// and the flags `--config`, `--data-dir`, `--listen`, `--idle-wait`, `--log-format`;
+    /// logs on stderr, the console on stdin, SIGINT/SIGTERM to stop), `check-config` (the
+    /// effective configuration, the games' sections included, and where each value came
+    /// from) and `restore` (an archive put in place, or `--list`). Call it from `main`; the
+    /// exit code is the process's.
     pub fn main(self) -> ExitCode {
-        super::launch::main(self)
+        super::launch::main_with(self, |tool: NoTools| match tool {})
+    }
+
+    /// [`ShardBuilder::main`] with the binary's own subcommands `T` beside the shard's (a
+    /// `#[derive(clap::Subcommand)]` enum): when one of them is named, `tools` runs it and
+    /// its exit code is the process's. The `shardloop` binary adds its operator tools this
+    /// way (`probe-host`, `loadgen`, `chart`).
+    pub fn main_with<T: clap::Subcommand>(self, tools: impl FnOnce(T) -> ExitCode) -> ExitCode {
+        super::launch::main_with(self, tools)
     }
 }
 
-/// The demo game with the flood limits of the configuration (`network.move_rate`,
-/// `network.speech_rate`): what `shardloop run` serves.
-pub fn demo_game(config: &Config) -> Game {
-    game::demo(game::Rates::from(&config.network))
+/// No subcommands of the binary's own: [`ShardBuilder::main`].
+enum NoTools {}
+
+impl clap::FromArgMatches for NoTools {
+    fn from_arg_matches(_: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Err(clap::Error::new(clap::error::ErrorKind::InvalidSubcommand))
+    }
+
+    fn update_from_arg_matches(&mut self, _: &clap::ArgMatches) -> Result<(), clap::Error> {
+        match *self {}
+    }
+}
+
+impl clap::Subcommand for NoTools {
+    fn augment_subcommands(command: clap::Command) -> clap::Command {
+        command
+    }
+
+    fn augment_subcommands_for_update(command: clap::Command) -> clap::Command {
+        command
+    }
+
+    fn has_subcommand(_: &str) -> bool {
+        false
+    }
 }

@@ -1,61 +1,156 @@
-//! A shard as a whole process: the configuration from the usual layers, logs on stderr, the
-//! console on stdin, SIGINT/SIGTERM to stop, and the process exit code. The binary's `run`
-//! and every custom shard's `main` ([`super::ShardBuilder::main`]) come through here.
+//! A shard as a whole process: the command line every shard binary shares (`run`,
+//! `check-config`, `restore`), the configuration from the usual layers, logs on stderr, the
+//! console on stdin, SIGINT/SIGTERM to stop, and the process exit code. The `shardloop`
+//! binary and every game's own `main` ([`super::ShardBuilder::main`]) come through here.
 //!
 //! Owns the process around the shard; must never hold game or world state itself.
 
 use std::future::Future;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, ConfigArgs, ConfigError};
+use crate::config::{Config, ConfigArgs, ConfigError, Loaded};
 use crate::logs;
 
+use super::restore::{RestoreArgs, restore_command};
 use super::{Console, Shard, ShardBuilder};
 
-/// The flags of a custom shard's process.
+/// The command line of a shard binary.
 #[derive(Debug, Parser)]
-#[command(about = "A game shard on shardloop")]
-struct Flags {
+#[command(version, about = "A game shard on shardloop: one thread, one deterministic event loop.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<ShardCommand>,
+
     #[command(flatten)]
     config: ConfigArgs,
 
-    /// Log line format: pretty or json; RUST_LOG filters (default "info").
-    #[arg(long, default_value = "pretty", value_parser = ["pretty", "json"])]
-    log_format: String,
+    /// Log line format; RUST_LOG filters (default "info").
+    #[arg(long, value_enum, default_value_t = LogFormat::Pretty, global = true)]
+    log_format: LogFormat,
+
+    /// For tests: the wall clock reads this instant (RFC 3339) at startup and advances from
+    /// there, so autosave and archive periods do not depend on when a test runs.
+    #[arg(long, hide = true, value_name = "TIMESTAMP")]
+    clock_start: Option<jiff::Timestamp>,
+
+    /// FAULT INJECTION, for tests only: DURATION after "ready", a loop phase panics as a bug
+    /// would, and the shard stops on the fault (final save, exit code 70). Hidden; no
+    /// configuration file or variable can set it.
+    #[arg(long, hide = true, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    fault_inject_phase_panic: Option<std::time::Duration>,
 }
 
-/// [`ShardBuilder::main`]: flags, configuration, logs, then [`run_process`].
-pub(super) fn main(builder: ShardBuilder) -> ExitCode {
-    let flags = Flags::parse();
-    let loaded = match flags
-        .config
-        .load_options()
-        .and_then(|options| Config::load(&options))
+/// The subcommands every shard binary has.
+#[derive(Debug, Clone, Subcommand)]
+enum ShardCommand {
+    /// Run the shard (the default).
+    Run,
+    /// Print the effective configuration and the source of each value, then exit.
+    CheckConfig,
+    /// Put the save in an archive in place (the shard must be stopped), or list backups and
+    /// archives.
+    Restore(RestoreArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// One human-readable line per event.
+    Pretty,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+impl From<LogFormat> for logs::Format {
+    fn from(format: LogFormat) -> logs::Format {
+        match format {
+            LogFormat::Pretty => logs::Format::Pretty,
+            LogFormat::Json => logs::Format::Json,
+        }
+    }
+}
+
+/// [`ShardBuilder::main_with`]: the command line, then the binary's own `tools` or one of
+/// the shard's subcommands.
+pub(super) fn main_with<T: Subcommand>(
+    builder: ShardBuilder,
+    tools: impl FnOnce(T) -> ExitCode,
+) -> ExitCode {
+    let command = T::augment_subcommands(Cli::command());
+    let matches = command.get_matches();
+    if let Some((name, _)) = matches.subcommand()
+        && T::has_subcommand(name)
     {
+        return match T::from_arg_matches(&matches) {
+            Ok(tool) => tools(tool),
+            Err(e) => e.exit(),
+        };
+    }
+    match Cli::from_arg_matches(&matches) {
+        Ok(cli) => shard_command(builder, cli),
+        Err(e) => e.exit(),
+    }
+}
+
+fn shard_command(builder: ShardBuilder, cli: Cli) -> ExitCode {
+    let loaded = match load_config(&builder, &cli.config) {
         Ok(loaded) => loaded,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(ConfigError::EXIT_CODE as u8);
-        }
+        Err(code) => return code,
     };
-    let format = match flags.log_format.as_str() {
-        "json" => logs::Format::Json,
-        _ => logs::Format::Pretty,
-    };
-    // Held to the end: dropping it writes out the lines still queued.
-    let _logs = logs::init(format);
-    if let Some(warning) = loaded.ignored_env_warning() {
-        tracing::warn!("{warning}");
-    }
-    match builder.build(&loaded.config) {
-        Ok(shard) => run_process(shard),
-        Err(e) => {
-            tracing::error!("cannot build the shard: {e}");
-            ExitCode::from(2)
+    match cli.command.unwrap_or(ShardCommand::Run) {
+        ShardCommand::CheckConfig => {
+            print!("{}", loaded.report());
+            ExitCode::SUCCESS
+        }
+        ShardCommand::Restore(args) => {
+            if let Some(warning) = loaded.ignored_env_warning() {
+                eprintln!("shardloop restore: {warning}");
+            }
+            restore_command(&loaded.config, &args)
+        }
+        ShardCommand::Run => {
+            let mut config = loaded.config.clone();
+            // Held to the end: dropping it writes out the lines still queued.
+            let _logs = logs::init(cli.log_format.into());
+            if let Some(warning) = loaded.ignored_env_warning() {
+                tracing::warn!("{warning}");
+            }
+            if let Some(start) = cli.clock_start {
+                tracing::warn!(%start, "--clock-start: the wall clock is pinned (a test flag)");
+                config.time.clock_start = Some(start);
+            }
+            if let Some(after) = cli.fault_inject_phase_panic {
+                tracing::warn!(
+                    "--fault-inject-phase-panic: a loop phase will panic {} after ready (a \
+                     fault-injection test flag)",
+                    humantime::format_duration(after)
+                );
+                config.server.fault_inject_phase_panic = Some(after);
+            }
+            match builder.build(&config) {
+                Ok(shard) => run_process(shard),
+                Err(e) => {
+                    tracing::error!("cannot build the shard: {e}");
+                    ExitCode::from(ConfigError::EXIT_CODE as u8)
+                }
+            }
         }
     }
+}
+
+/// The configuration with the builder's game sections, or the exit code after printing why
+/// it is unusable.
+fn load_config(builder: &ShardBuilder, args: &ConfigArgs) -> Result<Loaded, ExitCode> {
+    args.load_options()
+        .and_then(|mut options| {
+            options.sections.extend(builder.sections.iter().cloned());
+            Config::load(&options)
+        })
+        .map_err(|e| {
+            eprintln!("shardloop: {e}");
+            ExitCode::from(ConfigError::EXIT_CODE as u8)
+        })
 }
 
 /// Runs `shard` on the runtime its backend needs, with the console on stdin and

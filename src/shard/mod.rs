@@ -1,14 +1,14 @@
 //! The shard: one configuration, one world, one event loop. This module wires the network
-//! server (Network and Flush phases, the demo protocol of [`crate::game`]), the world's Deltas
-//! phase, the demo game logic, the operator console ([`console`]), saving (`saving.rs`) and
+//! server (Network and Flush phases, every game's packets through [`crate::game`]), the
+//! world's Deltas phase, the games' start hooks and behaviours, the operator console ([`console`]), saving (`saving.rs`) and
 //! the `loop:` status line ([`status`]) onto the loop, runs it until something asks it to
 //! stop, and then stops in order.
 //!
 //! Startup, in order: make sure the data directory exists and take its lock (one shard per
 //! data directory); bind every `network.listen` address (one that cannot be bound stops the
 //! shard before any real work); finish what a crash left in the data directory
-//! (`Layout::recover`); restore an archive dropped into `Saves/`; load `Saves/`, or generate
-//! the world when there is none (a save that cannot be loaded stops the shard, exit code 2);
+//! (`Layout::recover`); restore an archive dropped into `Saves/`; load `Saves/`, or make the
+//! world with the game's generator when there is none (an empty world without one) (a save that cannot be loaded stops the shard, exit code 2);
 //! build the loop from `[server]`; on the loop, start accepting players, the game logic, the
 //! saver and the autosave schedule, the archiver (a first rollup), the status line and the
 //! console; log "ready".
@@ -17,10 +17,10 @@
 //! autosave schedule and the game timers stop; a final save is taken while players are still
 //! connected (they hear it) and waited for, as is any archive rollup it started; then the
 //! listeners and connections close (players leave the world), the status line stops with
-//! one last `loop:` line, and [`run`] returns what it did, the final save's outcome included.
+//! one last `loop:` line, and [`Shard::run`] returns what it did, the final save's outcome included.
 //!
 //! Faults: a fault reported on the loop ([`runtime::report_fault`], a dead io_uring ring)
-//! stops the shard the same way, final save included, and [`run`] returns
+//! stops the shard the same way, final save included, and [`Shard::run`] returns
 //! [`ShardError::Fault`]. A panic that escapes a loop phase stops the loop itself: nothing
 //! more runs on it, so the shard takes the final save straight from the world as the panic
 //! left it (snapshot on this thread, written on the blocking pool, players not told), lets the
@@ -36,10 +36,11 @@ pub mod chart;
 pub mod console;
 mod launch;
 mod monitoring;
+mod restore;
 mod saving;
 pub mod status;
 
-pub use builder::{Shard, ShardBuilder, demo_game};
+pub use builder::{Shard, ShardBuilder};
 pub use launch::run_process;
 
 use std::cell::RefCell;
@@ -52,7 +53,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::config::{Config, GenerateConfig};
+use crate::config::Config;
 use crate::game::{self, Behaviours, GameContext, Players};
 use crate::net::{self, BackendKind, Limits, Net};
 use crate::persist::archive::{self, Archiver, Plan};
@@ -206,33 +207,6 @@ impl std::error::Error for ShardError {
     }
 }
 
-/// Runs the demo shard ([`demo_game`]) until `stop` completes or the console says
-/// `shutdown`, with the epoll network backend. Call it on a current-thread tokio runtime; it
-/// returns after the shutdown hooks have run. A shard with other games:
-/// [`Shard::builder`].
-pub async fn run(
-    config: &Config,
-    console: Console,
-    stop: impl Future<Output = ()>,
-) -> Result<Stopped, ShardError> {
-    run_with(config, BackendKind::Epoll, console, stop).await
-}
-
-/// [`run`] with the network backend `backend`; run it on the runtime that backend needs
-/// ([`BackendKind::block_on`]).
-pub async fn run_with(
-    config: &Config,
-    backend: BackendKind,
-    console: Console,
-    stop: impl Future<Output = ()>,
-) -> Result<Stopped, ShardError> {
-    let shard = Shard::builder()
-        .game(demo_game)
-        .build(config)
-        .expect("the demo game registers each packet and command once");
-    shard.run_with(backend, console, stop).await
-}
-
 async fn run_shard(
     shard: Shard,
     backend: BackendKind,
@@ -277,9 +251,13 @@ async fn run_shard(
     {
         tracing::info!("restored the archive dropped into Saves/: {restored}");
     }
-    let mut world = match layout.saves.exists() {
-        true => load_world(&layout)?,
-        false => generate_world(&config.world.generate),
+    let mut world = match (layout.saves.exists(), games.generator.take()) {
+        (true, _) => load_world(&layout)?,
+        (false, Some(generate)) => generate(),
+        (false, None) => {
+            tracing::info!("no save to load and no game generates a world: starting empty");
+            World::new(config.world.generate.seed)
+        }
     };
     for game in &mut games.games {
         for setup in std::mem::take(&mut game.setups) {
@@ -363,24 +341,6 @@ fn load_world(layout: &persist::Layout) -> Result<World, ShardError> {
         "loaded the world save"
     );
     Ok(loaded.world)
-}
-
-fn generate_world(plan: &GenerateConfig) -> World {
-    let began = Instant::now();
-    let world = world::generate(plan.seed, plan.items, plan.mobiles);
-    let load = game::idle_load(&world);
-    tracing::info!(
-        items = world.item_count(),
-        mobiles = world.mobile_count(),
-        spawners = world.spawner_count(),
-        seed = plan.seed,
-        took = ?began.elapsed(),
-        "no save to load: generated the world; idle timer load {:.1} fires/s from spawners, \
-         up to {:.1} fires/s while the first hour's items decay",
-        load.spawner_fires_per_sec,
-        load.peak_fires_per_sec(),
-    );
-    world
 }
 
 struct Serving {

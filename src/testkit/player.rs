@@ -1,4 +1,5 @@
-//! A test player: a real TCP client of the demo protocol's framing, async, for the test kit.
+//! A test player: a real TCP client of the engine's framing, async, for the test kit. It
+//! speaks a game's protocol through that game's [`Login`] and the packets a test sends.
 //!
 //! Owns one connection and what it has read but not yet handed out. Every wait is bounded in
 //! game time ([`EXPECT_WITHIN`]), so a test that expects what never comes fails with the
@@ -10,9 +11,21 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::game::packets::{client, server};
 use crate::net::frame;
-use crate::world::{Location, MapId, Serial};
+use crate::world::{Location, Serial};
+
+/// How a game's client logs in, for [`TestPlayer::login`] and the kit's `Running::login`:
+/// the game's own login packet and answer.
+#[derive(Clone, Copy, Debug)]
+pub struct Login {
+    /// The login packet for a name: its id and payload.
+    pub request: fn(&str) -> (u8, Vec<u8>),
+    /// The id of the packet that says the login was accepted.
+    pub accepted: u8,
+    /// The player's serial and spot, read from that packet's payload; `None` when the
+    /// payload does not hold them (the test fails, naming it).
+    pub read: fn(&[u8]) -> Option<(Serial, Location)>,
+}
 
 /// How much game time [`TestPlayer::expect`] waits before it fails the test.
 pub const EXPECT_WITHIN: Duration = Duration::from_secs(60);
@@ -20,6 +33,7 @@ pub const EXPECT_WITHIN: Duration = Duration::from_secs(60);
 /// One connected client.
 pub struct TestPlayer {
     stream: TcpStream,
+    login: Option<Login>,
     serial: Option<Serial>,
     at: Option<Location>,
     /// Packet ids skipped while waiting for another (for the failure message).
@@ -27,29 +41,40 @@ pub struct TestPlayer {
 }
 
 impl TestPlayer {
-    pub(super) async fn connect(addr: SocketAddr) -> TestPlayer {
+    /// A new connection to `addr`, not logged in, that logs in with `login` (if any).
+    ///
+    /// # Panics
+    /// When it cannot connect.
+    pub async fn connect(addr: SocketAddr, login: Option<Login>) -> TestPlayer {
         let stream = TcpStream::connect(addr)
             .await
             .unwrap_or_else(|e| panic!("cannot connect to the test shard at {addr}: {e}"));
         stream.set_nodelay(true).expect("TCP_NODELAY");
         TestPlayer {
             stream,
+            login,
             serial: None,
             at: None,
             skipped: Vec::new(),
         }
     }
 
-    /// Logs in as `name` and waits for the answer.
+    /// Logs in as `name` with the game's [`Login`] and waits for the answer.
     ///
     /// # Panics
-    /// When the shard refuses.
+    /// When the test shard has no login (`TestShard::with_login`), or the shard refuses.
     pub async fn login(&mut self, name: &str) {
-        self.send(client::LOGIN, name.as_bytes()).await;
-        let ok = self.expect(server::LOGIN_OK).await;
-        let word = |i: usize| u16::from_be_bytes([ok[i], ok[i + 1]]);
-        self.serial = Some(Serial(u32::from_be_bytes([ok[0], ok[1], ok[2], ok[3]])));
-        self.at = Some(Location::new(word(4), word(6), 0, MapId::FELUCCA));
+        let login = self
+            .login
+            .expect("this test player has no login: give the test shard one (TestShard::with_login)");
+        let (id, payload) = (login.request)(name);
+        self.send(id, &payload).await;
+        let ok = self.expect(login.accepted).await;
+        let (serial, at) = (login.read)(&ok).unwrap_or_else(|| {
+            panic!("the login answer 0x{:02x} does not hold a player: {ok:?}", login.accepted)
+        });
+        self.serial = Some(serial);
+        self.at = Some(at);
     }
 
     /// The player's mobile, once logged in.
@@ -77,11 +102,6 @@ impl TestPlayer {
             .write_all(&packet)
             .await
             .unwrap_or_else(|e| panic!("sending packet 0x{id:02x}: {e}"));
-    }
-
-    /// Says `text` (the demo's `SAY` packet).
-    pub async fn say(&mut self, text: &str) {
-        self.send(client::SAY, text.as_bytes()).await;
     }
 
     /// The payload of the next packet `id`, skipping others, within [`EXPECT_WITHIN`] of game

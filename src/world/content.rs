@@ -95,16 +95,6 @@ pub const NAMES: &[&str] = &[
     "Adrian", "Beatrix", "Corwin", "Delia", "Edmund", "Fiona", "Gareth", "Helena", "Ivor",
     "Jocelyn", "Kestrel", "Lorien", "Maeve", "Nolan", "Ophelia", "Perrin",
 ];
-/// What NPCs say when they bark.
-pub const BARKS: &[&str] = &[
-    "Fresh bread, fresh fish!",
-    "Hail, traveller.",
-    "Beware the woods at night.",
-    "Have ye seen my cat?",
-    "Grrrr...",
-    "*sniffs the air*",
-];
-
 /// Whether a creature appears in the game (a spawn: `ADDED` deltas) or already existed
 /// (generation or loading: no deltas).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

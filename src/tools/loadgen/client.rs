@@ -8,7 +8,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use shardloop::game::packets::{client, server};
+use crate::demo::packets::{client, server};
 use shardloop::net::frame::{self, Frame};
 use shardloop::world::rng::Rng;
 use tokio::sync::{mpsc, watch};

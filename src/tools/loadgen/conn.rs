@@ -9,7 +9,7 @@ use std::io;
 use std::pin::Pin;
 use std::time::Duration;
 
-use shardloop::game::packets::{client, server};
+use crate::demo::packets::{client, server};
 use shardloop::net::frame::{self, Frame, FrameError};
 use tokio::io::{AsyncRead, Interest, ReadBuf, Ready};
 use tokio::net::TcpStream;

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::Duration;
 
-use shardloop::game::packets::{client, serial_xy, server};
+use crate::demo::packets::{client, serial_xy, server};
 use shardloop::net::frame;
 use socket2::SockRef;
 use tokio::net::{TcpListener, TcpStream};

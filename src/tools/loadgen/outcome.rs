@@ -3,7 +3,7 @@
 //! This module owns the counting. It must never measure anything itself: the clients and the
 //! coordinator hand it what they saw.
 
-use shardloop::game::packets::server;
+use crate::demo::packets::server;
 
 use super::histogram::Histogram;
 use super::{LoadReport, LoadgenError, Plan, Tool};

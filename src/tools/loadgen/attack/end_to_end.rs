@@ -9,7 +9,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use clap::Parser;
-use shardloop::game::packets::client;
+use crate::demo::packets::client;
 use shardloop::net::frame;
 use tokio::time::Instant;
 

@@ -5,7 +5,7 @@
 //! would be `walk`), and never stop reading: a flooder that stopped reading would be closed
 //! for its full send buffer instead of for its flood, and prove the wrong limit.
 
-use shardloop::game::packets::client;
+use crate::demo::packets::client;
 use shardloop::net::frame;
 use tokio::time::Instant;
 

@@ -1,11 +1,11 @@
-//! Hostile modes against the real shard (`shard::run`, in-process on a thread and runtime of
+//! Hostile modes against the real shard (the demo game on `Shard::run`, in-process on a thread and runtime of
 //! its own, small world, no autosave): what the attack client reports is what the server did.
 //! Only limits the shard already has are used (`network.idle_timeout`,
 //! `network.send_buffer_size`); the limits still to come are their own tests' to prove.
 //!
 //! (The binary's unit tests cannot run the binary itself: cargo builds it, and sets
-//! `CARGO_BIN_EXE_shardloop`, for integration tests only. The library's `shard::run` is the
-//! same shard the binary runs.)
+//! `CARGO_BIN_EXE_shardloop`, for integration tests only. `Shard::run` with the demo game is
+//! the same shard the binary runs.)
 
 use std::io::{self, Cursor, Write};
 use std::net::SocketAddr;
@@ -14,7 +14,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use shardloop::config::Config;
-use shardloop::shard::{self, Console};
+use shardloop::shard::{Console, Shard};
 use tokio::sync::oneshot;
 
 use super::AttackReport;
@@ -55,8 +55,12 @@ impl RealShard {
             let stop = async {
                 let _ = stopped.await;
             };
+            let shard = Shard::builder()
+                .game(crate::demo::demo_game)
+                .build(&config)
+                .expect("the demo game builds");
             runtime
-                .block_on(shard::run(&config, console, stop))
+                .block_on(shard.run(console, stop))
                 .expect("the shard runs");
         });
         RealShard {

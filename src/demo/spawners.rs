@@ -8,11 +8,11 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::timer;
-use crate::world::rng::Rng;
-use crate::world::{Serial, World, top_up};
+use shardloop::timer;
+use shardloop::world::rng::Rng;
+use shardloop::world::{Serial, World, top_up};
 
-use super::logic::Game;
+use super::logic::Logic;
 
 /// The random stream first-run phases are drawn from (one draw per spawner serial).
 const PHASE_STREAM: u64 = 2 << 56;
@@ -33,7 +33,7 @@ pub(super) fn spawners(world: &World) -> Vec<(Serial, u16)> {
     spawners
 }
 
-impl Game {
+impl Logic {
     pub(super) fn schedule_spawner(self: &Rc<Self>, spawner: Serial, minutes: u16) {
         let interval = Duration::from_secs(60 * u64::from(minutes.max(1)));
         let game = self.clone();

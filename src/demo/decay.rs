@@ -7,11 +7,11 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::timer;
-use crate::world::rng::Rng;
-use crate::world::{Serial, World};
+use shardloop::timer;
+use shardloop::world::rng::Rng;
+use shardloop::world::{Serial, World};
 
-use super::logic::Game;
+use super::logic::Logic;
 
 /// Ground items decay this long after the world starts or they are spawned: uniform over
 /// 10–60 minutes, drawn per item from the world's seed.
@@ -39,7 +39,7 @@ pub(super) fn decaying_items(world: &World) -> Vec<Serial> {
     items
 }
 
-impl Game {
+impl Logic {
     pub(super) fn schedule_decay(self: &Rc<Self>, item: Serial) {
         let game = self.clone();
         let token = timer::after(decay_delay(self.seed, item)).start(move || game.decay(item));

@@ -1,15 +1,23 @@
 //! NPC barks: the idle chatter of NPCs near players, as a plain `async fn` on `pause` — a
-//! per-NPC behaviour the demo game registers like any game would ([`super::demo`]).
+//! per-NPC behaviour the demo game registers like any game would ([`super::demo`](super::demo())).
 //!
 //! A bark runs only while its NPC is in an active sector (the behaviour engine starts it
 //! when the NPC wakes and drops it when it falls asleep), so a world with no players runs
 //! none. Must never keep a world borrow across an `.await`.
 
-use crate::timer::pause;
-use crate::world::Mobile;
-use crate::world::content::BARKS;
+use shardloop::game::Npc;
+use shardloop::timer::pause;
+use shardloop::world::Mobile;
 
-use super::npc::Npc;
+/// What NPCs say when they bark.
+pub const BARKS: &[&str] = &[
+    "Fresh bread, fresh fish!",
+    "Hail, traveller.",
+    "Beware the woods at night.",
+    "Have ye seen my cat?",
+    "Grrrr...",
+    "*sniffs the air*",
+];
 
 /// An NPC's chatter: a line every 17–33 s, the first within 5–8 s of waking up. Ends when
 /// the NPC no longer exists.

@@ -13,12 +13,13 @@ use std::cell::{Cell, RefCell};
 use std::hash::BuildHasherDefault;
 use std::rc::Rc;
 
-use crate::runtime::Keyed;
-use crate::timer::TimerToken;
-use crate::world::rng::Rng;
-use crate::world::{IdHasher, Serial, World};
+use shardloop::runtime::Keyed;
+use shardloop::timer::TimerToken;
+use shardloop::world::rng::Rng;
+use shardloop::world::{IdHasher, Serial, World};
 
-use super::behaviours::Behaviours;
+use shardloop::game::{Behaviours, Game};
+
 use super::decay::{DECAY_MAX, DECAY_MIN, decaying_items};
 use super::spawners::spawners;
 
@@ -61,12 +62,12 @@ pub struct GameLogic {
 /// A handle on the demo's world timers (decay and spawners). Dropping it does not stop them;
 /// [`stop`](Self::stop) does.
 pub struct WorldTimers {
-    game: Rc<Game>,
+    game: Rc<Logic>,
 }
 
 /// What the world timers share: the world, the seed their random streams derive from, and
 /// what runs for each entity.
-pub(super) struct Game {
+pub(super) struct Logic {
     pub(super) world: Rc<RefCell<World>>,
     pub(super) seed: u64,
     pub(super) spawn_rng: RefCell<Rng>,
@@ -94,7 +95,7 @@ pub(super) struct Game {
 /// Off the loop thread.
 pub fn start_game_logic(world: Rc<RefCell<World>>) -> GameLogic {
     let timers = start_world_timers(world.clone());
-    let barks = Behaviours::start(world, super::demo::npc_behaviours().npcs);
+    let barks = Behaviours::run(world, super::npc_behaviours(Game::new("demo")));
     GameLogic { timers, barks }
 }
 
@@ -106,7 +107,7 @@ pub fn start_game_logic(world: Rc<RefCell<World>>) -> GameLogic {
 /// Off the loop thread.
 pub fn start_world_timers(world: Rc<RefCell<World>>) -> WorldTimers {
     let seed = world.borrow().seed();
-    let game = Rc::new(Game {
+    let game = Rc::new(Logic {
         world,
         seed,
         spawn_rng: RefCell::new(Rng::derive(seed, SPAWN_STREAM)),
@@ -123,7 +124,7 @@ pub fn start_world_timers(world: Rc<RefCell<World>>) -> WorldTimers {
     WorldTimers { game }
 }
 
-impl Game {
+impl Logic {
     pub(super) fn count(&self, f: impl FnOnce(&mut LogicStats)) {
         let mut stats = self.stats.get();
         f(&mut stats);

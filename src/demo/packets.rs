@@ -1,26 +1,46 @@
 //! The demo game's packets (`docs/protocol.md`): their ids, payload encodings, and what each
-//! does. Login puts a player mobile into the world and wakes the sectors around it; moves and
+//! does, with where new players appear and how long names and lines may be. Login puts a player mobile into the world and wakes the sectors around it; moves and
 //! speech go to every player within [`VIEW_RANGE`]; a disconnect (logout, a fault, the peer
 //! hanging up) takes the mobile out. Each does so through the calls any game has
 //! ([`Packet::log_in`], [`Packet::move_player`], [`Packet::log_out`]).
 //!
 //! The demo game ([`super::demo`]) registers every entry of [`PACKETS`]: an id, a name, who
 //! may send it, and one plain function `fn(&mut Packet, &[u8]) -> Result<(), BadPacket>`
-//! (`dispatch.rs` does the borrowing). The network layer knows only framing and ping.
+//! (the engine does the borrowing). The network layer knows only framing and ping.
 //!
 //! This is where the world and the network meet: the world never sees a socket and the server
 //! never sees an entity. Handlers run in the Network phase; they must never do I/O (they only
 //! queue packets on the sessions) and never block.
 
-use crate::net::{Access, BadPacket};
-use crate::world::{Location, Mobile, Serial};
-
-use super::deltas::DeltaPackets;
-use super::dispatch::{Packet, PacketHandler, text};
-use super::players::{MAX_NAME, MAX_SPEECH, start_location};
+use shardloop::game::{DeltaPackets, Packet, PacketHandler, text};
+use shardloop::net::{Access, BadPacket};
+use shardloop::world::{Location, MapId, Mobile, Serial};
 
 #[cfg(doc)]
-use super::players::VIEW_RANGE;
+use shardloop::game::VIEW_RANGE;
+
+/// Longest player name, bytes of UTF-8.
+pub const MAX_NAME: usize = 30;
+/// Longest line a player may say, bytes of UTF-8 (system messages are cut to it too).
+pub const MAX_SPEECH: usize = 200;
+/// Where new players appear: Britain, spread over a square [`START_SPREAD`] tiles wide (by
+/// name), so that a crowd of bots is a town, not one tile.
+pub const START: Location = Location::new(1300, 1450, 0, MapId::FELUCCA);
+/// The side of the square new players appear in, tiles.
+pub const START_SPREAD: u16 = 400;
+
+/// A new player's spot: [`START`] offset by a hash of the name (FNV-1a), the same for the
+/// same name.
+#[must_use]
+pub fn start_location(name: &str) -> Location {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let spread = u64::from(START_SPREAD);
+    let dx = (hash % spread) as i32;
+    let dy = ((hash >> 32) % spread) as i32;
+    START.offset_clamped(dx, dy)
+}
 
 /// The body of a player character.
 const HUMAN_MALE: u16 = 0x190;
@@ -29,7 +49,7 @@ const HUMAN_MALE: u16 = 0x190;
 pub mod client {
     /// Ping: 0–64 bytes of payload, answered with the identical frame (built into the
     /// server).
-    pub use crate::net::frame::PING;
+    pub use shardloop::net::frame::PING;
     /// Login: a UTF-8 name of 1–30 bytes.
     pub const LOGIN: u8 = 0x01;
     /// Move: `[direction u8 0–7][seq u8]`.
@@ -72,9 +92,15 @@ fn encode_moved(serial: Serial, at: Location, out: &mut Vec<u8>) {
     out.extend_from_slice(&serial_xy(serial.0, at.x, at.y));
 }
 
+/// A line is cut to [`MAX_SPEECH`] bytes at a character boundary: a console broadcast may be
+/// longer than a player's line.
 fn encode_said(serial: Serial, line: &str, out: &mut Vec<u8>) {
+    let mut end = line.len().min(MAX_SPEECH);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
     out.extend_from_slice(&serial.0.to_be_bytes());
-    out.extend_from_slice(line.as_bytes());
+    out.extend_from_slice(&line.as_bytes()[..end]);
 }
 
 /// The demo game's packets: id, name (in logs), who may send it, the handler.

@@ -1,0 +1,90 @@
+//! The demo game: a small UO-like world — players log in by name, walk and talk; ground items
+//! decay, spawners top up their creatures, NPCs near players bark — built on shardloop's
+//! public API exactly as a third-party game is. Its protocol and login ([`packets`]), how
+//! its world changes go on the wire ([`packets::DELTAS`]), its flood limits and its `[demo]`
+//! configuration section ([`DemoConfig`]), its world timers ([`logic`]: decay and spawners)
+//! and its per-NPC behaviour ([`barks`]) are all here; the engine knows none of them.
+//!
+//! **How the rule is kept.** This module is never part of the library: the `shardloop`
+//! binary declares it (`src/main.rs`), and the tests, benches and examples that drive the
+//! demo include the same files with `#[path = "../src/demo/mod.rs"] mod demo;`. Compiled
+//! outside the library, it can reach only what the library makes `pub` — the API any game
+//! has — and the library cannot name it at all. Inside, files refer to each other with
+//! `super::` (never `crate::`), so the module compiles wherever it is included.
+//!
+//! Must never need a private engine item: what it lacks, the engine offers to every game.
+
+// Each crate that includes the demo uses a different part of it.
+#![allow(dead_code, unused_imports)]
+
+pub mod barks;
+mod config;
+mod decay;
+pub mod logic;
+pub mod packets;
+mod spawners;
+
+use shardloop::config::Config;
+use shardloop::game::Game;
+use shardloop::world::{self, World};
+
+pub use config::{DemoConfig, Rates};
+pub use logic::{GameLogic, IdleLoad, LogicStats, WorldTimers, idle_load, start_game_logic};
+
+/// The demo game as the shard serves it: its `[demo]` section read from `config`, its world
+/// generated from `[world.generate]` when there is no save.
+pub fn demo_game(config: &Config) -> Game {
+    let generate = config.world.generate.clone();
+    demo(config.section::<DemoConfig>().rates()).world_generator(move || {
+        generate_world(generate.seed, generate.items, generate.mobiles)
+    })
+}
+
+/// The demo game with the flood limits of `rates`: its packets, its deltas, its world
+/// timers (started with the shard, stopped with it) and the NPC barks. No world generator:
+/// the shard starts from its save, or an empty world ([`demo_game`] adds the generator).
+pub fn demo(rates: Rates) -> Game {
+    let mut game = Game::new("demo").deltas(packets::DELTAS);
+    for &(id, name, access, handler) in packets::PACKETS {
+        game = game.packet(id, name, access, handler);
+    }
+    let limits = [
+        (packets::client::MOVE, rates.moves),
+        (packets::client::SAY, rates.speech),
+    ];
+    for (id, rate) in limits {
+        if let Some(rate) = rate {
+            game = game.rate_limit(id, rate);
+        }
+    }
+    let game = game.on_start(|ctx| {
+        let timers = logic::start_world_timers(ctx.world().clone());
+        ctx.on_stop(move || timers.stop());
+    });
+    npc_behaviours(game)
+}
+
+/// `game` with the demo's per-NPC behaviours added (every NPC barks).
+pub fn npc_behaviours(game: Game) -> Game {
+    game.npc_behaviour("bark", barks::barks, barks::bark)
+}
+
+/// The demo's world: `items` and `mobiles` from seed `seed` (the engine's seeded generator),
+/// logged with the idle timer load its spawners and decaying items will make.
+pub fn generate_world(seed: u64, items: u32, mobiles: u32) -> World {
+    let began = std::time::Instant::now();
+    let world = world::generate(seed, items, mobiles);
+    let load = idle_load(&world);
+    tracing::info!(
+        items = world.item_count(),
+        mobiles = world.mobile_count(),
+        spawners = world.spawner_count(),
+        seed,
+        took = ?began.elapsed(),
+        "no save to load: generated the world; idle timer load {:.1} fires/s from spawners, \
+         up to {:.1} fires/s while the first hour's items decay",
+        load.spawner_fires_per_sec,
+        load.peak_fires_per_sec(),
+    );
+    world
+}
