@@ -25,9 +25,12 @@ use jiff::{SignedDuration, Timestamp};
 use shardloop::persist::archive::{Archiver, Format, Plan, format};
 use shardloop::persist::{self, Clock, Layout, Snapshot};
 use shardloop::world::{self, World};
-use shardloop::{EventLoop, game, runtime, timer};
+use shardloop::{EventLoop, runtime, timer};
 
 mod support;
+/// The demo game, as the binary compiles it.
+#[path = "../src/demo/mod.rs"]
+mod demo;
 use support::median;
 
 const LEVEL: i32 = 3;
@@ -137,7 +140,7 @@ fn loop_during(world: World, root: &Path, rollup: bool) -> (Duration, u64, Durat
         let mut event_loop = EventLoop::builder().build();
         event_loop
             .run_until(async move {
-                let logic = game::start_game_logic(world.clone());
+                let logic = demo::start_game_logic(world.clone());
                 let probe = timer::every(Duration::from_millis(8)).start(|| {});
                 timer::pause(500).await;
                 runtime::take_lag_window();

@@ -18,7 +18,7 @@
 //!
 //! The shard is the real one, minus the world's game logic: an `EventLoop` with the Network
 //! and Flush slots of a `Net` on loopback, one TCP client per player that logged in with the
-//! login packet. A move is the real move handler (`game::PACKETS`) called for a player —
+//! login packet. A move is the real move handler (`demo::packets::PACKETS`) called for a player —
 //! east, then back west on its next turn, so crowds stay put. One measured step: `BATCH`
 //! players move (not timed), then the Deltas phase runs (timed) until the world's queues are
 //! empty, then the loop flushes and the clients read and count every packet (not timed): the
@@ -48,14 +48,17 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode};
 use shardloop::EventLoop;
-use shardloop::game::packets::{client, serial_xy, server};
-use shardloop::game::{self, PACKETS, Packet, PacketHandler, Players, VIEW_RANGE};
+use demo::packets::{PACKETS, client, serial_xy, server, start_location};
+use shardloop::game::{self, Packet, PacketHandler, Players, VIEW_RANGE};
 use shardloop::net::{BackendKind, ConnId, Limits, Net, frame};
 use shardloop::runtime::Slot;
 use shardloop::world::{DELTAS_PER_ITERATION, Delta, Location, MapId, Serial, World};
 use tokio::runtime::Runtime;
 
 mod support;
+/// The demo game, as the binary compiles it.
+#[path = "../src/demo/mod.rs"]
+mod demo;
 use support::median;
 
 /// Players moved per Deltas phase.
@@ -310,11 +313,11 @@ impl Bed {
             ..Limits::default()
         });
         let world = Rc::new(RefCell::new(World::new(1)));
-        let no_limits = game::Rates {
+        let no_limits = demo::Rates {
             moves: None,
             speech: None,
         };
-        let players = game::install_demo_packets(&net, world.clone(), &no_limits);
+        let players = demo::install_packets(&net, world.clone(), no_limits);
         let event_loop = {
             let _runtime = runtime.enter();
             EventLoop::builder()
@@ -337,7 +340,7 @@ impl Bed {
                 world.clone(),
                 players.clone(),
                 net.clone(),
-                game::packets::DELTAS,
+                demo::packets::DELTAS,
             )),
             reference: Box::new(linear_scan(world.clone(), table.clone(), net.clone())),
             world,
@@ -581,7 +584,7 @@ fn names(scenario: Scenario) -> Vec<String> {
     let all = (0..).map(|k| format!("{prefix}-{k}"));
     let (x0, y0) = CROWD_FROM;
     let in_crowd = |name: &String| {
-        let at = game::start_location(name);
+        let at = start_location(name);
         (x0..x0 + CROWD_SIDE).contains(&at.x) && (y0..y0 + CROWD_SIDE).contains(&at.y)
     };
     match scenario.layout {

@@ -30,12 +30,15 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
 use shardloop::EventLoop;
-use shardloop::game::packets::client;
+use demo::packets::client;
 use shardloop::net::frame;
 use shardloop::net::{BackendKind, Limits, Net};
 use shardloop::runtime::{DEFAULT_IDLE_WAIT, Slot};
 
 mod support;
+/// The demo game, as the binary compiles it.
+#[path = "../src/demo/mod.rs"]
+mod demo;
 use support::median;
 
 #[path = "../examples/tokio_echo.rs"]
@@ -81,11 +84,11 @@ fn shard(kind: BackendKind, idle_wait: Duration) -> Server {
                 ..Limits::default()
             });
             let world = std::rc::Rc::new(std::cell::RefCell::new(shardloop::world::World::new(1)));
-            let no_limits = shardloop::game::Rates {
+            let no_limits = demo::Rates {
                 moves: None,
                 speech: None,
             };
-            let _players = shardloop::game::install_demo_packets(&net, world, &no_limits);
+            let _players = demo::install_packets(&net, world, no_limits);
             let mut event_loop = EventLoop::builder()
                 .idle_wait(idle_wait)
                 .slot(Slot::Network, net.network_slot())

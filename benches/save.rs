@@ -31,9 +31,12 @@ use std::time::Duration;
 use criterion::{Criterion, SamplingMode};
 use shardloop::persist::{self, Clock, Layout, Saver, SaverConfig, Snapshot, codec};
 use shardloop::world::{self, World};
-use shardloop::{EventLoop, game, runtime, timer};
+use shardloop::{EventLoop, runtime, timer};
 
 mod support;
+/// The demo game, as the binary compiles it.
+#[path = "../src/demo/mod.rs"]
+mod demo;
 use support::median;
 
 #[path = "support/peak_heap.rs"]
@@ -173,7 +176,7 @@ fn summary(world: World) {
         let w = world.clone();
         let (rows, lag, late) = event_loop
             .run_until(async move {
-                let logic = game::start_game_logic(w.clone());
+                let logic = demo::start_game_logic(w.clone());
                 let probe = timer::every(Duration::from_millis(8)).start(|| {});
                 let saver = Saver::new(
                     w,

@@ -19,7 +19,6 @@ use std::pin::Pin;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use shardloop::game::packets::client;
 use shardloop::net::frame;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -112,7 +111,7 @@ fn pings(input: &[u8], output: &mut Vec<u8>) -> io::Result<usize> {
     while let Some(packet) = frame::split(&input[used..], MAX_PACKET)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
     {
-        if packet.id == client::PING {
+        if packet.id == frame::PING {
             output.extend_from_slice(packet.bytes);
         }
         used += packet.bytes.len();

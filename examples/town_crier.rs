@@ -1,4 +1,5 @@
-//! A custom shard on shardloop: the demo world and its game, plus a town crier and an emote.
+//! A custom shard on shardloop: the demo game, plus a town crier and an emote — a game that
+//! builds on another game (the demo, included from `src/demo/` as the binary includes it).
 //!
 //! - The **town crier** is an NPC who stands in Britain and cries the news every 5 to 8
 //!   seconds — only while players are near (a per-NPC behaviour: it starts when the crier's
@@ -9,15 +10,21 @@
 //!
 //! Run it with `cargo run --release --example town_crier` (the same flags and
 //! `config/shard.toml` as the shard binary). Its tests are `tests/town_crier.rs`; the guide
-//! that walks through it is `docs/game-logic.md`. Everything here is shardloop's public API.
+//! that walks through it is `docs/game-logic.md`. Everything here is shardloop's public API
+//! and the demo's.
 
 use std::process::ExitCode;
 
-use shardloop::game::{Game, GameContext, Npc, Packet, START, text};
+use shardloop::game::{Game, GameContext, Npc, Packet, text};
 use shardloop::net::{Access, BadPacket, Rate};
-use shardloop::shard::{Shard, demo_game};
+use shardloop::shard::Shard;
 use shardloop::timer;
 use shardloop::world::{Location, Mobile, Serial, World};
+
+/// The demo game, which the crier joins.
+#[path = "../src/demo/mod.rs"]
+pub mod demo;
+use demo::packets::START;
 
 /// The crier's name: how the game finds its crier in a loaded world.
 pub const CRIER_NAME: &str = "Town Crier";
@@ -56,7 +63,8 @@ pub fn town_crier() -> Game {
 
 fn main() -> ExitCode {
     Shard::builder()
-        .game(demo_game)
+        .section::<demo::DemoConfig>()
+        .game(demo::demo_game)
         .game(|_| town_crier())
         .main()
 }

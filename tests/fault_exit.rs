@@ -115,10 +115,10 @@ fn a_phase_panic_exits_70_after_a_final_save_and_logs_the_panic_and_its_site() {
 fn a_dead_io_uring_ring_closes_its_players_and_stops_the_shard_with_a_final_save() {
     use common::client::{closed_by_server, connect, ping, send};
     use shardloop::config::Config;
-    use shardloop::game::packets::client;
+    use common::demo::packets::client;
     use shardloop::net::BackendKind;
     use shardloop::runtime::Fault;
-    use shardloop::shard::{self, Console};
+    use shardloop::shard::Console;
 
     let Some(()) = common::skip::or_skip(shardloop::net::io_uring_available(), "io_uring") else {
         return;
@@ -160,7 +160,7 @@ fn a_dead_io_uring_ring_closes_its_players_and_stops_the_shard_with_a_final_save
             common::deadline::within(
                 PATIENCE,
                 "the shard",
-                shard::run_with(&config, BackendKind::IoUring, console, stop),
+                common::demo::shard(&config).run_with(BackendKind::IoUring, console, stop),
             )
             .await
         })

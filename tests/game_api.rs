@@ -8,16 +8,17 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use shardloop::config::Config;
-use shardloop::game::packets::{client, server};
-use shardloop::game::{Game, Npc, START};
+use shardloop::game::{Game, Npc};
 use shardloop::net::Access;
-use shardloop::shard::{Console, Shard, demo_game};
-use shardloop::testkit::{TestShard, name_near};
+use shardloop::shard::{Console, Shard};
 use shardloop::timer;
 use shardloop::world::{Mobile, World};
 
 mod common;
 use common::capture::Capture;
+use common::demo::packets::{START, client, server};
+use common::demo::testing::{name_near, test_shard};
+use common::demo::demo_game;
 
 /// Puts NPCs called `name` at `START`, `count` of them.
 fn npcs(name: &'static str, count: usize) -> impl FnOnce(&mut World) {
@@ -61,7 +62,7 @@ async fn a_behaviour_runs_while_a_player_is_near_and_is_dropped_when_it_leaves()
                 }
             },
         );
-    TestShard::new(Shard::builder().game(demo_game).game(move |_| game))
+    test_shard(Shard::builder().game(demo_game).game(move |_| game))
         .run(|shard| async move {
             shard.advance(Duration::from_secs(10)).await;
             assert_eq!(alive.get(), 0, "nobody near: no behaviour runs");
@@ -103,7 +104,7 @@ async fn a_behaviour_that_panics_stops_its_npc_only_and_is_counted() {
                 }
             },
         );
-    let ((), stopped) = TestShard::new(Shard::builder().game(demo_game).game(move |_| game))
+    let ((), stopped) = test_shard(Shard::builder().game(demo_game).game(move |_| game))
         .run_to_end(|shard| async move {
             let mut anna = shard.login(&name_near(START, 5)).await;
             for _ in 0..3 {
@@ -133,7 +134,7 @@ fn a_packet_id_or_a_command_name_taken_twice_fails_the_build_naming_both() {
         .expect("two handlers for 0x03");
     let text = err.to_string();
     assert!(
-        text.contains("packet 0x03 has two handlers: 'say' of demo (src/game/demo.rs:"),
+        text.contains("packet 0x03 has two handlers: 'say' of demo (src/demo/mod.rs:"),
         "{text}"
     );
     assert!(

@@ -15,7 +15,6 @@ use std::rc::Rc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use shardloop::game::packets::{client, serial_xy, server};
 use shardloop::game::{self, Players};
 use shardloop::net::frame;
 use shardloop::net::{Access, BackendKind, Disconnect, Limits, Net, NetStats};
@@ -23,6 +22,8 @@ use shardloop::world::{Location, MapId, Mobile, World};
 use shardloop::{EventLoop, timer};
 
 mod common;
+use common::demo::packets::{client, serial_xy, server, start_location};
+use common::demo::{self as demo, Rates};
 use common::capture::Capture as Logs;
 use common::client::TIMEOUT;
 use common::client::{closed_by_server, connect, connect_from, login, ping, recv, recv_id, send};
@@ -96,9 +97,9 @@ where
         kind.block_on(async move {
             let world = Rc::new(RefCell::new(World::new(7)));
             let net = Net::new(limits);
-            let players = game::install_demo_packets(&net, world.clone(), &game::Rates::default());
+            let players = demo::install_packets(&net, world.clone(), Rates::default());
             let builder = EventLoop::builder().idle_wait(idle_wait);
-            let deltas = game::packets::DELTAS;
+            let deltas = demo::packets::DELTAS;
             let mut event_loop =
                 game::wire(builder, &net, world.clone(), players.clone(), deltas).build();
             let runs = Rc::new(RefCell::new(0u64));
@@ -190,7 +191,7 @@ fn neighbours() -> (String, String) {
     let names: Vec<String> = (0..4000).map(|i| format!("p{i}")).collect();
     for (i, a) in names.iter().enumerate() {
         for b in &names[i + 1..] {
-            let (la, lb) = (game::start_location(a), game::start_location(b));
+            let (la, lb) = (start_location(a), start_location(b));
             if la.distance(&lb).is_some_and(|d| d <= game::VIEW_RANGE - 2) {
                 return (a.clone(), b.clone());
             }
@@ -548,7 +549,7 @@ macro_rules! suite {
             #[test]
             fn speech_flood() {
                 // A burst is allowed, as much again is dropped, one more is abuse.
-                let burst = game::Rates::default().speech.unwrap().burst;
+                let burst = Rates::default().speech.unwrap().burst;
                 let mut flood = Vec::new();
                 for _ in 0..=2 * burst {
                     frame::put(&mut flood, client::SAY, &[b"buy my wares"]);
@@ -558,7 +559,7 @@ macro_rules! suite {
 
             #[test]
             fn moves_beyond_the_rate_are_dropped_and_the_mover_stays() {
-                let burst = game::Rates::default().moves.unwrap().burst;
+                let burst = Rates::default().moves.unwrap().burst;
                 let extra = 5;
                 let Some(out) = serve(KIND, limits(), Duration::from_millis(2), move |env| {
                     on_thread(move || {

@@ -35,14 +35,15 @@ const REAL_TIME_LIMIT: Duration = Duration::from_secs(120);
 /// The same on the paused clock: game time, which a stuck shard reaches in moments.
 const GAME_TIME_LIMIT: Duration = Duration::from_secs(3600);
 
-/// [`shard::run`], failed after `limit` of tokio's clock instead of hanging.
+/// The demo shard's [`Shard::run`](shard::Shard::run), failed after `limit` of tokio's clock instead of hanging.
 async fn run(
     config: &Config,
     console: Console,
     stop: impl std::future::Future<Output = ()>,
     limit: Duration,
 ) -> Result<shard::Stopped, ShardError> {
-    within(limit, "the shard", shard::run(config, console, stop)).await
+    let shard = common::demo::shard(config);
+    within(limit, "the shard", shard.run(console, stop)).await
 }
 
 #[tokio::test]
@@ -198,7 +199,7 @@ impl std::io::Read for Lines {
 
 #[tokio::test]
 async fn players_hear_a_save_start_and_finish_as_system_messages() {
-    use shardloop::game::packets::{client, server};
+    use common::demo::packets::{client, server};
     let dir = tempfile::tempdir().unwrap();
     let config = small_config(dir.path());
     let (commands, lines) = std::sync::mpsc::channel();

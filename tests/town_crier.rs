@@ -3,23 +3,25 @@
 
 use std::time::Duration;
 
-use shardloop::game::packets::server;
-use shardloop::shard::{Shard, demo_game};
-use shardloop::testkit::{TestShard, name_near};
+use shardloop::shard::Shard;
 use shardloop::world::{Location, MapId, World};
 use tokio::time::Instant;
 
 #[path = "../examples/town_crier.rs"]
 #[allow(dead_code)]
 mod town_crier;
+use town_crier::demo::demo_game;
+use town_crier::demo::packets::server;
+use town_crier::demo::testing::{name_near, test_shard};
 use town_crier::{CRIER_AT, CRIES, EMOTE, EMOTE_SEEN, find_crier, place_crier, town_crier};
+use shardloop::testkit::TestShard;
 
 fn text(speech: &[u8]) -> &str {
     std::str::from_utf8(&speech[4..]).expect("UTF-8 speech")
 }
 
 fn crier_shard() -> TestShard {
-    TestShard::new(Shard::builder().game(demo_game).game(|_| town_crier()))
+    test_shard(Shard::builder().game(demo_game).game(|_| town_crier()))
 }
 
 #[tokio::test(start_paused = true)]

@@ -13,7 +13,10 @@ use shardloop::world::{
     self, Delta, Item, Location, MapId, Mobile, SECTOR_SIZE, SectorId, Serial, SerialAllocator,
     SpawnKind, World,
 };
-use shardloop::{EventLoop, game};
+use shardloop::EventLoop;
+
+mod common;
+use common::demo as game;
 use tokio::time::Instant;
 
 fn minutes(n: u64) -> Duration {

@@ -175,12 +175,6 @@ pub struct NetworkConfig {
     /// Pings a connection may send a second (0 = no limit), and in a burst.
     pub ping_rate: u32,
     pub ping_burst: u32,
-    /// Moves a player may make a second (0 = no limit), and in a burst.
-    pub move_rate: u32,
-    pub move_burst: u32,
-    /// Lines a player may say a second (0 = no limit), and in a burst.
-    pub speech_rate: u32,
-    pub speech_burst: u32,
 }
 
 /// The default listener: the Ultima Online port, on every IPv4 interface.
@@ -203,10 +197,6 @@ impl Default for NetworkConfig {
             login_timeout: limits.login_timeout,
             ping_rate: ping.per_sec,
             ping_burst: ping.burst,
-            move_rate: 10,
-            move_burst: 20,
-            speech_rate: 5,
-            speech_burst: 10,
         }
     }
 }
@@ -609,14 +599,11 @@ impl NetworkConfig {
                 "must not be longer than network.idle_timeout",
             );
         }
-        for (key, per_sec, burst) in [
-            ("network.ping_burst", self.ping_rate, self.ping_burst),
-            ("network.move_burst", self.move_rate, self.move_burst),
-            ("network.speech_burst", self.speech_rate, self.speech_burst),
-        ] {
-            if per_sec > 0 && burst == 0 {
-                return invalid(key, "must be at least 1 while its rate is set");
-            }
+        if self.ping_rate > 0 && self.ping_burst == 0 {
+            return invalid(
+                "network.ping_burst",
+                "must be at least 1 while its rate is set",
+            );
         }
         Ok(())
     }

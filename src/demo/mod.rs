@@ -19,16 +19,24 @@
 
 pub mod barks;
 mod config;
-mod decay;
+pub mod decay;
 pub mod logic;
 pub mod packets;
-mod spawners;
+pub mod spawners;
+pub mod testing;
+
+use std::cell::RefCell;
+use std::rc::Rc;
 
 use shardloop::config::Config;
-use shardloop::game::Game;
+use shardloop::game::{self, Game, Games, Players};
+use shardloop::net::Net;
+use shardloop::shard::Shard;
 use shardloop::world::{self, World};
 
 pub use config::{DemoConfig, Rates};
+pub use decay::{DECAY_MAX, DECAY_MIN, decay_delay};
+pub use spawners::spawner_phase;
 pub use logic::{GameLogic, IdleLoad, LogicStats, WorldTimers, idle_load, start_game_logic};
 
 /// The demo game as the shard serves it: its `[demo]` section read from `config`, its world
@@ -38,6 +46,19 @@ pub fn demo_game(config: &Config) -> Game {
     demo(config.section::<DemoConfig>().rates()).world_generator(move || {
         generate_world(generate.seed, generate.items, generate.mobiles)
     })
+}
+
+/// The demo shard of `config`, as `shardloop run` serves it: [`demo_game`] on the builder,
+/// with its `[demo]` section declared.
+///
+/// # Panics
+/// Never for the demo alone: its registrations do not clash.
+pub fn shard(config: &Config) -> Shard {
+    Shard::builder()
+        .section::<DemoConfig>()
+        .game(demo_game)
+        .build(config)
+        .expect("the demo game registers each packet and command once")
 }
 
 /// The demo game with the flood limits of `rates`: its packets, its deltas, its world
@@ -87,4 +108,13 @@ pub fn generate_world(seed: u64, items: u32, mobiles: u32) -> World {
         load.peak_fires_per_sec(),
     );
     world
+}
+
+/// Installs the demo's packets, flood limits (`rates`) and the engine's disconnect cleanup on
+/// `net` alone — no world timers, no behaviours — for tests and benches that drive the
+/// protocol on a bare loop; the player table the handlers keep.
+pub fn install_packets(net: &Net, world: Rc<RefCell<World>>, rates: Rates) -> Rc<RefCell<Players>> {
+    let mut games = Games::check(vec![demo(rates)], &[])
+        .expect("the demo game registers each packet once");
+    game::install(net, world, &mut games)
 }

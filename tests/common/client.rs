@@ -5,7 +5,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use shardloop::game::packets::{client, server};
+use super::demo::packets::{client, server};
 use shardloop::net::frame;
 
 /// How long a read waits before the test fails.

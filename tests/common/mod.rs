@@ -13,6 +13,9 @@ pub mod binary;
 pub mod capture;
 pub mod client;
 pub mod deadline;
+/// The demo game, compiled here as in the binary: through the library's public API only.
+#[path = "../../src/demo/mod.rs"]
+pub mod demo;
 pub mod fd_limit;
 pub mod mutate;
 pub mod skip;
