@@ -69,7 +69,7 @@ async fn console_commands_see_the_world_and_shutdown_stops_cleanly() {
         "world     3000 items, 400 mobiles",
         "listening 127.0.0.1:",
         "live timers in",
-        "src/game/decay.rs",
+        "src/demo/decay.rs",
         "fired ticks",
         "unknown command 'teleport'",
         "shutting down",

@@ -161,7 +161,7 @@ fn logout(p: &mut Packet<'_>, _payload: &[u8]) -> Result<(), BadPacket> {
 }
 
 /// The step for `direction` (0 = north, clockwise).
-fn step(direction: u8) -> Option<(i32, i32)> {
+pub fn step(direction: u8) -> Option<(i32, i32)> {
     const STEPS: [(i32, i32); 8] = [
         (0, -1),
         (1, -1),
@@ -173,40 +173,4 @@ fn step(direction: u8) -> Option<(i32, i32)> {
         (-1, -1),
     ];
     STEPS.get(usize::from(direction)).copied()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn serial_xy_is_big_endian() {
-        assert_eq!(
-            serial_xy(0x0102_0304, 0x0506, 0x0708),
-            [1, 2, 3, 4, 5, 6, 7, 8]
-        );
-    }
-
-    #[test]
-    fn steps_cover_the_eight_directions_once() {
-        let steps: std::collections::HashSet<_> = (0..8).filter_map(step).collect();
-        assert_eq!(steps.len(), 8);
-        assert!(step(8).is_none());
-    }
-
-    #[test]
-    fn start_locations_are_on_the_map_and_stable() {
-        let a = start_location("bot1");
-        assert_eq!(a, start_location("bot1"));
-        assert!(a.is_on_map());
-        assert_ne!(a, start_location("bot2"));
-    }
-
-    #[test]
-    fn text_rejects_empty_long_and_invalid() {
-        assert!(text(b"", 30, "name").is_err());
-        assert!(text(&[b'a'; 31], 30, "name").is_err());
-        assert!(text(&[0xff, 0xfe], 30, "name").is_err());
-        assert_eq!(text("Zoë".as_bytes(), 30, "name"), Ok("Zoë"));
-    }
 }
