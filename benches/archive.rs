@@ -27,10 +27,10 @@ use shardloop::persist::{self, Clock, Layout, Snapshot};
 use shardloop::world::{self, World};
 use shardloop::{EventLoop, runtime, timer};
 
-mod support;
 /// The demo game, as the binary compiles it.
 #[path = "../src/demo/mod.rs"]
 mod demo;
+mod support;
 use support::median;
 
 const LEVEL: i32 = 3;

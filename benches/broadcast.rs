@@ -47,18 +47,18 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode};
-use shardloop::EventLoop;
 use demo::packets::{PACKETS, client, serial_xy, server, start_location};
+use shardloop::EventLoop;
 use shardloop::game::{self, Packet, PacketHandler, Players, VIEW_RANGE};
 use shardloop::net::{BackendKind, ConnId, Limits, Net, frame};
 use shardloop::runtime::Slot;
 use shardloop::world::{DELTAS_PER_ITERATION, Delta, Location, MapId, Serial, World};
 use tokio::runtime::Runtime;
 
-mod support;
 /// The demo game, as the binary compiles it.
 #[path = "../src/demo/mod.rs"]
 mod demo;
+mod support;
 use support::median;
 
 /// Players moved per Deltas phase.

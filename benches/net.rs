@@ -29,16 +29,16 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
-use shardloop::EventLoop;
 use demo::packets::client;
+use shardloop::EventLoop;
 use shardloop::net::frame;
 use shardloop::net::{BackendKind, Limits, Net};
 use shardloop::runtime::{DEFAULT_IDLE_WAIT, Slot};
 
-mod support;
 /// The demo game, as the binary compiles it.
 #[path = "../src/demo/mod.rs"]
 mod demo;
+mod support;
 use support::median;
 
 #[path = "../examples/tokio_echo.rs"]

@@ -33,10 +33,10 @@ use shardloop::persist::{self, Clock, Layout, Saver, SaverConfig, Snapshot, code
 use shardloop::world::{self, World};
 use shardloop::{EventLoop, runtime, timer};
 
-mod support;
 /// The demo game, as the binary compiles it.
 #[path = "../src/demo/mod.rs"]
 mod demo;
+mod support;
 use support::median;
 
 #[path = "support/peak_heap.rs"]

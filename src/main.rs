@@ -36,7 +36,8 @@ use shardloop::shard::{Shard, chart};
 use tools::loadgen::{self, LoadgenArgs};
 use tools::probe_host;
 
-/// This binary's own subcommands, beside the shard's `run`, `check-config` and `restore`.
+// This binary's own subcommands, beside the shard's `run`, `check-config` and `restore`
+// (a plain comment: a doc comment here would replace the binary's description in --help).
 #[derive(Debug, Clone, Subcommand)]
 enum Tool {
     /// Measure this host's clocks, sleeps and wake-ups, and grade each against a reference.

@@ -114,8 +114,8 @@ fn a_phase_panic_exits_70_after_a_final_save_and_logs_the_panic_and_its_site() {
 #[test]
 fn a_dead_io_uring_ring_closes_its_players_and_stops_the_shard_with_a_final_save() {
     use common::client::{closed_by_server, connect, ping, send};
-    use shardloop::config::Config;
     use common::demo::packets::client;
+    use shardloop::config::Config;
     use shardloop::net::BackendKind;
     use shardloop::runtime::Fault;
     use shardloop::shard::Console;

@@ -16,9 +16,9 @@ use shardloop::world::{Mobile, World};
 
 mod common;
 use common::capture::Capture;
+use common::demo::demo_game;
 use common::demo::packets::{START, client, server};
 use common::demo::testing::{name_near, test_shard};
-use common::demo::demo_game;
 
 /// Puts NPCs called `name` at `START`, `count` of them.
 fn npcs(name: &'static str, count: usize) -> impl FnOnce(&mut World) {

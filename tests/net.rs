@@ -22,11 +22,11 @@ use shardloop::world::{Location, MapId, Mobile, World};
 use shardloop::{EventLoop, timer};
 
 mod common;
-use common::demo::packets::{client, serial_xy, server, start_location};
-use common::demo::{self as demo, Rates};
 use common::capture::Capture as Logs;
 use common::client::TIMEOUT;
 use common::client::{closed_by_server, connect, connect_from, login, ping, recv, recv_id, send};
+use common::demo::packets::{client, serial_xy, server, start_location};
+use common::demo::{self as demo, Rates};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

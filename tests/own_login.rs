@@ -37,7 +37,10 @@ const DELTAS: DeltaPackets = DeltaPackets {
         out.extend_from_slice(&at.x.to_be_bytes());
     })),
     said: Some((SAID, |_, line, out| out.extend_from_slice(line.as_bytes()))),
+    batch: None,
 };
+/// Server → client: the iteration's world changes in one packet (`DeltaPackets::batch`).
+const CHANGES: u8 = 0xA6;
 
 const SPAWN: Location = Location::new(100, 100, 0, MapId::FELUCCA);
 
@@ -175,6 +178,54 @@ async fn world_changes_and_system_messages_go_out_in_the_game_s_own_packets() {
             assert_eq!(cid.expect(SAID).await, b"dusk falls");
             cid.expect_none(DEMO_MOVED, SOON).await;
             bea.expect_none(DEMO_SPEECH, SOON).await;
+        })
+        .await;
+}
+
+/// `[kind u8][len u16][payload]` records of a batch, as (kind, payload).
+fn records(mut batch: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let [kind, l0, l1, rest @ ..] = batch {
+        let (payload, tail) = rest.split_at(usize::from(u16::from_be_bytes([*l0, *l1])));
+        out.push((*kind, payload.to_vec()));
+        batch = tail;
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn batched_deltas_bring_an_iteration_s_changes_in_one_packet_per_player() {
+    let batched = DeltaPackets {
+        batch: Some(CHANGES),
+        ..DELTAS
+    };
+    TestShard::new(Shard::builder().game(move |_| lanterns().deltas(batched)))
+        .run(|shard| async move {
+            let (mut bea, mut cid) = (shard.connect().await, shard.connect().await);
+            bea.send(LOGIN, b"lantern").await;
+            let serial = bea.expect(WELCOME).await;
+            cid.send(LOGIN, b"lantern").await;
+            let cid_serial = cid.expect(WELCOME).await;
+            // Two changes in one iteration, made on the loop between two Deltas phases.
+            let world = shard.world().clone();
+            let bea_serial = Serial(u32::from_be_bytes(serial[..4].try_into().unwrap()));
+            let cid_serial = Serial(u32::from_be_bytes(cid_serial[..4].try_into().unwrap()));
+            let moved = SPAWN.offset_clamped(2, 0);
+            world.borrow_mut().move_mobile(bea_serial, moved);
+            assert!(world.borrow_mut().say(cid_serial, "good evening"));
+            let batch = cid.expect(CHANGES).await;
+            let mut moved_payload = serial[..4].to_vec();
+            moved_payload.extend_from_slice(&102u16.to_be_bytes());
+            assert_eq!(
+                records(&batch),
+                [(MOVED, moved_payload), (SAID, b"good evening".to_vec())]
+            );
+            // The mover is not told of its own move: only the line reaches it.
+            assert_eq!(
+                records(&bea.expect(CHANGES).await),
+                [(SAID, b"good evening".to_vec())]
+            );
+            cid.expect_none(MOVED, SOON).await;
         })
         .await;
 }

@@ -10,11 +10,11 @@ use tokio::time::Instant;
 #[path = "../examples/town_crier.rs"]
 #[allow(dead_code)]
 mod town_crier;
+use shardloop::testkit::TestShard;
 use town_crier::demo::demo_game;
 use town_crier::demo::packets::server;
 use town_crier::demo::testing::{name_near, test_shard};
 use town_crier::{CRIER_AT, CRIES, EMOTE, EMOTE_SEEN, find_crier, place_crier, town_crier};
-use shardloop::testkit::TestShard;
 
 fn text(speech: &[u8]) -> &str {
     std::str::from_utf8(&speech[4..]).expect("UTF-8 speech")

@@ -7,13 +7,13 @@ use std::collections::HashSet;
 use std::rc::Rc;
 use std::time::Duration;
 
+use shardloop::EventLoop;
 use shardloop::runtime::Slot;
 use shardloop::timer;
 use shardloop::world::{
     self, Delta, Item, Location, MapId, Mobile, SECTOR_SIZE, SectorId, Serial, SerialAllocator,
     SpawnKind, World,
 };
-use shardloop::EventLoop;
 
 mod common;
 use common::demo as game;

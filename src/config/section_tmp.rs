@@ -3,7 +3,14 @@
 use super::Config;
 
 pub trait Section:
-    serde::Serialize + serde::de::DeserializeOwned + Default + Clone + std::fmt::Debug + Send + Sync + 'static
+    serde::Serialize
+    + serde::de::DeserializeOwned
+    + Default
+    + Clone
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
 {
     const NAME: &'static str;
     const RENAMED: &'static [(&'static str, &'static str)] = &[];

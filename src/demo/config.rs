@@ -50,7 +50,10 @@ impl Section for DemoConfig {
         ];
         for (key, per_sec, burst) in limits {
             if per_sec > 0 && burst == 0 {
-                return Err((key, "must be at least 1 while its rate is limited".to_owned()));
+                return Err((
+                    key,
+                    "must be at least 1 while its rate is limited".to_owned(),
+                ));
             }
         }
         Ok(())

@@ -11,7 +11,7 @@ use shardloop::timer;
 use shardloop::world::rng::Rng;
 use shardloop::world::{Serial, World};
 
-use super::logic::Logic;
+use super::state::Logic;
 
 /// Ground items decay this long after the world starts or they are spawned: uniform over
 /// 10–60 minutes, drawn per item from the world's seed.

@@ -10,47 +10,18 @@
 //! while starting or polling anything that could borrow it again.
 
 use std::cell::{Cell, RefCell};
-use std::hash::BuildHasherDefault;
 use std::rc::Rc;
 
-use shardloop::runtime::Keyed;
+use shardloop::game::{Behaviours, Game};
 use shardloop::timer::TimerToken;
 use shardloop::world::rng::Rng;
-use shardloop::world::{IdHasher, Serial, World};
-
-use shardloop::game::{Behaviours, Game};
+use shardloop::world::{Serial, World};
 
 use super::decay::{DECAY_MAX, DECAY_MIN, decaying_items};
 use super::spawners::spawners;
+use super::state::{ByEntity, Logic, SPAWN_STREAM};
 
-/// What runs for each entity (an item's decay, a spawner's cadence), with the cheap id
-/// hasher.
-type ByEntity<H> = Keyed<Serial, H, BuildHasherDefault<IdHasher>>;
-
-/// The random stream spawners draw what they make from.
-const SPAWN_STREAM: u64 = 4 << 56;
-
-/// Counters of the game logic since it started.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LogicStats {
-    /// Decay timers that fired and deleted their item.
-    pub decays: u64,
-    /// Spawner timer runs.
-    pub spawner_runs: u64,
-    pub spawned_mobiles: u64,
-    pub spawned_items: u64,
-    /// Bark tasks started (an NPC woke up) and stopped (it fell asleep or was removed, or
-    /// the logic stopped). Zero for the world timers alone ([`WorldTimers`]).
-    pub barks_started: u64,
-    pub barks_stopped: u64,
-}
-
-impl LogicStats {
-    /// World timer fires: what an idle shard (no players) runs.
-    pub fn world_fires(&self) -> u64 {
-        self.decays + self.spawner_runs
-    }
-}
+pub use super::state::LogicStats;
 
 /// A handle on the running game logic: the world timers and the barks. Dropping it does not
 /// stop the logic (the timers own it); [`stop`](Self::stop) does.
@@ -63,17 +34,6 @@ pub struct GameLogic {
 /// [`stop`](Self::stop) does.
 pub struct WorldTimers {
     game: Rc<Logic>,
-}
-
-/// What the world timers share: the world, the seed their random streams derive from, and
-/// what runs for each entity.
-pub(super) struct Logic {
-    pub(super) world: Rc<RefCell<World>>,
-    pub(super) seed: u64,
-    pub(super) spawn_rng: RefCell<Rng>,
-    pub(super) decay: ByEntity<TimerToken>,
-    pub(super) spawners: ByEntity<TimerToken>,
-    pub(super) stats: Cell<LogicStats>,
 }
 
 /// Starts the demo's game logic on this loop without a shard: [`start_world_timers`] and the
@@ -122,14 +82,6 @@ pub fn start_world_timers(world: Rc<RefCell<World>>) -> WorldTimers {
         game.schedule_spawner(spawner, minutes);
     }
     WorldTimers { game }
-}
-
-impl Logic {
-    pub(super) fn count(&self, f: impl FnOnce(&mut LogicStats)) {
-        let mut stats = self.stats.get();
-        f(&mut stats);
-        self.stats.set(stats);
-    }
 }
 
 impl WorldTimers {

@@ -23,6 +23,7 @@ pub mod decay;
 pub mod logic;
 pub mod packets;
 pub mod spawners;
+mod state;
 pub mod testing;
 
 use std::cell::RefCell;
@@ -36,16 +37,15 @@ use shardloop::world::{self, World};
 
 pub use config::{DemoConfig, Rates};
 pub use decay::{DECAY_MAX, DECAY_MIN, decay_delay};
-pub use spawners::spawner_phase;
 pub use logic::{GameLogic, IdleLoad, LogicStats, WorldTimers, idle_load, start_game_logic};
+pub use spawners::spawner_phase;
 
 /// The demo game as the shard serves it: its `[demo]` section read from `config`, its world
 /// generated from `[world.generate]` when there is no save.
 pub fn demo_game(config: &Config) -> Game {
     let generate = config.world.generate.clone();
-    demo(config.section::<DemoConfig>().rates()).world_generator(move || {
-        generate_world(generate.seed, generate.items, generate.mobiles)
-    })
+    demo(config.section::<DemoConfig>().rates())
+        .world_generator(move || generate_world(generate.seed, generate.items, generate.mobiles))
 }
 
 /// The demo shard of `config`, as `shardloop run` serves it: [`demo_game`] on the builder,
@@ -114,7 +114,7 @@ pub fn generate_world(seed: u64, items: u32, mobiles: u32) -> World {
 /// `net` alone — no world timers, no behaviours — for tests and benches that drive the
 /// protocol on a bare loop; the player table the handlers keep.
 pub fn install_packets(net: &Net, world: Rc<RefCell<World>>, rates: Rates) -> Rc<RefCell<Players>> {
-    let mut games = Games::check(vec![demo(rates)], &[])
-        .expect("the demo game registers each packet once");
+    let mut games =
+        Games::check(vec![demo(rates)], &[]).expect("the demo game registers each packet once");
     game::install(net, world, &mut games)
 }

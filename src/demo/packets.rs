@@ -86,6 +86,7 @@ pub fn serial_xy(serial: u32, x: u16, y: u16) -> [u8; 8] {
 pub const DELTAS: DeltaPackets = DeltaPackets {
     moved: Some((server::MOBILE_MOVED, encode_moved)),
     said: Some((server::SPEECH, encode_said)),
+    batch: None,
 };
 
 fn encode_moved(serial: Serial, at: Location, out: &mut Vec<u8>) {

@@ -12,7 +12,7 @@ use shardloop::timer;
 use shardloop::world::rng::Rng;
 use shardloop::world::{Serial, World, top_up};
 
-use super::logic::Logic;
+use super::state::Logic;
 
 /// The random stream first-run phases are drawn from (one draw per spawner serial).
 const PHASE_STREAM: u64 = 2 << 56;

@@ -20,7 +20,18 @@ use crate::world::rng::Rng;
 use crate::world::{Activity, IdHasher, Mobile, Serial, World};
 
 use super::npc::Npc;
-use super::registry::{BehaviourFuture, Game, NpcSpec};
+
+/// A per-NPC behaviour's body, boxed.
+pub(crate) type BehaviourFuture = Pin<Box<dyn Future<Output = ()>>>;
+
+/// One registered per-NPC behaviour: which NPCs it applies to and how to start it.
+pub(crate) struct NpcSpec {
+    pub(crate) name: &'static str,
+    pub(crate) applies: Box<dyn Fn(&Mobile) -> bool>,
+    pub(crate) start: Box<dyn Fn(Npc) -> BehaviourFuture>,
+    /// The line that registered it (logs of a panic name it).
+    pub(crate) site: &'static std::panic::Location<'static>,
+}
 
 /// The random streams of behaviours: one per behaviour, NPC and start.
 const BEHAVIOUR_STREAM: u64 = 5 << 56;
@@ -58,17 +69,6 @@ struct Kind {
 }
 
 impl Behaviours {
-    /// Runs the per-NPC behaviours of `game` on `world` without a shard — for a test or a
-    /// bench that drives a world on a bare [`EventLoop`](crate::EventLoop): for every NPC
-    /// awake now, and from now on whenever one wakes, exactly as a shard runs them. The rest
-    /// of `game` (packets, start hooks) is not used. [`Behaviours::stop`] stops them.
-    ///
-    /// # Panics
-    /// Off the loop thread, or while the world is borrowed.
-    pub fn run(world: Rc<RefCell<World>>, game: Game) -> Behaviours {
-        Behaviours::start(world, game.npcs)
-    }
-
     /// Starts `specs` on `world`: for every NPC awake now, and from now on whenever one wakes
     /// (the world's activity hook is this engine's).
     ///

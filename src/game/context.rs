@@ -13,8 +13,8 @@ use crate::runtime::{AbortHandle, Cancel};
 use crate::world::World;
 
 use super::behaviours::{BehaviourStats, Behaviours};
-use super::deltas::DeltaPackets;
-use super::players::{Players, broadcast};
+use super::deltas::{DeltaPackets, broadcast};
+use super::players::Players;
 
 /// The shard's game state, shared by every game's start hook and console command.
 #[derive(Clone)]

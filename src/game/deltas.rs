@@ -5,16 +5,19 @@
 //! The engine decides *who* sees a change (the players in range, from the sector index) and
 //! *when* (once per loop iteration); the game decides what it looks like on the wire: its
 //! [`DeltaPackets`], registered with `Game::deltas`. A shard whose games register none sends
-//! nothing for world changes.
+//! nothing for world changes. With [`DeltaPackets::batch`] set, each player gets the
+//! iteration's changes as one packet instead of one packet per change; system messages
+//! ([`broadcast`]) use the game's speech encoding too.
 //!
-//! Owns the Deltas slot handler and the wiring of the loop's slots. Must never do I/O (it
-//! queues packets on the sessions; the Flush phase writes them).
+//! Owns the Deltas slot handler, the per-player batches and the wiring of the loop's slots.
+//! Must never do I/O (it queues packets on the sessions; the Flush phase writes them).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::EventLoopBuilder;
-use crate::net::{Net, Sessions};
+use crate::net::{ConnId, Net, Sessions, frame};
 use crate::runtime::Slot;
 use crate::world::{DELTAS_PER_ITERATION, Delta, Location, Serial, World};
 
@@ -34,6 +37,46 @@ pub struct DeltaPackets {
     pub moved: Option<(u8, EncodeMoved)>,
     /// A mobile spoke (`Npc::say`): sent to every player in range, the speaker too.
     pub said: Option<(u8, EncodeSaid)>,
+    /// `Some(id)`: each player gets all of an iteration's changes in one packet `id` (more
+    /// only past the 64 KiB packet limit), whose payload is a run of records
+    /// `[kind id u8][length u16, big-endian][payload]` — the kind id and payload being what
+    /// would have been sent as a packet of its own. Each change is still encoded once. `None`
+    /// (the default): one packet per change. Fewer, larger packets cost a crowd's loop and
+    /// network less; the client must read the records.
+    pub batch: Option<u8>,
+}
+
+impl DeltaPackets {
+    /// Players are told of nothing.
+    pub const NONE: DeltaPackets = DeltaPackets {
+        moved: None,
+        said: None,
+        batch: None,
+    };
+}
+
+/// The header of one record in a batch: kind id and length.
+const RECORD_HEADER: usize = 3;
+/// The most payload one packet holds.
+const MAX_PAYLOAD: usize = u16::MAX as usize - frame::HEADER_LEN;
+
+/// The serial a system message is sent from: 0 is never an entity's serial.
+pub const SYSTEM: Serial = Serial(0);
+
+/// Sends `text` to every logged-in player as a system message: said by [`SYSTEM`], in the
+/// game's speech encoding `said` (its [`DeltaPackets::said`], which may cut it; `None`: the
+/// game has no speech, and nothing is sent). Encoded once; always a packet of its own.
+pub fn broadcast(net: &Net, players: &Players, said: Option<(u8, EncodeSaid)>, text: &str) {
+    let Some((id, encode)) = said else {
+        return;
+    };
+    let mut payload = Vec::new();
+    encode(SYSTEM, text, &mut payload);
+    net.with_sessions(|sessions| {
+        for conn in players.conns() {
+            sessions.send_packet(conn, id, &[&payload]);
+        }
+    });
 }
 
 /// Puts the server and the world on a loop: the Network and Flush slots to `net`, the
@@ -65,6 +108,7 @@ pub fn deltas_handler(
 ) -> impl FnMut() -> bool + 'static {
     let mut outgoing: Vec<Seen> = Vec::new();
     let mut payload: Vec<u8> = Vec::new();
+    let mut batches = Batches::default();
     move || {
         let pending = world.borrow_mut().drain_changes(
             DELTAS_PER_ITERATION,
@@ -82,9 +126,16 @@ pub fn deltas_handler(
         if !outgoing.is_empty() {
             let players = players.borrow();
             net.with_sessions(|sessions| {
+                let mut out = match packets.batch {
+                    Some(_) => Out::Batch(&mut batches),
+                    None => Out::Direct(sessions),
+                };
                 for seen in outgoing.drain(..) {
                     payload.clear();
-                    seen.send(&packets, &mut payload, &players, sessions);
+                    seen.send(&packets, &mut payload, &players, &mut out);
+                }
+                if let Some(id) = packets.batch {
+                    batches.send(id, sessions);
                 }
             });
         }
@@ -105,7 +156,7 @@ impl Seen {
         packets: &DeltaPackets,
         payload: &mut Vec<u8>,
         players: &Players,
-        sessions: &mut Sessions,
+        out: &mut Out<'_>,
     ) {
         match self {
             Seen::Moved(serial, at) => {
@@ -115,7 +166,7 @@ impl Seen {
                 encode(*serial, *at, payload);
                 for (player, conn) in players.in_range(*at) {
                     if player != *serial {
-                        sessions.send_packet(conn, id, &[payload]);
+                        out.send(conn, id, payload);
                     }
                 }
             }
@@ -125,9 +176,109 @@ impl Seen {
                 };
                 encode(*serial, line, payload);
                 for (_, conn) in players.in_range(*at) {
-                    sessions.send_packet(conn, id, &[payload]);
+                    out.send(conn, id, payload);
                 }
             }
         }
+    }
+}
+
+/// Where an encoded change goes: straight onto the connection, or into its batch.
+enum Out<'a> {
+    Direct(&'a mut Sessions),
+    Batch(&'a mut Batches),
+}
+
+impl Out<'_> {
+    fn send(&mut self, conn: ConnId, id: u8, payload: &[u8]) {
+        match self {
+            Out::Direct(sessions) => {
+                sessions.send_packet(conn, id, &[payload]);
+            }
+            Out::Batch(batches) => batches.add(conn, id, payload),
+        }
+    }
+}
+
+/// This iteration's records for each player, in the order players first got one (the order
+/// changes and range queries run in: the same on every run). Buffers are kept between
+/// iterations, so a steady crowd allocates nothing.
+#[derive(Default)]
+struct Batches {
+    index: HashMap<ConnId, usize>,
+    /// Players with records this iteration: `used` entries of `buffers` are theirs.
+    conns: Vec<ConnId>,
+    buffers: Vec<Vec<u8>>,
+}
+
+impl Batches {
+    fn add(&mut self, conn: ConnId, id: u8, payload: &[u8]) {
+        let Ok(len) = u16::try_from(payload.len()) else {
+            return; // unreachable: a change's payload fits a packet of its own
+        };
+        let slot = *self.index.entry(conn).or_insert_with(|| {
+            self.conns.push(conn);
+            if self.buffers.len() < self.conns.len() {
+                self.buffers.push(Vec::new());
+            }
+            self.conns.len() - 1
+        });
+        let buffer = &mut self.buffers[slot];
+        buffer.push(id);
+        buffer.extend_from_slice(&len.to_be_bytes());
+        buffer.extend_from_slice(payload);
+    }
+
+    /// Queues each player's records as packets `id`, cut at record boundaries below the
+    /// packet limit, and empties the batches.
+    fn send(&mut self, id: u8, sessions: &mut Sessions) {
+        for (conn, buffer) in self.conns.drain(..).zip(&mut self.buffers) {
+            let mut rest = buffer.as_slice();
+            while !rest.is_empty() {
+                let cut = records_within(rest, MAX_PAYLOAD);
+                let (packet, tail) = rest.split_at(cut);
+                sessions.send_packet(conn, id, &[packet]);
+                rest = tail;
+            }
+            buffer.clear();
+        }
+        self.index.clear();
+    }
+}
+
+/// How many bytes of whole records at the start of `records` fit in `max` (at least one
+/// record: each is smaller than a packet).
+fn records_within(records: &[u8], max: usize) -> usize {
+    let mut end = 0;
+    while end + RECORD_HEADER <= records.len() {
+        let len = usize::from(u16::from_be_bytes([records[end + 1], records[end + 2]]));
+        let next = end + RECORD_HEADER + len;
+        if next > max && end > 0 {
+            break;
+        }
+        end = next;
+    }
+    end.min(records.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: u8, len: usize) -> Vec<u8> {
+        let mut r = vec![id];
+        r.extend_from_slice(&(len as u16).to_be_bytes());
+        r.extend(std::iter::repeat_n(id, len));
+        r
+    }
+
+    #[test]
+    fn batches_are_cut_at_record_boundaries_below_the_limit() {
+        let records: Vec<u8> = [record(1, 10), record(2, 20), record(3, 5)].concat();
+        assert_eq!(records_within(&records, 1000), records.len());
+        // The first two records (13 + 23 bytes) fit in 40; the third would not.
+        assert_eq!(records_within(&records, 40), 36);
+        // One record always goes, even alone over the limit.
+        assert_eq!(records_within(&records, 5), 13);
     }
 }

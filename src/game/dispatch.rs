@@ -1,7 +1,6 @@
 //! How a packet reaches its handler: [`register`] puts a handler on the network server with
 //! the world and the players borrowed for each call, so a handler never clones an `Rc` or
-//! borrows a `RefCell` itself; [`install`] registers every packet of every game, their flood
-//! limits, and the disconnect hook (every game's hooks, then the engine's own cleanup).
+//! borrows a `RefCell` itself (`install.rs` registers every game's this way).
 //! [`Packet`]'s helpers are what handlers share: who sent it, answer them, reach the players
 //! in range, read text — and a player's life on a connection: [`Packet::log_in`],
 //! [`Packet::move_player`], [`Packet::log_out`]. A game's login chooses the mobile and the
@@ -11,15 +10,12 @@
 //! queues on the sessions).
 
 use std::cell::RefCell;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 
 use crate::net::{Access, BadPacket, ConnId, Disconnect, Net, Sessions, log_at};
-use crate::runtime::panic_text;
 use crate::world::{Location, Mobile, SectorId, Serial, World};
 
 use super::players::{Player, Players};
-use super::registry::{DisconnectFn, Games, PacketFn, Site};
 
 /// What a packet handler works on: the world, the players, the connections, and the
 /// connection the packet came from.
@@ -168,55 +164,6 @@ pub fn register(
         };
         handler(&mut packet, payload)
     });
-}
-
-/// Registers the packets and flood limits of every game in `games` on `net` (taking them
-/// out of the games), and the disconnect hook that takes a player out of the world; returns
-/// the player table the handlers keep.
-pub fn install(net: &Net, world: Rc<RefCell<World>>, games: &mut Games) -> Rc<RefCell<Players>> {
-    let shared = Shared {
-        world,
-        players: Rc::default(),
-    };
-    for game in &mut games.games {
-        for spec in std::mem::take(&mut game.packets) {
-            let handler: Box<PacketFn> = spec.handler;
-            register(net, &shared, spec.id, spec.name, spec.access, handler);
-        }
-        for (id, rate, _) in std::mem::take(&mut game.rates) {
-            net.limit_rate(id, rate);
-        }
-    }
-    let hooks: Vec<(Box<DisconnectFn>, Site)> = games
-        .games
-        .iter_mut()
-        .flat_map(|game| std::mem::take(&mut game.disconnects))
-        .collect();
-    let Shared { world, players } = shared;
-    let p = players.clone();
-    net.on_disconnect(move |sessions, conn| {
-        let mut world = world.borrow_mut();
-        let mut players = p.borrow_mut();
-        let mut packet = Packet {
-            world: &mut world,
-            players: &mut players,
-            sessions,
-            conn,
-        };
-        for (hook, site) in &hooks {
-            // One game's panic must not skip another's hook, nor the engine's cleanup.
-            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| hook(&mut packet))) {
-                tracing::error!(
-                    %conn,
-                    %site,
-                    "a disconnect hook panicked: {}; the player leaves anyway",
-                    panic_text(&*panic)
-                );
-            }
-        }
-        leave(packet.world, packet.players, conn);
-    });
-    players
 }
 
 /// The connection closed: its player, if it logged in, leaves the table and the world.

@@ -17,6 +17,7 @@ mod behaviours;
 mod context;
 mod deltas;
 mod dispatch;
+mod install;
 mod npc;
 mod players;
 mod registry;
@@ -24,12 +25,14 @@ mod visibility;
 
 pub use behaviours::{BehaviourStats, Behaviours};
 pub use context::GameContext;
-pub use deltas::{DeltaPackets, EncodeMoved, EncodeSaid, deltas_handler, wire};
-pub use dispatch::{Packet, PacketHandler, Shared, install, register, text};
-pub use npc::Npc;
-pub use players::{Players, SYSTEM, VIEW_RANGE, broadcast};
+pub use deltas::{DeltaPackets, EncodeMoved, EncodeSaid, SYSTEM, broadcast, deltas_handler, wire};
 pub(crate) use dispatch::leave;
+pub use dispatch::{Packet, PacketHandler, Shared, register, text};
+pub use install::install;
+pub use npc::Npc;
+pub use players::Players;
 pub(crate) use registry::CommandSpec;
 pub use registry::{
     BuildError, CommandFn, DisconnectFn, Game, Games, PacketFn, Registered, Site, WorldGenerator,
 };
+pub use visibility::VIEW_RANGE;

@@ -8,15 +8,11 @@
 //! `at`. Must never touch the world's entities (handlers do)
 //! and never do I/O (it only queues packets on the sessions).
 
-use crate::net::{BadPacket, ConnId, Net};
+use crate::net::{BadPacket, ConnId};
 use crate::world::{Location, Serial};
 use std::collections::BTreeMap;
 
-use super::deltas::EncodeSaid;
 use super::visibility::Visibility;
-
-/// Players see mobiles and hear speech within this many tiles.
-pub const VIEW_RANGE: u16 = 18;
 
 /// Who is logged in on which connection, and where they stand. Ordered by serial wherever
 /// it is walked: broadcasts go out in the same order on every run.
@@ -100,29 +96,15 @@ impl Players {
         Some((serial, player))
     }
 
-    /// Players within [`VIEW_RANGE`] of `at` and their connections, by serial. Reads only
+    /// Every logged-in player's connection, by connection.
+    pub(super) fn conns(&self) -> impl Iterator<Item = ConnId> + '_ {
+        self.by_conn.keys().copied()
+    }
+
+    /// Players within [`VIEW_RANGE`](super::VIEW_RANGE) of `at` and their connections, by serial. Reads only
     /// the sectors around `at` (see `visibility.rs`); the same players, in the same order,
     /// as a scan of every player.
     pub fn in_range(&self, at: Location) -> impl Iterator<Item = (Serial, ConnId)> + '_ {
         self.by_sector.in_range(at)
     }
-}
-
-/// The serial a system message is sent from: 0 is never an entity's serial.
-pub const SYSTEM: Serial = Serial(0);
-
-/// Sends `text` to every logged-in player as a system message: said by [`SYSTEM`], in the
-/// game's speech encoding `said` (its `DeltaPackets::said`, which may cut it; `None`: the
-/// game has no speech, and nothing is sent). Encoded once.
-pub fn broadcast(net: &Net, players: &Players, said: Option<(u8, EncodeSaid)>, text: &str) {
-    let Some((id, encode)) = said else {
-        return;
-    };
-    let mut payload = Vec::new();
-    encode(SYSTEM, text, &mut payload);
-    net.with_sessions(|sessions| {
-        for &conn in players.by_conn.keys() {
-            sessions.send_packet(conn, id, &[&payload]);
-        }
-    });
 }

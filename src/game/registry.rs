@@ -11,12 +11,12 @@
 use std::fmt;
 use std::future::Future;
 use std::panic::Location;
-use std::pin::Pin;
 
 use crate::net::frame::PING;
 use crate::net::{Access, BadPacket, Rate};
 use crate::world::{Mobile, World};
 
+use super::behaviours::NpcSpec;
 use super::context::GameContext;
 use super::deltas::DeltaPackets;
 use super::dispatch::Packet;
@@ -37,9 +37,6 @@ pub type DisconnectFn = dyn Fn(&mut Packet<'_>);
 /// refused: nothing changed) out.
 pub type CommandFn = dyn Fn(&GameContext, &[&str]) -> Result<String, String>;
 
-/// A per-NPC behaviour's body, boxed.
-pub(crate) type BehaviourFuture = Pin<Box<dyn Future<Output = ()>>>;
-
 /// A start hook and the line that registered it.
 pub(crate) type StartHook = (Box<dyn FnOnce(&GameContext)>, Site);
 
@@ -54,13 +51,6 @@ pub(crate) struct PacketSpec {
     pub(crate) name: &'static str,
     pub(crate) access: Access,
     pub(crate) handler: Box<PacketFn>,
-    pub(crate) site: Site,
-}
-
-pub(crate) struct NpcSpec {
-    pub(crate) name: &'static str,
-    pub(crate) applies: Box<dyn Fn(&Mobile) -> bool>,
-    pub(crate) start: Box<dyn Fn(Npc) -> BehaviourFuture>,
     pub(crate) site: Site,
 }
 

@@ -21,7 +21,8 @@ use std::ops::RangeInclusive;
 
 use crate::world::{IdMap, Location, SECTOR_SIZE, SectorId, Serial};
 
-use super::players::VIEW_RANGE;
+/// Players see mobiles and hear speech within this many tiles.
+pub const VIEW_RANGE: u16 = 18;
 
 /// The most sectors a view square overlaps along one axis: a stretch of `2·VIEW_RANGE`
 /// tiles between its first and last tile crosses at most `⌈2·VIEW_RANGE / SECTOR_SIZE⌉`

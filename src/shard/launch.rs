@@ -18,7 +18,10 @@ use super::{Console, Shard, ShardBuilder};
 
 /// The command line of a shard binary.
 #[derive(Debug, Parser)]
-#[command(version, about = "A game shard on shardloop: one thread, one deterministic event loop.")]
+#[command(
+    version,
+    about = "A game shard on shardloop: one thread, one deterministic event loop."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<ShardCommand>,

@@ -101,4 +101,3 @@ pub(super) fn restore_command(config: &Config, args: &RestoreArgs) -> ExitCode {
         }
     }
 }
-

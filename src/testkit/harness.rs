@@ -66,7 +66,8 @@ impl Harness {
     pub fn send(&mut self, conn: ConnId, id: u8, payload: &[u8]) -> Result<(), BadPacket> {
         let result = self.dispatch(conn, id, payload);
         if let Err(bad) = &result {
-            self.sessions.close(conn, Disconnect::fault(bad.to_string()));
+            self.sessions
+                .close(conn, Disconnect::fault(bad.to_string()));
         }
         result
     }

@@ -64,14 +64,17 @@ impl TestPlayer {
     /// # Panics
     /// When the test shard has no login (`TestShard::with_login`), or the shard refuses.
     pub async fn login(&mut self, name: &str) {
-        let login = self
-            .login
-            .expect("this test player has no login: give the test shard one (TestShard::with_login)");
+        let login = self.login.expect(
+            "this test player has no login: give the test shard one (TestShard::with_login)",
+        );
         let (id, payload) = (login.request)(name);
         self.send(id, &payload).await;
         let ok = self.expect(login.accepted).await;
         let (serial, at) = (login.read)(&ok).unwrap_or_else(|| {
-            panic!("the login answer 0x{:02x} does not hold a player: {ok:?}", login.accepted)
+            panic!(
+                "the login answer 0x{:02x} does not hold a player: {ok:?}",
+                login.accepted
+            )
         });
         self.serial = Some(serial);
         self.at = Some(at);

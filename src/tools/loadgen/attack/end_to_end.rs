@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::Duration;
 
-use clap::Parser;
 use crate::demo::packets::client;
+use clap::Parser;
 use shardloop::net::frame;
 use tokio::time::Instant;
 
