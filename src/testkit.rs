@@ -3,34 +3,58 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use shardloop::game::packets::server;
-//! use shardloop::shard::{Shard, demo_game};
-//! use shardloop::testkit::TestShard;
+//! use shardloop::game::{Game, Packet};
+//! use shardloop::net::{Access, BadPacket};
+//! use shardloop::shard::Shard;
+//! use shardloop::testkit::{Login, TestShard};
+//! use shardloop::world::{Location, MapId, Mobile, Serial};
+//!
+//! const HERE: Location = Location::new(500, 500, 0, MapId::FELUCCA);
+//!
+//! fn hello(p: &mut Packet<'_>, name: &[u8]) -> Result<(), BadPacket> {
+//!     let name = shardloop::game::text(name, 16, "name")?;
+//!     let mut mobile = Mobile::new(p.world.new_mobile_serial(), name, 0x190);
+//!     mobile.location = HERE;
+//!     let serial = p.log_in(mobile)?;
+//!     p.answer(0xA0, &[&serial.0.to_be_bytes()]);
+//!     Ok(())
+//! }
+//!
+//! const HELLO: Login = Login {
+//!     request: |name| (0x20, name.as_bytes().to_vec()),
+//!     accepted: 0xA0,
+//!     read: |ok| Some((Serial(u32::from_be_bytes(ok.try_into().ok()?)), HERE)),
+//! };
 //!
 //! #[tokio::test(start_paused = true)]
-//! async fn a_player_hears_what_it_says() {
-//!     TestShard::new(Shard::builder().game(demo_game))
+//! async fn a_player_logs_in_and_an_hour_passes() {
+//!     let game = || Game::new("hello").packet(0x20, "login", Access::Always, hello);
+//!     TestShard::new(Shard::builder().game(move |_| game()))
+//!         .with_login(HELLO)
 //!         .run(|shard| async move {
-//!             let mut anna = shard.login("Anna").await;
-//!             anna.say("hail").await;
-//!             let heard = anna.expect(server::SPEECH).await;
-//!             assert_eq!(&heard[4..], b"hail");
-//!             shard.advance(Duration::from_secs(60)).await;
+//!             let anna = shard.login("Anna").await;
+//!             assert_eq!(shard.context().players().borrow().len(), 1);
+//!             assert_eq!(anna.location(), HERE);
+//!             shard.advance(Duration::from_secs(3600)).await;
 //!         })
 //!         .await;
 //! }
 //! ```
 //!
 //! [`TestShard`] runs a whole shard — the same startup, loop, network and shutdown as
-//! `cargo run` — on the test's own runtime: an empty world (configure a generated one with
-//! [`TestShard::configure`]), a temporary data directory, a loopback listener, no console, no
-//! autosave, no archives. The test body runs beside it; players are real TCP clients
-//! ([`TestPlayer`]) speaking the demo protocol's framing — [`Running::login`] needs the demo
-//! game ([`crate::shard::demo_game`]) among the shard's games, as it brings the login packet.
+//! `cargo run` — on the test's own runtime: an empty world unless a game generates one
+//! (size the demo's with [`TestShard::configure`]), a temporary data directory, a loopback
+//! listener, no console, no autosave, no archives. The test body runs beside it; players
+//! are real TCP clients ([`TestPlayer`]) of the engine's framing that log in with the
+//! game's own packets ([`Login`], given by [`TestShard::with_login`]).
 //! Under `#[tokio::test(start_paused = true)]` game time passes only when
 //! everything waits — [`Running::advance`], or a [`TestPlayer::expect`] whose packet is not
 //! there yet — so a 5-minute behaviour is tested in milliseconds, at exactly the same
 //! logical times on every run.
+//!
+//! Below the whole shard: [`Harness`] calls one game's packet handlers on a world with
+//! socketless connections, and [`npc`] makes the `Npc` a behaviour gets — unit tests with no
+//! shard, no listener and no loop.
 //!
 //! Owns the test shard's setup and its players; must never be needed by the shard itself.
 

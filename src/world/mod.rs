@@ -1,7 +1,9 @@
 //! The world model: entities (items, mobiles, spawners) with serials and locations, the mobile
 //! and item delta queues drained in the Deltas phase, sectors and player presence, and a
-//! seeded generator for the demo world. Behaviour on the loop (decay, spawners' cadence,
-//! barks, packet handlers) is the game's: [`crate::game`].
+//! seeded generator of a populated world ([`generate`]: towns, creatures, spawners — the
+//! demo's starting world, and the test and bench fixture of every size). Behaviour on the
+//! loop (decay, spawners' cadence, barks, packet handlers) is a game's, through
+//! [`crate::game`].
 //!
 //! The model is plain data and plain methods: it never starts a timer or a task and never
 //! reads the clock (it imports neither `timer` nor `runtime`), so a test can build, change
@@ -9,14 +11,16 @@
 //!
 //! ```no_run
 //! use std::{cell::RefCell, rc::Rc};
-//! use shardloop::{EventLoop, game, runtime::Slot, world};
+//! use shardloop::{EventLoop, runtime::Slot, timer, world};
 //!
 //! # async fn shard() {
 //! let world = Rc::new(RefCell::new(world::generate_default(world::DEFAULT_SEED)));
 //! let mut event_loop = EventLoop::builder()
 //!     .slot(Slot::Deltas, world::deltas_handler(world.clone()))
 //!     .build();
-//! let _logic = game::start_game_logic(world.clone());
+//! let w = world.clone();
+//! let _census = timer::every(std::time::Duration::from_secs(60))
+//!     .start(move || println!("{} mobiles", w.borrow().mobile_count()));
 //! event_loop.run().await;
 //! # }
 //! ```
