@@ -5,7 +5,7 @@
 //! when the NPC wakes and drops it when it falls asleep), so a world with no players runs
 //! none. Must never keep a world borrow across an `.await`.
 
-use shardloop::game::Npc;
+use shardloop::game::{Game, Npc};
 use shardloop::timer::pause;
 use shardloop::world::Mobile;
 
@@ -36,4 +36,9 @@ pub async fn bark(mut npc: Npc) {
 #[must_use]
 pub fn barks(mobile: &Mobile) -> bool {
     mobile.is_npc
+}
+
+/// `game` with the demo's per-NPC behaviours added (every NPC barks).
+pub fn npc_behaviours(game: Game) -> Game {
+    game.npc_behaviour("bark", barks, bark)
 }

@@ -55,7 +55,7 @@ pub struct WorldTimers {
 /// Off the loop thread.
 pub fn start_game_logic(world: Rc<RefCell<World>>) -> GameLogic {
     let timers = start_world_timers(world.clone());
-    let barks = Behaviours::run(world, super::npc_behaviours(Game::new("demo")));
+    let barks = Behaviours::run(world, super::barks::npc_behaviours(Game::new("demo")));
     GameLogic { timers, barks }
 }
 

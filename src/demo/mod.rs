@@ -35,6 +35,7 @@ use shardloop::net::Net;
 use shardloop::shard::Shard;
 use shardloop::world::{self, World};
 
+pub use barks::npc_behaviours;
 pub use config::{DemoConfig, Rates};
 pub use decay::{DECAY_MAX, DECAY_MIN, decay_delay};
 pub use logic::{GameLogic, IdleLoad, LogicStats, WorldTimers, idle_load, start_game_logic};
@@ -83,11 +84,6 @@ pub fn demo(rates: Rates) -> Game {
         ctx.on_stop(move || timers.stop());
     });
     npc_behaviours(game)
-}
-
-/// `game` with the demo's per-NPC behaviours added (every NPC barks).
-pub fn npc_behaviours(game: Game) -> Game {
-    game.npc_behaviour("bark", barks::barks, barks::bark)
 }
 
 /// The demo's world: `items` and `mobiles` from seed `seed` (the engine's seeded generator),
