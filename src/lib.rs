@@ -30,11 +30,14 @@
 //!
 //! # Game developers: the API
 //!
-//! - **A game** is a [`game::Game`]: its packets, per-NPC behaviours, start hooks and console
-//!   commands, registered from your own crate without editing shardloop. A shard runs it:
+//! - **A game** is a [`game::Game`]: its packets and login, what its players see of world
+//!   changes, its world, per-NPC behaviours, start hooks, console commands and configuration
+//!   section, registered from your own crate without editing shardloop. A shard runs it:
 //!   `Shard::builder().game(..)` ([`shard::Shard::builder`], [`shard::ShardBuilder::game`]),
-//!   then [`shard::ShardBuilder::main`] for a whole process. Guide: `docs/game-logic.md`
-//!   (worked example: `examples/town_crier.rs`).
+//!   then [`shard::ShardBuilder::main`] for a whole process with `run`, `check-config` and
+//!   `restore`. Guide: `docs/game-logic.md` (worked examples: `examples/lantern.rs`, a game of
+//!   its own; `examples/town_crier.rs`, a game on the demo). The demo game that
+//!   `cargo run` serves is built the same way, outside this library (`src/demo/`).
 //! - **Time**: [`timer::pause`] in async code, [`timer::after`] and [`timer::every`] for
 //!   callbacks, all on the loop's tick boundaries — never early, no drift, FIFO. The rules
 //!   and the wheel: `docs/timers.md`.
@@ -44,8 +47,9 @@
 //! - **Packets**: the wire format, every packet and disconnect reason, adding a handler:
 //!   `docs/protocol.md`.
 //! - **Tests**: [`testkit`] runs a whole shard on the test's paused clock
-//!   ([`testkit::TestShard`]) with loopback players ([`testkit::TestPlayer`]), so an
-//!   hour-long behaviour is tested in milliseconds.
+//!   ([`testkit::TestShard`]) with loopback players ([`testkit::TestPlayer`]) that log in with
+//!   your game's packets, so an hour-long behaviour is tested in milliseconds; or one
+//!   handler with no shard ([`testkit::Harness`]), or one behaviour ([`testkit::npc`]).
 //!
 //! The loop alone, without a shard — a task that pauses on the loop thread:
 //!
