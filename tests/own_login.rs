@@ -82,7 +82,12 @@ const SOON: Duration = Duration::from_secs(5);
 #[tokio::test(start_paused = true)]
 async fn a_game_s_own_login_gets_every_engine_service() {
     TestShard::new(Shard::builder().game(|_| lanterns()))
+        .configure(|config| (config.world.generate.items, config.world.generate.mobiles) = (500, 50))
         .run(|shard| async move {
+            // No game here generates a world: the shard starts empty, whatever the sizes.
+            let world = shard.world().borrow();
+            assert_eq!((world.item_count(), world.mobile_count()), (0, 0));
+            drop(world);
             let mut ann = shard.connect().await;
             ann.send(STEP, &[]).await;
             assert!(ann.closed_within(SOON).await, "not logged in: refused");

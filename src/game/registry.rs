@@ -501,6 +501,22 @@ mod tests {
     }
 
     #[test]
+    fn two_world_generators_are_refused_naming_both_games() {
+        let a = Game::new("square").world_generator(|| World::new(1));
+        let b = Game::new("island").world_generator(|| World::new(2));
+        let err = Games::check(vec![a, b], &[]).err().expect("refused");
+        assert!(
+            matches!(err, BuildError::DuplicateWorldGenerator { .. }),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("of square") && text.contains("of island"), "{text}");
+        let one = Games::check(vec![Game::new("square").world_generator(|| World::new(3))], &[]);
+        let generate = one.expect("one generator builds").generator.expect("kept");
+        assert_eq!(generate().seed(), 3);
+    }
+
+    #[test]
     fn distinct_registrations_pass() {
         let a = Game::new("a")
             .packet(0x10, "emote", Access::LoggedIn, ok)
