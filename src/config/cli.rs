@@ -54,7 +54,6 @@ impl ConfigArgs {
             file: self.config_file(),
             env: process_env()?,
             overrides: self.overrides(),
-            sections: Vec::new(),
         })
     }
 }

@@ -66,8 +66,6 @@ pub struct LoadOptions {
     pub env: Vec<(String, String)>,
     /// Command-line values.
     pub overrides: Overrides,
-    /// Game sections.
-    pub sections: Vec<super::SectionSpec>,
 }
 
 /// The process's `SHARD_*` variables. A non-UTF-8 name or value is an error only in a

@@ -51,12 +51,10 @@ use crate::runtime::{
 };
 
 pub use cli::ConfigArgs;
-mod section_tmp;
 pub use duration::format_duration;
 pub use error::{ConfigError, Origin};
 pub use load::{ConfigFile, DEFAULT_CONFIG_PATH, ENV_PREFIX, LoadOptions, Overrides, process_env};
 pub use report::{Entry, Loaded};
-pub use section_tmp::{Section, SectionSpec};
 pub use zone::Zone;
 
 /// The whole configuration. Every section has defaults; see `docs/configuration.md`.
