@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
+use serde::{Deserialize, Serialize};
 use shardloop::config::{
     Backend, Compression, Config, ConfigArgs, ConfigError, ConfigFile, LoadOptions, Loaded, Origin,
-    Overrides,
+    Overrides, Section, SectionFault, SectionSpec,
 };
 use shardloop::runtime::{
     DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD, DEFAULT_TICK,
@@ -38,6 +39,7 @@ fn options(file: ConfigFile, env: &[(&str, &str)], overrides: Overrides) -> Load
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
         overrides,
+        sections: Vec::new(),
     }
 }
 
@@ -638,4 +640,367 @@ fn config_args_map_flags_to_layers() {
     let none = TestCli::try_parse_from(["shardloop"]).expect("no flags");
     assert_eq!(none.config.config_file(), ConfigFile::default());
     assert!(TestCli::try_parse_from(["shardloop", "--idle-wait", "5"]).is_err());
+}
+
+// ---- Game sections --------------------------------------------------------------------------
+
+/// A game's own table, as a game declares one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Lantern {
+    token: String,
+    port: u16,
+    radius: u32,
+}
+
+impl Default for Lantern {
+    fn default() -> Self {
+        Lantern {
+            token: "none".to_owned(),
+            port: 7000,
+            radius: 5,
+        }
+    }
+}
+
+impl Section for Lantern {
+    const NAME: &'static str = "lantern";
+
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.radius > 20 {
+            return Err(("radius", "must be at most 20".to_owned()));
+        }
+        Ok(())
+    }
+}
+
+/// A section that took keys over: one still an engine key, one from a table that is gone.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Demo {
+    move_rate: u32,
+    glow: bool,
+}
+
+impl Section for Demo {
+    const NAME: &'static str = "demo";
+    const RENAMED: &'static [(&'static str, &'static str)] =
+        &[("network.move_rate", "move_rate"), ("legacy.glow", "glow")];
+}
+
+/// A section that claims an engine section's name.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Clash {
+    port: u16,
+}
+
+impl Section for Clash {
+    const NAME: &'static str = "network";
+}
+
+/// A section whose name cannot be a `SHARD_<NAME>__<KEY>` variable.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct BadName {
+    port: u16,
+}
+
+impl Section for BadName {
+    const NAME: &'static str = "lan__tern";
+}
+
+fn with_sections(
+    file: ConfigFile,
+    env: &[(&str, &str)],
+    sections: Vec<SectionSpec>,
+) -> Result<Loaded, ConfigError> {
+    let options = LoadOptions {
+        file,
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        overrides: Overrides::default(),
+        sections,
+    };
+    Config::load(&options)
+}
+
+fn with_lantern(file: ConfigFile, env: &[(&str, &str)]) -> Result<Loaded, ConfigError> {
+    with_sections(file, env, vec![SectionSpec::of::<Lantern>()])
+}
+
+fn section_err(result: Result<Loaded, ConfigError>) -> ConfigError {
+    match result {
+        Ok(loaded) => panic!("expected an error, got {:?}", loaded.config),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn a_game_section_is_read_from_file_then_env_over_its_defaults() {
+    let file = toml_file("[lantern]\ntoken = \"abc\"\nradius = 3\n");
+    let env = [("SHARD_LANTERN__RADIUS", "9")];
+    let loaded = with_lantern(required(&file), &env).unwrap_or_else(|e| panic!("{e}"));
+    let lantern = loaded.config.section::<Lantern>();
+    assert_eq!(
+        lantern,
+        Lantern {
+            token: "abc".to_owned(),
+            port: 7000,
+            radius: 9,
+        }
+    );
+    assert_eq!(loaded.origin("lantern.token"), Some(file_origin(&file, 2)));
+    assert_eq!(
+        loaded.origin("lantern.radius"),
+        Some(env_origin("SHARD_LANTERN__RADIUS"))
+    );
+    assert_eq!(loaded.origin("lantern.port"), Some(Origin::Default));
+    // The engine's keys load as before beside it.
+    assert_eq!(loaded.config.server.tick, DEFAULT_TICK);
+
+    // A variable of a declared section is configuration, typed by the section's defaults.
+    let env = [("SHARD_LANTERN__TOKEN", "1234")];
+    let loaded = with_lantern(ConfigFile::None, &env).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.config.section::<Lantern>().token, "1234");
+    assert!(
+        loaded.ignored_env().is_empty(),
+        "{:?}",
+        loaded.ignored_env()
+    );
+
+    // Absent everywhere: the section's defaults.
+    let loaded = with_lantern(ConfigFile::None, &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.config.section::<Lantern>(), Lantern::default());
+    assert_eq!(loaded.origin("lantern.token"), Some(Origin::Default));
+}
+
+#[test]
+fn a_section_not_declared_reads_as_its_default() {
+    assert_eq!(Config::default().section::<Lantern>(), Lantern::default());
+    let env = [("SHARD_LANTERN__TOKEN", "abc")];
+    let loaded = load(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(loaded.config.section::<Lantern>(), Lantern::default());
+    assert_eq!(loaded.ignored_env(), ["SHARD_LANTERN__TOKEN"]);
+    // Declared, but read as another section: that one's default.
+    let loaded = with_lantern(ConfigFile::None, &env).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.config.section::<Demo>(), Demo::default());
+}
+
+#[test]
+fn configurations_differ_by_their_sections_values_only() {
+    let at_defaults = with_lantern(ConfigFile::None, &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(at_defaults.config, Config::default());
+    let env = [("SHARD_LANTERN__RADIUS", "6")];
+    let changed = with_lantern(ConfigFile::None, &env).unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(changed.config, Config::default());
+    assert_eq!(changed.config, changed.config.clone());
+    // The sections never appear in Config's serialized form.
+    let text = toml::to_string(&changed.config).expect("serializes");
+    assert!(!text.contains("lantern"), "{text}");
+}
+
+#[test]
+fn unknown_key_in_a_section_names_key_line_and_the_valid_keys() {
+    let file = toml_file("[lantern]\ntoken = \"abc\"\ntokn = \"x\"\n");
+    let err = section_err(with_lantern(required(&file), &[]));
+    assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
+    assert_eq!(err.key(), Some("lantern.tokn"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 3)));
+    let message = err.to_string();
+    let where_ = format!("{} line 3", file.path().display());
+    assert!(message.contains(&where_), "{message}");
+    assert!(message.contains("\"x\""), "{message}");
+    assert!(message.contains("token, port, radius"), "{message}");
+
+    let env = [("SHARD_LANTERN__TOKN", "x")];
+    let err = section_err(with_lantern(ConfigFile::None, &env));
+    assert_eq!(err.key(), Some("lantern.tokn"));
+    assert_eq!(err.origin(), Some(&env_origin("SHARD_LANTERN__TOKN")));
+}
+
+#[test]
+fn wrong_type_in_a_section_names_key_and_variable() {
+    let env = [("SHARD_LANTERN__PORT", "lots")];
+    let err = section_err(with_lantern(ConfigFile::None, &env));
+    assert!(matches!(err, ConfigError::Invalid { .. }), "{err}");
+    assert_eq!(err.key(), Some("lantern.port"));
+    assert_eq!(err.origin(), Some(&env_origin("SHARD_LANTERN__PORT")));
+    let message = err.to_string();
+    assert!(
+        message.contains("environment variable SHARD_LANTERN__PORT"),
+        "{message}"
+    );
+    assert!(message.contains("\"lots\""), "{message}");
+
+    // A section is a table.
+    let file = toml_file("lantern = 5\n");
+    let err = section_err(with_lantern(required(&file), &[]));
+    assert_eq!(err.key(), Some("lantern"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 1)));
+    assert!(err.to_string().contains("a table of keys"), "{err}");
+}
+
+#[test]
+fn a_section_check_failure_names_key_value_and_origin() {
+    let file = toml_file("[lantern]\nradius = 50\n");
+    let err = section_err(with_lantern(required(&file), &[]));
+    assert!(matches!(err, ConfigError::Invalid { .. }), "{err}");
+    assert_eq!(err.key(), Some("lantern.radius"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 2)));
+    let message = err.to_string();
+    assert!(message.contains("lantern.radius = 50"), "{message}");
+    assert!(message.contains("must be at most 20"), "{message}");
+
+    let env = [("SHARD_LANTERN__RADIUS", "21")];
+    let err = section_err(with_lantern(required(&file), &env));
+    assert_eq!(err.key(), Some("lantern.radius"));
+    assert_eq!(err.origin(), Some(&env_origin("SHARD_LANTERN__RADIUS")));
+}
+
+#[test]
+fn an_undeclared_section_table_is_still_an_unknown_key() {
+    let file = toml_file("[server]\ntick = \"8ms\"\n\n[lantern]\ntoken = \"abc\"\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
+    assert_eq!(err.key(), Some("lantern"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 4)));
+    // Declaring another section does not let it through.
+    let err = section_err(with_sections(
+        required(&file),
+        &[],
+        vec![SectionSpec::of::<Demo>()],
+    ));
+    assert_eq!(err.key(), Some("lantern"));
+}
+
+#[test]
+fn a_renamed_key_set_in_file_or_env_names_old_and_new_key() {
+    let demo = || vec![SectionSpec::of::<Demo>()];
+    let file = toml_file("[network]\nmax_per_ip = 4\nmove_rate = 5\n");
+    let err = section_err(with_sections(required(&file), &[], demo()));
+    assert!(matches!(err, ConfigError::Renamed { .. }), "{err}");
+    assert_eq!(err.key(), Some("network.move_rate"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 3)));
+    let expected = format!(
+        "network.move_rate ({} line 3) moved to demo.move_rate: rename it",
+        file.path().display()
+    );
+    assert_eq!(err.to_string(), expected);
+
+    let env = [("SHARD_NETWORK__MOVE_RATE", "5")];
+    let err = section_err(with_sections(ConfigFile::None, &env, demo()));
+    assert_eq!(err.key(), Some("network.move_rate"));
+    assert_eq!(err.origin(), Some(&env_origin("SHARD_NETWORK__MOVE_RATE")));
+    let message = err.to_string();
+    assert!(
+        message.contains("(environment variable SHARD_NETWORK__MOVE_RATE) moved to demo.move_rate"),
+        "{message}"
+    );
+    assert!(message.contains("SHARD_DEMO__MOVE_RATE"), "{message}");
+
+    // An old key from a table the engine no longer has: a rename error, not an unknown key
+    // (file) nor an ignored variable (env).
+    let file = toml_file("[legacy]\nglow = true\n");
+    let err = section_err(with_sections(required(&file), &[], demo()));
+    assert!(matches!(err, ConfigError::Renamed { .. }), "{err}");
+    assert!(err.to_string().contains("moved to demo.glow"), "{err}");
+    let env = [("SHARD_LEGACY__GLOW", "true")];
+    let err = section_err(with_sections(ConfigFile::None, &env, demo()));
+    assert_eq!(err.key(), Some("legacy.glow"));
+    assert_eq!(err.origin(), Some(&env_origin("SHARD_LEGACY__GLOW")));
+
+    // Only the built-in defaults set the old key, and the new one is set: fine.
+    let env = [("SHARD_DEMO__MOVE_RATE", "3")];
+    let loaded = with_sections(ConfigFile::None, &env, demo()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.config.section::<Demo>().move_rate, 3);
+}
+
+#[test]
+fn section_names_that_collide_or_cannot_be_variables_are_refused() {
+    let cases = [
+        (
+            vec![SectionSpec::of::<Clash>()],
+            "network",
+            SectionFault::EngineSection,
+        ),
+        (
+            vec![SectionSpec::of::<Lantern>(), SectionSpec::of::<Lantern>()],
+            "lantern",
+            SectionFault::DeclaredTwice,
+        ),
+        (
+            vec![SectionSpec::of::<BadName>()],
+            "lan__tern",
+            SectionFault::BadName,
+        ),
+    ];
+    for (sections, name, fault) in cases {
+        let err = section_err(with_sections(ConfigFile::None, &[], sections));
+        match &err {
+            ConfigError::Section { name: n, fault: f } => {
+                assert_eq!((n.as_str(), f), (name, &fault), "{err}");
+            }
+            other => panic!("expected a section error, got {other}"),
+        }
+        assert!(err.to_string().contains(name), "{err}");
+    }
+    assert_eq!(SectionSpec::of::<Lantern>().name(), "lantern");
+    let debug = format!("{:?}", SectionSpec::of::<Lantern>());
+    assert!(
+        debug.contains("lantern") && debug.contains("Lantern"),
+        "{debug}"
+    );
+}
+
+#[test]
+fn report_lists_section_keys_after_the_engine_keys() {
+    let file = toml_file("[server]\ntick = \"4ms\"\n\n[lantern]\ntoken = \"abc\"\n");
+    let env = [("SHARD_LANTERN__RADIUS", "7"), ("SHARD_LANTERN_PORT", "1")];
+    let loaded = with_lantern(required(&file), &env).unwrap_or_else(|e| panic!("{e}"));
+    let report = loaded.report();
+    let line = |key: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("no line for {key} in\n{report}"))
+            .to_owned()
+    };
+    let token = line("lantern.token");
+    assert!(token.starts_with("lantern.token = \"abc\"   "), "{report}");
+    let from_file = format!("({} line 5)", file.path().display());
+    assert!(token.ends_with(&from_file), "{report}");
+    assert!(
+        line("lantern.radius").ends_with("(environment variable SHARD_LANTERN__RADIUS)"),
+        "{report}"
+    );
+    assert!(line("lantern.port").ends_with("(default)"), "{report}");
+    let keys: Vec<&str> = report
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let first_section_key = keys
+        .iter()
+        .position(|k| k.starts_with("lantern."))
+        .expect("lantern keys");
+    assert_eq!(
+        &keys[first_section_key..],
+        ["lantern.port", "lantern.radius", "lantern.token"]
+    );
+    assert!(
+        keys[first_section_key - 1].starts_with("metrics."),
+        "{report}"
+    );
+    assert_eq!(keys.len(), loaded.entries().len());
+
+    // The warning names the declared section beside the engine's, and hints at it.
+    let warning = loaded.ignored_env_warning().expect("a warning");
+    assert!(warning.contains("time, metrics, lantern is)"), "{warning}");
+    assert!(
+        warning.contains("SHARD_LANTERN_PORT (did you mean SHARD_LANTERN__PORT?)"),
+        "{warning}"
+    );
 }

@@ -48,12 +48,14 @@ impl ConfigArgs {
         }
     }
 
-    /// Options for [`super::Config::load`] with the process's `SHARD_*` environment.
+    /// Options for [`super::Config::load`] with the process's `SHARD_*` environment and no
+    /// game section: the caller pushes its own onto [`LoadOptions::sections`].
     pub fn load_options(&self) -> Result<LoadOptions, ConfigError> {
         Ok(LoadOptions {
             file: self.config_file(),
             env: process_env()?,
             overrides: self.overrides(),
+            sections: Vec::new(),
         })
     }
 }

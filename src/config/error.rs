@@ -1,5 +1,6 @@
-//! [`ConfigError`] (one message naming the key, the value and where it came from) and
-//! [`Origin`] (where a value came from).
+//! [`ConfigError`] (one message naming the key, the value and where it came from),
+//! [`Origin`] (where a value came from) and [`SectionFault`] (why a game section cannot be
+//! declared).
 
 use std::fmt;
 use std::io;
@@ -99,6 +100,72 @@ pub enum ConfigError {
         /// What is expected.
         reason: String,
     },
+    /// A key that a game section took over (`Section::RENAMED`) set under its old name in
+    /// the file, the environment or on the command line.
+    Renamed {
+        /// The old dotted key, e.g. `network.move_rate`.
+        key: String,
+        /// Where it was set.
+        origin: Origin,
+        /// The dotted key it is now, e.g. `demo.move_rate`.
+        new_key: String,
+    },
+    /// A game section that cannot be declared (see `SectionSpec`): a mistake in the game's
+    /// code, not in the operator's configuration, found before any value is read.
+    Section {
+        /// The section's `NAME`.
+        name: String,
+        /// What is wrong with the declaration.
+        fault: SectionFault,
+    },
+}
+
+/// Why a game section cannot be declared ([`ConfigError::Section`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SectionFault {
+    /// `NAME` is not lowercase ASCII letters, digits and single `_` between them, starting
+    /// with a letter (so that `SHARD_<NAME>__<KEY>` splits back into section and key).
+    BadName,
+    /// `NAME` is one of the engine's own sections (`server`, `network`, ...).
+    EngineSection,
+    /// Another declared section has the same `NAME` (or one section is declared twice).
+    DeclaredTwice,
+    /// The section's `Default` value does not serialize to a table of keys.
+    NotATable,
+    /// An entry of `RENAMED` is not (old dotted key, key in this section), or renames a key
+    /// of this section to itself.
+    BadRename {
+        /// The entry's old key.
+        old: String,
+        /// The entry's key in this section.
+        new: String,
+    },
+}
+
+impl fmt::Display for SectionFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SectionFault::BadName => f.write_str(
+                "a section name is lowercase ASCII letters, digits and single '_' between them, \
+                 starting with a letter",
+            ),
+            SectionFault::EngineSection => {
+                f.write_str("the engine has a section of that name: choose another")
+            }
+            SectionFault::DeclaredTwice => f.write_str(
+                "it is declared twice (two sections with one name, or one section pushed twice)",
+            ),
+            SectionFault::NotATable => {
+                f.write_str("its default value does not serialize to a table of keys")
+            }
+            SectionFault::BadRename { old, new } => write!(
+                f,
+                "RENAMED entry ({old:?}, {new:?}) is not an old dotted key and a key of this \
+                 section"
+            ),
+        }
+    }
 }
 
 impl ConfigError {
@@ -108,7 +175,9 @@ impl ConfigError {
     /// The dotted key at fault, if the error is about one key.
     pub fn key(&self) -> Option<&str> {
         match self {
-            ConfigError::UnknownKey { key, .. } | ConfigError::Invalid { key, .. } => Some(key),
+            ConfigError::UnknownKey { key, .. }
+            | ConfigError::Invalid { key, .. }
+            | ConfigError::Renamed { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -116,9 +185,9 @@ impl ConfigError {
     /// Where the faulty value came from, if the error is about one value.
     pub fn origin(&self) -> Option<&Origin> {
         match self {
-            ConfigError::UnknownKey { origin, .. } | ConfigError::Invalid { origin, .. } => {
-                Some(origin)
-            }
+            ConfigError::UnknownKey { origin, .. }
+            | ConfigError::Invalid { origin, .. }
+            | ConfigError::Renamed { origin, .. } => Some(origin),
             _ => None,
         }
     }
@@ -172,6 +241,21 @@ impl fmt::Display for ConfigError {
                     write!(f, " = {value}")?;
                 }
                 write!(f, ": {reason}")
+            }
+            ConfigError::Renamed {
+                key,
+                origin,
+                new_key,
+            } => {
+                write!(f, "{key} ({origin}) moved to {new_key}: rename it")?;
+                if let Origin::Env { .. } = origin {
+                    let var = new_key.replace('.', "__").to_ascii_uppercase();
+                    write!(f, " to {}{var}", super::load::ENV_PREFIX)?;
+                }
+                Ok(())
+            }
+            ConfigError::Section { name, fault } => {
+                write!(f, "game section {name:?} cannot be declared: {fault}")
             }
         }
     }

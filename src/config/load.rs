@@ -1,5 +1,6 @@
 //! The layers (defaults < file < `SHARD_` environment < command line), built from the load
-//! options and merged with figment. Which layer supplied what is kept in `report.rs`.
+//! options and merged with figment, for the engine's sections and the game's declared ones
+//! alike (`section.rs`). Which layer supplied what is kept in `report.rs`.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -14,6 +15,7 @@ use figment::{Figment, Metadata, Profile, Provider, Source};
 
 use super::error::{ConfigError, Origin};
 use super::report::{Loaded, Provenance};
+use super::section::{self, Failure, SectionSpec};
 use super::{Config, format_duration, toml_lines};
 
 /// The config file used when none is named: optional (missing means built-in defaults).
@@ -66,12 +68,19 @@ pub struct LoadOptions {
     pub env: Vec<(String, String)>,
     /// Command-line values.
     pub overrides: Overrides,
+    /// The game's own sections ([`SectionSpec::of`]), read through the same layers: each
+    /// one's defaults under its name, then `[NAME]` in the file, then `SHARD_<NAME>__<KEY>`.
+    /// Empty: the engine's sections only, and a `[NAME]` table is an unknown key.
+    pub sections: Vec<SectionSpec>,
 }
 
 /// The process's `SHARD_*` variables. A non-UTF-8 name or value is an error only in a
-/// configuration variable; any other `SHARD_*` variable is passed on (lossily) to be ignored.
+/// variable that is, or may be, configuration: one of the engine's sections, or any name
+/// shaped `SHARD_<NAME>__<KEY>` (a game's sections are declared after the environment is
+/// read, so any such name may be one). Any other `SHARD_*` variable is passed on (lossily)
+/// to be ignored.
 pub fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
-    let sections = sections(&defaults_layer().dict);
+    let sections = Known::engine();
     let mut vars = Vec::new();
     for (name, value) in std::env::vars_os() {
         if !name.as_encoded_bytes().starts_with(ENV_PREFIX.as_bytes()) {
@@ -80,7 +89,9 @@ pub fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
         let lossy = name.to_string_lossy().into_owned();
         match (name.into_string(), value.into_string()) {
             (Ok(name), Ok(value)) => vars.push((name, value)),
-            _ if matches!(classify(&lossy, &sections), EnvName::Ignored) => {
+            _ if matches!(classify(&lossy, &sections), EnvName::Ignored)
+                && !game_shaped(&lossy) =>
+            {
                 vars.push((lossy, String::new()));
             }
             _ => {
@@ -107,12 +118,58 @@ enum EnvName {
     Ignored,
 }
 
-fn classify(var: &str, sections: &[String]) -> EnvName {
+/// What a `SHARD_*` name can be configuration of.
+struct Known {
+    /// The sections: the top-level tables of the defaults (the engine's and the declared).
+    sections: Vec<String>,
+    /// Keys declared sections took over (`Section::RENAMED`), as paths: set under their old
+    /// names they are configuration (a rename error), whatever their first part.
+    old_keys: Vec<Vec<String>>,
+}
+
+impl Known {
+    /// The engine's sections, no game section.
+    fn engine() -> Known {
+        Known::new(&defaults_layer().dict, &[])
+    }
+
+    /// The sections of `defaults`, and the old keys of the `declared` sections.
+    fn new(defaults: &Dict, declared: &[SectionSpec]) -> Known {
+        let old_keys = declared
+            .iter()
+            .flat_map(SectionSpec::renamed)
+            .map(|(old, _)| old.split('.').map(str::to_owned).collect())
+            .collect();
+        Known {
+            sections: sections(defaults),
+            old_keys,
+        }
+    }
+}
+
+/// `SHARD_<NAME>__<KEY>` with a name a game section could have: a first part of ASCII
+/// letters, digits and `_` (any case: variables are upper case), a non-empty rest.
+fn game_shaped(var: &str) -> bool {
+    let Some((name, key)) = var
+        .strip_prefix(ENV_PREFIX)
+        .and_then(|rest| rest.split_once("__"))
+    else {
+        return false;
+    };
+    !name.is_empty()
+        && !key.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn classify(var: &str, known: &Known) -> EnvName {
     let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
         return EnvName::Ignored;
     };
     let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
-    if path.len() < 2 || !sections.contains(&path[0]) {
+    if known.old_keys.contains(&path) {
+        return EnvName::Config(path);
+    }
+    if path.len() < 2 || !known.sections.contains(&path[0]) {
         return EnvName::Ignored;
     }
     if path.iter().any(String::is_empty) {
@@ -131,35 +188,94 @@ fn sections(defaults: &Dict) -> Vec<String> {
 }
 
 pub(crate) fn load(options: &LoadOptions) -> Result<Loaded, ConfigError> {
-    let file = read_file(&options.file)?;
-    let defaults = defaults_layer();
-    let env = env_layer(&options.env, &defaults.dict)?;
-    let cli = cli_layer(&options.overrides)?;
-    let mut figment = Figment::from(defaults);
-    if let Some(file) = &file {
-        figment = figment.merge(file.layer());
+    let declared = &options.sections;
+    let mut defaults = defaults_layer();
+    section::check_declared(declared, &sections(&defaults.dict))?;
+    for spec in declared {
+        defaults
+            .dict
+            .insert(spec.name().to_owned(), spec.defaults()?);
     }
-    let figment = figment.merge(env.keyed.layer).merge(cli.layer);
+    let file = read_file(&options.file)?;
+    let known = Known::new(&defaults.dict, declared);
+    let env = env_layer(&options.env, &defaults.dict, &known)?;
+    let cli = cli_layer(&options.overrides)?;
+    let mut layers = vec![defaults];
+    layers.extend(file.as_ref().map(FileSource::layer));
+    layers.extend([env.keyed.layer, cli.layer]);
+    // Every value, for the sections, the renames and the report; and the engine's alone, for
+    // `Config`, which refuses any table it does not have.
+    let names: Vec<&str> = declared.iter().map(SectionSpec::name).collect();
+    let figment = merged(&layers, &[]);
+    let engine = merged(&layers, &names);
     let provenance = Provenance {
         file,
         env: env.keyed.keys,
         ignored_env: env.ignored,
         cli: cli.keys,
+        declared: names,
     };
-    let config: Config = figment
+    check_renamed(declared, &figment, &provenance)?;
+    let mut config: Config = engine
         .extract()
-        .map_err(|e| provenance.figment_error(&figment, e))?;
-    config
-        .check()
-        .map_err(|e| provenance.invalid(&figment, e))?;
+        .map_err(|e| provenance.figment_error(&engine, e))?;
+    config.check().map_err(|e| provenance.invalid(&engine, e))?;
+    let mut sections = Vec::new();
+    for spec in declared {
+        let value = spec.extract(&figment).map_err(|failure| match failure {
+            Failure::Figment(e) => provenance.figment_error(&figment, *e),
+            Failure::Check { key, reason } => provenance.invalid_at(&figment, &key, reason),
+            Failure::Fault(e) => e,
+        })?;
+        config.sections.keep(spec, value.clone());
+        sections.push((spec.name(), value));
+    }
     Ok(Loaded {
         config,
         figment,
         provenance,
+        sections,
     })
 }
 
+/// The layers merged in order, without the top-level tables named in `without`.
+fn merged(layers: &[Layer], without: &[&str]) -> Figment {
+    layers.iter().fold(Figment::new(), |figment, layer| {
+        let mut layer = layer.clone();
+        layer
+            .dict
+            .retain(|name, _| !without.contains(&name.as_str()));
+        figment.merge(layer)
+    })
+}
+
+/// An old key of a declared section (`Section::RENAMED`) set anywhere but in the built-in
+/// defaults is an error naming where, and the key it is now.
+fn check_renamed(
+    declared: &[SectionSpec],
+    figment: &Figment,
+    provenance: &Provenance,
+) -> Result<(), ConfigError> {
+    for spec in declared {
+        for (old, new) in spec.renamed() {
+            if !figment.contains(old) {
+                continue;
+            }
+            let origin = provenance.origin(figment, old);
+            if origin != Origin::Default {
+                return Err(ConfigError::Renamed {
+                    key: (*old).to_owned(),
+                    origin,
+                    new_key: format!("{}.{new}", spec.name()),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One layer's values under one name; figment tags every value with its provider.
+#[derive(Clone)]
 struct Layer {
     metadata: Metadata,
     dict: Dict,
@@ -251,8 +367,11 @@ struct EnvLayer {
     ignored: Vec<String>,
 }
 
-fn env_layer(vars: &[(String, String)], defaults: &Dict) -> Result<EnvLayer, ConfigError> {
-    let sections = sections(defaults);
+fn env_layer(
+    vars: &[(String, String)],
+    defaults: &Dict,
+    known: &Known,
+) -> Result<EnvLayer, ConfigError> {
     let mut dict = Dict::new();
     let mut keys = BTreeMap::new();
     let mut ignored = Vec::new();
@@ -260,7 +379,7 @@ fn env_layer(vars: &[(String, String)], defaults: &Dict) -> Result<EnvLayer, Con
         if !var.starts_with(ENV_PREFIX) {
             continue;
         }
-        let path = match classify(var, &sections) {
+        let path = match classify(var, known) {
             EnvName::Config(path) => path,
             EnvName::Ignored => {
                 ignored.push(var.clone());

@@ -7,7 +7,9 @@
 //! ([`Loaded::report`], for `shardloop check-config`). It also turns its sections into the
 //! plain settings each part takes ([`ServerConfig::loop_builder`], `net::Limits::from`,
 //! [`NetworkConfig::backend_kind`]): the configuration depends on the parts, never the
-//! reverse, so no part ever imports this module.
+//! reverse, so no part ever imports this module. A game adds its own typed tables
+//! ([`Section`], declared in [`LoadOptions::sections`]), read through the same layers and
+//! reported with the same provenance ([`Config::section`]).
 //!
 //! It must never start anything, touch the runtime or the network, print, log or exit the
 //! process: it reads at most one file (the config file) and, only when the caller asks
@@ -24,6 +26,7 @@
 //!         file: ConfigFile::default(), // config/shard.toml, fine if missing
 //!         env: process_env()?,         // SHARD_* variables
 //!         overrides: Overrides::default(),
+//!         sections: Vec::new(),        // the game's own tables: SectionSpec::of::<S>()
 //!     };
 //!     Ok(Config::load(&options)?.config)
 //! }
@@ -35,6 +38,7 @@ mod duration;
 mod error;
 mod load;
 mod report;
+mod section;
 mod toml_lines;
 mod zone;
 
@@ -52,12 +56,15 @@ use crate::runtime::{
 
 pub use cli::ConfigArgs;
 pub use duration::format_duration;
-pub use error::{ConfigError, Origin};
+pub use error::{ConfigError, Origin, SectionFault};
 pub use load::{ConfigFile, DEFAULT_CONFIG_PATH, ENV_PREFIX, LoadOptions, Overrides, process_env};
 pub use report::{Entry, Loaded};
+pub use section::{Section, SectionSpec};
 pub use zone::Zone;
 
-/// The whole configuration. Every section has defaults; see `docs/configuration.md`.
+/// The whole configuration. Every section has defaults; see `docs/configuration.md`. The
+/// game's own sections, when declared, are read with [`Config::section`]; they are not part
+/// of its serialized form.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -75,6 +82,9 @@ pub struct Config {
     pub time: TimeConfig,
     /// The HTTP endpoint for Prometheus, orchestrators and a browser (off by default).
     pub metrics: MetricsConfig,
+    /// The declared game sections as loaded (see [`Config::section`]).
+    #[serde(skip)]
+    sections: section::Sections,
 }
 
 /// `[server]`: the event loop.

@@ -12,7 +12,8 @@ use super::error::{ConfigError, Origin};
 use super::load::{CLI_NAME, ENV_NAME, FileSource};
 use super::{Config, Invalid, toml_lines};
 
-/// Sections in the order of `config/shard.toml`, for the report.
+/// The engine's sections in the order of `config/shard.toml`, for the report (declared game
+/// sections follow them, in the order they were declared).
 const SECTIONS: [&str; 7] = [
     "server", "network", "world", "autosave", "archive", "time", "metrics",
 ];
@@ -24,6 +25,8 @@ pub struct Loaded {
     pub config: Config,
     pub(super) figment: Figment,
     pub(super) provenance: Provenance,
+    /// Every declared game section as loaded, in declaration order (its name, its table).
+    pub(super) sections: Vec<(&'static str, Value)>,
 }
 
 /// One key of the report.
@@ -50,7 +53,9 @@ impl Loaded {
             .then(|| self.provenance.origin(&self.figment, key))
     }
 
-    /// Every key with its effective value and origin: sections in file order, keys sorted.
+    /// Every key with its effective value and origin: the engine's sections in file order,
+    /// then the declared game sections in the order they were declared; keys sorted within
+    /// each section.
     pub fn entries(&self) -> Vec<Entry> {
         let mut leaves = Vec::new();
         if let Ok(Value::Dict(_, dict)) = Value::serialize(&self.config) {
@@ -61,6 +66,14 @@ impl Loaded {
             SECTIONS.iter().position(|s| *s == section)
         };
         leaves.sort_by(|(a, _), (b, _)| rank(a).cmp(&rank(b)).then_with(|| a.cmp(b)));
+        for (name, value) in &self.sections {
+            let mut section = Vec::new();
+            if let Value::Dict(_, dict) = value {
+                flatten(name, dict, &mut section);
+            }
+            section.sort_by(|(a, _), (b, _)| a.cmp(b));
+            leaves.extend(section);
+        }
         leaves
             .into_iter()
             .map(|(key, value)| Entry {
@@ -84,12 +97,16 @@ impl Loaded {
         if ignored.is_empty() {
             return None;
         }
-        let names: Vec<String> = ignored.iter().map(|var| with_hint(var)).collect();
+        let sections = self.provenance.sections();
+        let names: Vec<String> = ignored
+            .iter()
+            .map(|var| with_hint(var, &sections))
+            .collect();
         Some(format!(
             "ignored {} SHARD_* environment variable(s) that are not configuration (only \
              SHARD_<SECTION>__<KEY> for the sections {} is): {}",
             ignored.len(),
-            SECTIONS.join(", "),
+            sections.join(", "),
             names.join(", ")
         ))
     }
@@ -114,10 +131,10 @@ impl Loaded {
     }
 }
 
-/// `var`, with a hint when it is one underscore short of a config variable.
-fn with_hint(var: &str) -> String {
+/// `var`, with a hint when it is one underscore short of a config variable of `sections`.
+fn with_hint(var: &str, sections: &[&str]) -> String {
     let rest = var.strip_prefix(super::load::ENV_PREFIX).unwrap_or(var);
-    let near_miss = SECTIONS.iter().find_map(|section| {
+    let near_miss = sections.iter().find_map(|section| {
         let tail = rest.to_ascii_lowercase();
         let key = tail.strip_prefix(section)?.strip_prefix('_')?;
         (!key.is_empty() && !key.starts_with('_')).then(|| {
@@ -145,10 +162,18 @@ pub(super) struct Provenance {
     pub(super) ignored_env: Vec<String>,
     /// Dotted key → the flag that set it.
     pub(super) cli: BTreeMap<String, String>,
+    /// The declared game sections' names, in declaration order.
+    pub(super) declared: Vec<&'static str>,
 }
 
 impl Provenance {
-    fn origin(&self, figment: &Figment, key: &str) -> Origin {
+    /// Every section's name: the engine's in file order, then the declared ones.
+    fn sections(&self) -> Vec<&'static str> {
+        SECTIONS.iter().chain(&self.declared).copied().collect()
+    }
+
+    /// Where the value at the dotted `key` of `figment` came from.
+    pub(super) fn origin(&self, figment: &Figment, key: &str) -> Origin {
         let Some(metadata) = figment.find_metadata(key) else {
             return Origin::Default;
         };
@@ -203,11 +228,16 @@ impl Provenance {
 
     /// A range/cross-field check failure → the same shape of message.
     pub(super) fn invalid(&self, figment: &Figment, invalid: Invalid) -> ConfigError {
+        self.invalid_at(figment, invalid.key, invalid.reason)
+    }
+
+    /// The dotted `key` is out of range (`reason`) → the same shape of message.
+    pub(super) fn invalid_at(&self, figment: &Figment, key: &str, reason: String) -> ConfigError {
         ConfigError::Invalid {
-            key: invalid.key.to_owned(),
-            value: figment.find_value(invalid.key).ok().map(|v| render(&v)),
-            origin: self.origin(figment, invalid.key),
-            reason: invalid.reason,
+            key: key.to_owned(),
+            value: figment.find_value(key).ok().map(|v| render(&v)),
+            origin: self.origin(figment, key),
+            reason,
         }
     }
 }
