@@ -354,8 +354,8 @@ fn admission_and_flood_limits_are_checked() {
             "at least network.send_buffer_size",
         ),
         (
-            &[("SHARD_NETWORK__MOVE_BURST", "0")],
-            "network.move_burst",
+            &[("SHARD_NETWORK__PING_BURST", "0")],
+            "network.ping_burst",
             "at least 1",
         ),
         (
@@ -371,12 +371,12 @@ fn admission_and_flood_limits_are_checked() {
     }
     // A rate of 0 turns a limit off; its burst may then be anything.
     let off = [
-        ("SHARD_NETWORK__MOVE_RATE", "0"),
-        ("SHARD_NETWORK__MOVE_BURST", "0"),
+        ("SHARD_NETWORK__PING_RATE", "0"),
+        ("SHARD_NETWORK__PING_BURST", "0"),
     ];
     let loaded = load(ConfigFile::None, &off, Overrides::default());
     assert_eq!(
-        shardloop::game::Rates::from(&loaded.config.network).moves,
+        shardloop::net::Limits::from(&loaded.config.network).ping_rate,
         None
     );
 }
