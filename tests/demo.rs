@@ -16,7 +16,10 @@ fn load(toml: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
     file.write_all(toml.as_bytes()).unwrap();
     let options = LoadOptions {
         file: ConfigFile::Required(file.path().to_owned()),
-        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         overrides: Default::default(),
         sections: vec![SectionSpec::of::<DemoConfig>()],
     };
@@ -25,13 +28,29 @@ fn load(toml: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
 
 #[test]
 fn the_demo_s_flood_limits_come_from_its_own_section() {
-    let config = load("[demo]\nmove_rate = 4\nmove_burst = 8\n", &[("SHARD_DEMO__SPEECH_RATE", "0")]).unwrap();
+    let config = load(
+        "[demo]\nmove_rate = 4\nmove_burst = 8\n",
+        &[("SHARD_DEMO__SPEECH_RATE", "0")],
+    )
+    .unwrap();
     let rates = config.section::<DemoConfig>().rates();
-    assert_eq!(rates.moves, Some(Rate { per_sec: 4, burst: 8 }));
+    assert_eq!(
+        rates.moves,
+        Some(Rate {
+            per_sec: 4,
+            burst: 8
+        })
+    );
     assert_eq!(rates.speech, None, "a rate of 0 is no limit");
     let defaults = load("", &[]).unwrap().section::<DemoConfig>().rates();
     assert_eq!(defaults, Rates::default());
-    assert_eq!(defaults.moves, Some(Rate { per_sec: 10, burst: 20 }));
+    assert_eq!(
+        defaults.moves,
+        Some(Rate {
+            per_sec: 10,
+            burst: 20
+        })
+    );
 }
 
 #[test]
@@ -40,7 +59,10 @@ fn the_demo_s_old_network_keys_are_refused_with_their_new_names() {
     assert_eq!(err.key(), Some("network.move_rate"));
     assert!(err.to_string().contains("moved to demo.move_rate"), "{err}");
     let err = load("", &[("SHARD_NETWORK__SPEECH_BURST", "3")]).unwrap_err();
-    assert!(err.to_string().contains("SHARD_DEMO__SPEECH_BURST"), "{err}");
+    assert!(
+        err.to_string().contains("SHARD_DEMO__SPEECH_BURST"),
+        "{err}"
+    );
     let err = load("[demo]\nmove_burst = 0\n", &[]).unwrap_err();
     assert_eq!(err.key(), Some("demo.move_burst"), "{err}");
     assert!(err.to_string().contains("at least 1"), "{err}");

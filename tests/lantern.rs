@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use shardloop::EventLoop;
-use shardloop::config::Config;
+use shardloop::config::{Config, ConfigFile, LoadOptions, SectionSpec};
 use shardloop::shard::Shard;
 use shardloop::testkit::{self, Harness, Login, TestShard};
 use shardloop::world::{Location, MapId, Serial};
@@ -104,4 +104,39 @@ async fn the_lamplighter_alone_lights_every_lamp_then_stops() {
         None,
         "all three are lit"
     );
+}
+
+#[tokio::test]
+async fn the_token_comes_from_the_lantern_section_of_the_configuration() {
+    let options = LoadOptions {
+        file: ConfigFile::None,
+        env: vec![("SHARD_LANTERN__TOKEN".into(), "open sesame".into())],
+        overrides: Default::default(),
+        sections: vec![SectionSpec::of::<LanternConfig>()],
+    };
+    let config = Config::load(&options)
+        .expect("a valid configuration")
+        .config;
+    let mut square = Harness::new(square(8), lantern(config.section()));
+    let old = square.connect();
+    square
+        .send(old, LOGIN, &login_payload("lantern", "Ann"))
+        .unwrap();
+    assert_eq!(
+        square.sent(old)[0].0,
+        REFUSED,
+        "the default token no longer opens"
+    );
+    let new = square.connect();
+    square
+        .send(new, LOGIN, &login_payload("open sesame", "Bo"))
+        .unwrap();
+    assert_eq!(square.sent(new)[0].0, WELCOME);
+    let too_long = [("SHARD_LANTERN__TOKEN".to_owned(), "x".repeat(65))];
+    let options = LoadOptions {
+        env: too_long.to_vec(),
+        ..options
+    };
+    let err = Config::load(&options).expect_err("refused");
+    assert_eq!(err.key(), Some("lantern.token"), "{err}");
 }

@@ -82,12 +82,13 @@ const SOON: Duration = Duration::from_secs(5);
 #[tokio::test(start_paused = true)]
 async fn a_game_s_own_login_gets_every_engine_service() {
     TestShard::new(Shard::builder().game(|_| lanterns()))
-        .configure(|config| (config.world.generate.items, config.world.generate.mobiles) = (500, 50))
+        .configure(|config| {
+            (config.world.generate.items, config.world.generate.mobiles) = (500, 50)
+        })
         .run(|shard| async move {
             // No game here generates a world: the shard starts empty, whatever the sizes.
-            let world = shard.world().borrow();
-            assert_eq!((world.item_count(), world.mobile_count()), (0, 0));
-            drop(world);
+            let counts = |w: &shardloop::world::World| (w.item_count(), w.mobile_count());
+            assert_eq!(counts(&shard.world().borrow()), (0, 0));
             let mut ann = shard.connect().await;
             ann.send(STEP, &[]).await;
             assert!(ann.closed_within(SOON).await, "not logged in: refused");

@@ -44,7 +44,7 @@ pub use spawners::spawner_phase;
 /// The demo game as the shard serves it: its `[demo]` section read from `config`, its world
 /// generated from `[world.generate]` when there is no save.
 pub fn demo_game(config: &Config) -> Game {
-    let generate = config.world.generate.clone();
+    let generate = config.world.generate;
     demo(config.section::<DemoConfig>().rates())
         .world_generator(move || generate_world(generate.seed, generate.items, generate.mobiles))
 }

@@ -510,8 +510,14 @@ mod tests {
             "{err}"
         );
         let text = err.to_string();
-        assert!(text.contains("of square") && text.contains("of island"), "{text}");
-        let one = Games::check(vec![Game::new("square").world_generator(|| World::new(3))], &[]);
+        assert!(
+            text.contains("of square") && text.contains("of island"),
+            "{text}"
+        );
+        let one = Games::check(
+            vec![Game::new("square").world_generator(|| World::new(3))],
+            &[],
+        );
         let generate = one.expect("one generator builds").generator.expect("kept");
         assert_eq!(generate().seed(), 3);
     }
