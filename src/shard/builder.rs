@@ -55,7 +55,7 @@ impl Shard {
     }
 
     /// Runs the shard with the epoll backend until `stop` completes or the console says
-    /// `shutdown` (see [`super::run`] for startup and shutdown). Call it on a current-thread
+    /// `shutdown` (see the [`super`] module for startup and shutdown). Call it on a current-thread
     /// tokio runtime.
     pub async fn run(
         self,

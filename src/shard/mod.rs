@@ -93,7 +93,7 @@ pub struct Stopped {
     pub reason: StopReason,
     /// The loop's counters at the end.
     pub stats: LoopStats,
-    /// From [`run`] being called to "ready".
+    /// From [`Shard::run`] being called to "ready".
     pub startup: Duration,
     /// From "ready" to the end of the shutdown hooks, on tokio's clock (so a test with a
     /// paused clock sees game time).
