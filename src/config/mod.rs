@@ -72,7 +72,8 @@ pub struct Config {
     pub server: ServerConfig,
     /// Listeners and per-connection limits.
     pub network: NetworkConfig,
-    /// Where the world is saved, and the demo world generated when there is no save.
+    /// Where the world is saved, and the size of a generated world (for a game that generates
+    /// its starting world from these keys, as the demo does).
     pub world: WorldConfig,
     /// Periodic world saves.
     pub autosave: AutosaveConfig,
@@ -279,7 +280,8 @@ impl Default for WorldConfig {
     }
 }
 
-/// `[world.generate]`: the deterministic demo world.
+/// `[world.generate]`: the seed and size of `world::generate`'s world, for a game that
+/// generates its starting world from them (the demo does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GenerateConfig {

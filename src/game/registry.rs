@@ -1,7 +1,7 @@
-//! What a game registers with the shard: its packets (and their flood limits), its NPC
-//! behaviours, what it starts with the world, and its console commands — as a [`Game`], a
-//! plain value the shard builder takes. The demo game is one ([`super::demo`]); a game
-//! developer's is another, registered the same way.
+//! What a game registers with the shard: its packets (and their flood limits), its
+//! disconnect hooks, how world changes look on its wire, its world, its NPC behaviours, what
+//! it starts with the world, and its console commands — as a [`Game`], a plain value the
+//! shard builder takes. Every game is registered this way, the demo included.
 //!
 //! Owns the registrations and the checks run when the shard is built: two handlers for one
 //! packet id, a handler for the network's own ping, two console commands with one name, or a

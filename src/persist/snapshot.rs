@@ -58,8 +58,8 @@ fn prefaulted<T>(capacity: usize) -> Vec<T> {
 
 impl Snapshot {
     /// Copies `world`, leaving out the mobiles `keep` refuses and everything they wear or
-    /// carry (the shard leaves out players: in this demo a character lives only as long as
-    /// its connection).
+    /// carry (the shard leaves out logged-in players: a player's mobile lives only as long
+    /// as its connection).
     pub fn take(world: &World, created: Timestamp, keep: impl Fn(&Mobile) -> bool) -> Snapshot {
         Snapshot::take_into(Buffers::default(), world, created, keep)
     }

@@ -1,4 +1,4 @@
-//! Demo content: creature and item templates, bark lines, and the constructors that put a
+//! The generator's content: creature and item templates, and the constructors that put a
 //! creature (with its gear), a container (with its contents) or a ground item into a world.
 //!
 //! Shared by the generator (entities that already existed: no deltas) and the spawners

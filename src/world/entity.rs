@@ -121,7 +121,7 @@ impl Mobile {
     }
 }
 
-/// What a spawner makes: an index into the demo content's creature or item templates.
+/// What a spawner makes: an index into the generator's creature or item templates (`content.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpawnKind {
     Creature(u16),

@@ -1,4 +1,4 @@
-//! Deterministic random numbers for world generation and demo game logic: SplitMix64.
+//! Deterministic random numbers for world generation and game logic: SplitMix64.
 //!
 //! Owns nothing but a 64-bit state. Must never read the clock, the OS or any global: the same
 //! seed always gives the same sequence, which is what makes a generated world and its game
