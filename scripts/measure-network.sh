@@ -10,6 +10,9 @@
 # 3. 500 clients in walk mode for 60 s on the default backend: loop CPU, p99 wheel lag, late
 #    ticks.
 #
+# PARTS picks which of the three run (default "ping rtt walk"), e.g. PARTS=walk to compare
+# two binaries' walking cost without the rest.
+#
 # Every shard runs the default world (190,728 items, 33,158 mobiles, its timers) with a
 # `loop:` line every 5 s, and max_per_ip and ping_rate lifted (see start_shard). It builds
 # nothing: run `cargo build --release --bins --examples` first (or point SHARDLOOP_BIN / ECHO_BIN at
@@ -18,6 +21,7 @@ set -euo pipefail
 
 rounds=${1:-3}
 seconds=${2:-20}
+parts=" ${PARTS:-ping rtt walk} "
 bin=${SHARDLOOP_BIN:-target/release/shardloop}
 echo_bin=${ECHO_BIN:-target/release/examples/tokio_echo}
 port=${PORT:-26100}
@@ -93,6 +97,7 @@ load() {
     fi
 }
 
+if [[ $parts == *" ping "* ]]; then
 echo "== 1000 clients, ping, ${seconds}s per run, $rounds rounds interleaved"
 for round in $(seq "$rounds"); do
     for backend in epoll io_uring; do
@@ -110,7 +115,9 @@ for round in $(seq "$rounds"); do
     load "echo-$round" "$echo_pid" --connections 1000 --duration "${seconds}s" --ramp 2s
     stop "$echo_pid"
 done
+fi
 
+if [[ $parts == *" rtt "* ]]; then
 echo "== 1 client, ping, 10s per run: default idle_wait vs idle_wait = 0"
 for round in $(seq "$rounds"); do
     for idle in default 0ms; do
@@ -124,8 +131,11 @@ for round in $(seq "$rounds"); do
         stop "$pid"
     done
 done
+fi
 
+if [[ $parts == *" walk "* ]]; then
 echo "== 500 clients, walk, 60s, default backend"
 start_shard walk
 load walk "$pid" --connections 500 --duration 60s --mode walk --ramp 5s
 stop "$pid"
+fi
