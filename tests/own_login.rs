@@ -184,6 +184,13 @@ async fn world_changes_and_system_messages_go_out_in_the_game_s_own_packets() {
             assert_eq!(cid.expect(SAID).await, b"dusk falls");
             cid.expect_none(DEMO_MOVED, SOON).await;
             bea.expect_none(DEMO_SPEECH, SOON).await;
+            // Lines too long for any packet are dropped with a warning, not a crash.
+            let long = "a".repeat(70_000);
+            let bea_serial = Serial(u32::from_be_bytes(serial[..4].try_into().unwrap()));
+            assert!(shard.world().borrow_mut().say(bea_serial, &long));
+            shard.context().broadcast(&long);
+            shard.context().broadcast("night falls");
+            assert_eq!(cid.expect(SAID).await, b"night falls");
         })
         .await;
 }

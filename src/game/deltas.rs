@@ -72,6 +72,9 @@ pub fn broadcast(net: &Net, players: &Players, said: Option<(u8, EncodeSaid)>, t
     };
     let mut payload = Vec::new();
     encode(SYSTEM, text, &mut payload);
+    if !fits(id, &payload, MAX_PAYLOAD) {
+        return;
+    }
     net.with_sessions(|sessions| {
         for conn in players.conns() {
             sessions.send_packet(conn, id, &[&payload]);
@@ -164,6 +167,9 @@ impl Seen {
                     return;
                 };
                 encode(*serial, *at, payload);
+                if !fits(id, payload, out.limit()) {
+                    return;
+                }
                 for (player, conn) in players.in_range(*at) {
                     if player != *serial {
                         out.send(conn, id, payload);
@@ -175,6 +181,9 @@ impl Seen {
                     return;
                 };
                 encode(*serial, line, payload);
+                if !fits(id, payload, out.limit()) {
+                    return;
+                }
                 for (_, conn) in players.in_range(*at) {
                     out.send(conn, id, payload);
                 }
@@ -190,6 +199,15 @@ enum Out<'a> {
 }
 
 impl Out<'_> {
+    /// The largest payload one change may have here: a packet's, or a packet's less a
+    /// record header in a batch.
+    fn limit(&self) -> usize {
+        match self {
+            Out::Direct(_) => MAX_PAYLOAD,
+            Out::Batch(_) => MAX_PAYLOAD - RECORD_HEADER,
+        }
+    }
+
     fn send(&mut self, conn: ConnId, id: u8, payload: &[u8]) {
         match self {
             Out::Direct(sessions) => {
@@ -236,6 +254,9 @@ impl Batches {
             let mut rest = buffer.as_slice();
             while !rest.is_empty() {
                 let cut = records_within(rest, MAX_PAYLOAD);
+                if cut == 0 {
+                    break; // unreachable: `add` writes whole records only
+                }
                 let (packet, tail) = rest.split_at(cut);
                 sessions.send_packet(conn, id, &[packet]);
                 rest = tail;
@@ -244,6 +265,23 @@ impl Batches {
         }
         self.index.clear();
     }
+}
+
+/// A game's encoder wrote `payload` for packet `id`: false (and a warning naming the id and
+/// size) when it cannot go out, being larger than `limit` — a line of 100 KB said by an NPC,
+/// say. The change is dropped for everyone; nothing else is affected.
+fn fits(id: u8, payload: &[u8], limit: usize) -> bool {
+    if payload.len() <= limit {
+        return true;
+    }
+    tracing::warn!(
+        packet = format_args!("0x{id:02x}"),
+        bytes = payload.len(),
+        limit,
+        "a world change encoded larger than a packet can carry was dropped; cut long text in \
+         the game's encoder"
+    );
+    false
 }
 
 /// How many bytes of whole records at the start of `records` fit in `max` (at least one
@@ -270,6 +308,13 @@ mod tests {
         r.extend_from_slice(&(len as u16).to_be_bytes());
         r.extend(std::iter::repeat_n(id, len));
         r
+    }
+
+    #[test]
+    fn an_encoding_larger_than_a_packet_is_dropped_not_a_panic() {
+        assert!(fits(0x84, &[0; 100], MAX_PAYLOAD));
+        assert!(fits(0x84, &vec![0; MAX_PAYLOAD], MAX_PAYLOAD));
+        assert!(!fits(0x84, &vec![0; MAX_PAYLOAD + 1], MAX_PAYLOAD));
     }
 
     #[test]
