@@ -113,8 +113,9 @@ impl TestShard {
         }
     }
 
-    /// Changes the configuration before the shard starts (a generated world's size, flood
-    /// limits, ...). The data directory and listener are the kit's: leave them.
+    /// Changes the configuration before the shard starts (a generated world's size, a limit
+    /// of `[network]`, a game's section with `config.set_section(..)`). The data directory
+    /// and listener are the kit's: leave them.
     pub fn configure(mut self, change: impl FnOnce(&mut Config)) -> TestShard {
         change(&mut self.config);
         self

@@ -31,7 +31,7 @@ fn login_payload(token: &str, name: &str) -> Vec<u8> {
 }
 
 fn square_shard() -> TestShard {
-    let game = |_: &Config| lantern(LanternConfig::default());
+    let game = |config: &Config| lantern(config.section::<LanternConfig>());
     TestShard::new(Shard::builder().game(game)).with_login(LANTERN_LOGIN)
 }
 
@@ -53,6 +53,24 @@ async fn a_player_near_the_lamplighter_sees_the_lamps_lit_one_every_three_second
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_test_shard_takes_the_game_s_section_set_by_hand() {
+    let three = LanternConfig {
+        lamps: 3,
+        ..LanternConfig::default()
+    };
+    square_shard()
+        .configure(move |config| config.set_section(three))
+        .run(|shard| async move {
+            assert_eq!(
+                shard.world().borrow().item_count(),
+                3,
+                "three lamps generated"
+            );
+        })
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn players_see_each_other_step_in_the_game_s_own_packets() {
     square_shard()
         .run(|shard| async move {
@@ -65,29 +83,55 @@ async fn players_see_each_other_step_in_the_game_s_own_packets() {
         .await;
 }
 
+/// Why `conn` is closing, if it is.
+fn why(square: &Harness, conn: shardloop::net::ConnId) -> Option<String> {
+    square.closed(conn).map(|d| d.reason.clone())
+}
+
 #[tokio::test]
 async fn a_wrong_token_is_answered_then_the_connection_closes() {
     let mut square = Harness::new(square(8), lantern(LanternConfig::default()));
     let eve = square.connect();
-    assert!(
-        square
-            .send(eve, LOGIN, &login_payload("guess", "Eve"))
-            .is_ok()
-    );
+    let guess = login_payload("guess", "Eve");
+    assert!(square.send(eve, LOGIN, &guess).is_ok());
     assert_eq!(square.sent(eve), [(REFUSED, b"wrong token".to_vec())]);
-    assert_eq!(
-        square.closed(eve).map(|d| d.reason.as_str()),
-        Some("wrong token")
-    );
+    assert_eq!(why(&square, eve).as_deref(), Some("wrong token"));
     assert!(square.players().is_empty());
+    // Nothing more is read from a refused connection: its reason stays.
+    let right = login_payload("lantern", "Eve");
+    assert!(square.send(eve, LOGIN, &right).is_ok());
+    assert_eq!(why(&square, eve).as_deref(), Some("wrong token"));
     let ann = square.connect();
-    square
-        .send(ann, LOGIN, &login_payload("lantern", "Ann"))
-        .unwrap();
+    square.send(ann, LOGIN, &right).unwrap();
     assert_eq!(square.sent(ann)[0].0, WELCOME);
     assert_eq!(square.players().len(), 1);
     square.hang_up(ann);
     assert!(square.players().is_empty(), "the engine's cleanup ran");
+}
+
+#[tokio::test]
+async fn a_bad_packet_closes_the_connection_as_the_server_does_and_the_player_leaves() {
+    let mut square = Harness::new(square(8), lantern(LanternConfig::default()));
+    let bo = square.connect();
+    assert!(square.send(bo, STEP, &[1]).is_err());
+    let early = why(&square, bo);
+    assert_eq!(early.as_deref(), Some("packet 0x21 (step) before login"));
+    let ann = square.connect();
+    square
+        .send(ann, LOGIN, &login_payload("lantern", "Ann"))
+        .unwrap();
+    assert_eq!(square.players().len(), 1);
+    let err = square.send(ann, STEP, &[9]).unwrap_err().to_string();
+    assert_eq!(err, "bad packet 0x21 (step): a step is one byte, 0 to 3");
+    assert!(
+        square.players().is_empty(),
+        "closed: the engine took the player out"
+    );
+    assert_eq!(
+        square.world().borrow().mobile_count(),
+        1,
+        "the lamplighter alone"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -269,6 +269,7 @@ impl Sections {
     /// Keeps `value`, section `spec` as loaded, unless it is the section's default.
     pub(super) fn keep(&mut self, spec: &SectionSpec, value: Value) {
         if (spec.defaults)().is_some_and(|default| same(&default, &value)) {
+            self.0.remove(spec.name);
             return;
         }
         let stored = Stored {
@@ -341,11 +342,43 @@ impl Config {
     pub fn section<S: Section>(&self) -> S {
         self.sections.get::<S>().unwrap_or_default()
     }
+
+    /// Sets section `S` to `value`, as if it had been loaded so — for a test or a tool that
+    /// builds its `Config` by hand. `value` is not checked (`Section::check` runs when a
+    /// configuration is loaded); a value that cannot be written as a table is ignored.
+    pub fn set_section<S: Section>(&mut self, value: S) {
+        if let Ok(table) = Value::serialize(&value) {
+            self.sections.keep(&SectionSpec::of::<S>(), table);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_section_set_by_hand_reads_back_and_its_default_leaves_the_config_default() {
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(default)]
+        struct Glow {
+            lumens: u32,
+        }
+        impl Default for Glow {
+            fn default() -> Glow {
+                Glow { lumens: 40 }
+            }
+        }
+        impl Section for Glow {
+            const NAME: &'static str = "glow";
+        }
+        let mut config = Config::default();
+        config.set_section(Glow { lumens: 90 });
+        assert_eq!(config.section::<Glow>(), Glow { lumens: 90 });
+        assert_ne!(config, Config::default());
+        config.set_section(Glow::default());
+        assert_eq!(config.section::<Glow>(), Glow::default());
+    }
 
     #[test]
     fn names_split_back_out_of_variables() {

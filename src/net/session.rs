@@ -404,6 +404,11 @@ impl Sessions {
         out
     }
 
+    /// `conn` is condemned: closed at the end of the phase (not lingering to write an answer).
+    pub(crate) fn is_closing(&self, conn: ConnId) -> bool {
+        self.conns.get(conn.0).is_some_and(|s| s.closing.is_some())
+    }
+
     /// Why `conn` is closing (now, or once its output is written), if it is.
     pub(crate) fn closing_reason(&self, conn: ConnId) -> Option<&Disconnect> {
         let state = self.conns.get(conn.0)?;

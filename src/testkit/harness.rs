@@ -6,7 +6,9 @@
 //! handler sends stays queued on its connection until [`Harness::sent`] reads it.
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 
 use tokio::time::Instant;
@@ -25,8 +27,10 @@ pub struct Harness {
     world: Rc<RefCell<World>>,
     players: Players,
     sessions: Sessions,
-    packets: Vec<(u8, Access, Box<PacketFn>)>,
+    packets: Vec<(u8, &'static str, Access, Box<PacketFn>)>,
     disconnects: Vec<Box<DisconnectFn>>,
+    /// Connections whose close has been handled (hooks run, player taken out).
+    gone: HashSet<ConnId>,
     next_port: u16,
 }
 
@@ -45,9 +49,10 @@ impl Harness {
             sessions: Sessions::new(OUTPUT_LIMIT, OUTPUT_LIMIT),
             packets: packets
                 .into_iter()
-                .map(|p| (p.id, p.access, p.handler))
+                .map(|p| (p.id, p.name, p.access, p.handler))
                 .collect(),
             disconnects: disconnects.into_iter().map(|(hook, _)| hook).collect(),
+            gone: HashSet::new(),
             next_port: 40_000,
         }
     }
@@ -60,29 +65,35 @@ impl Harness {
     }
 
     /// Packet `id` with `payload` arrives on `conn`, as the shard would hand it over: to the
-    /// game's handler for `id`, refused before login for an `Access::LoggedIn` packet, and
-    /// the connection closed (with the error's reason) when the handler returns an error.
-    /// The result is the handler's.
+    /// game's handler for `id`; an unknown id, or an `Access::LoggedIn` packet before login,
+    /// closes the connection as the server does (with its reasons), and so does a handler's
+    /// error (`bad packet 0x.. (name): reason`). A connection that is closing, or lingering
+    /// after `Packet::refuse`, is not read: the packet is ignored (`Ok`). Once a connection
+    /// has closed, the game's disconnect hooks run and the engine takes its player out, as
+    /// at the end of the shard's phase. The result is the handler's.
     pub fn send(&mut self, conn: ConnId, id: u8, payload: &[u8]) -> Result<(), BadPacket> {
+        if !self.sessions.is_open(conn) {
+            return Ok(()); // the server reads nothing more from it
+        }
         let result = self.dispatch(conn, id, payload);
-        if let Err(bad) = &result {
+        if let Err(why) = &result {
             self.sessions
-                .close(conn, Disconnect::fault(bad.to_string()));
+                .close(conn, Disconnect::fault(why.to_string()));
+        }
+        if self.sessions.is_closing(conn) {
+            self.clean_up(conn);
         }
         result
     }
 
     fn dispatch(&mut self, conn: ConnId, id: u8, payload: &[u8]) -> Result<(), BadPacket> {
-        if !self.sessions.is_open(conn) {
-            return Err(BadPacket::new("the connection is closed"));
-        }
-        let (_, access, handler) = self
-            .packets
-            .iter()
-            .find(|(handled, _, _)| *handled == id)
-            .ok_or_else(|| BadPacket::new(format!("no handler for packet 0x{id:02x}")))?;
+        let Some((_, name, access, handler)) = self.packets.iter().find(|p| p.0 == id) else {
+            return Err(BadPacket::new(format!("unknown packet id 0x{id:02x}")));
+        };
         if *access == Access::LoggedIn && !self.sessions.is_logged_in(conn) {
-            return Err(BadPacket::new("packet before login"));
+            return Err(BadPacket::new(format!(
+                "packet 0x{id:02x} ({name}) before login"
+            )));
         }
         let mut world = self.world.borrow_mut();
         let mut packet = Packet {
@@ -92,6 +103,26 @@ impl Harness {
             conn,
         };
         handler(&mut packet, payload)
+            .map_err(|bad| BadPacket::new(format!("bad packet 0x{id:02x} ({name}): {bad}")))
+    }
+
+    /// The game's disconnect hooks (a panicking one does not stop the rest), then the
+    /// engine's cleanup, once per connection.
+    fn clean_up(&mut self, conn: ConnId) {
+        if !self.gone.insert(conn) {
+            return;
+        }
+        let mut world = self.world.borrow_mut();
+        let mut packet = Packet {
+            world: &mut world,
+            players: &mut self.players,
+            sessions: &mut self.sessions,
+            conn,
+        };
+        for hook in &self.disconnects {
+            let _ = catch_unwind(AssertUnwindSafe(|| hook(&mut packet)));
+        }
+        leave(&mut world, &mut self.players, conn);
     }
 
     /// The packets queued for `conn` since the last call, as (id, payload), in order.
@@ -119,21 +150,12 @@ impl Harness {
         self.sessions.closing_reason(conn)
     }
 
-    /// The client on `conn` hangs up: the game's disconnect hooks run, then the engine's
-    /// own cleanup takes its player (if any) out of the table and the world.
+    /// The client on `conn` hangs up (or its lingering answer has been written): the game's
+    /// disconnect hooks run, then the engine's own cleanup takes its player (if any) out of
+    /// the table and the world — once, however often it is called.
     pub fn hang_up(&mut self, conn: ConnId) {
-        let mut world = self.world.borrow_mut();
-        let mut packet = Packet {
-            world: &mut world,
-            players: &mut self.players,
-            sessions: &mut self.sessions,
-            conn,
-        };
-        for hook in &self.disconnects {
-            hook(&mut packet);
-        }
-        leave(&mut world, &mut self.players, conn);
         self.sessions.close(conn, Disconnect::normal("hung up"));
+        self.clean_up(conn);
     }
 
     /// The world: borrow it briefly.
