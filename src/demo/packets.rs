@@ -1,7 +1,8 @@
 //! The demo game's packets (`docs/protocol.md`): their ids, payload encodings, and what each
-//! does, with where new players appear and how long names and lines may be. Login puts a player mobile into the world and wakes the sectors around it; moves and
-//! speech go to every player within [`VIEW_RANGE`]; a disconnect (logout, a fault, the peer
-//! hanging up) takes the mobile out. Each does so through the calls any game has
+//! does, with where new players appear and how long names and lines may be. Login puts a
+//! player mobile into the world and wakes the sectors around it; moves and speech go to
+//! every player within [`VIEW_RANGE`]; a disconnect (logout, a fault, the peer hanging up)
+//! takes the mobile out. Each does so through the calls any game has
 //! ([`Packet::log_in`], [`Packet::move_player`], [`Packet::log_out`]).
 //!
 //! The demo game ([`super::demo`]) registers every entry of [`PACKETS`]: an id, a name, who

@@ -110,8 +110,8 @@ impl Packet<'_> {
         self.sessions.send_packet(self.conn, id, parts);
     }
 
-    /// Queues packet `id` to every player within [`VIEW_RANGE`](super::VIEW_RANGE) of `at` (the sender too, if
-    /// it is in range), in serial order; how many it reached.
+    /// Queues packet `id` to every player within [`VIEW_RANGE`](super::VIEW_RANGE) of `at`
+    /// (the sender too, if it is in range), in serial order; how many it reached.
     pub fn broadcast_in_range(&mut self, at: Location, id: u8, parts: &[&[u8]]) -> usize {
         let mut reached = 0;
         for (_, conn) in self.players.in_range(at) {

@@ -25,7 +25,7 @@ pub struct Npc {
 impl Npc {
     /// The NPC `serial` of `world`, with its own random stream `rng` — what the engine hands
     /// a behaviour. Build one yourself to unit-test a behaviour without a shard (see
-    /// [`crate::testkit::npc`], which derives the stream as the engine does).
+    /// [`crate::testkit::npc`], which derives a stream from the world's seed and the serial).
     pub fn new(serial: Serial, world: Rc<RefCell<World>>, rng: Rng) -> Npc {
         Npc { serial, world, rng }
     }

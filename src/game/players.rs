@@ -101,9 +101,9 @@ impl Players {
         self.by_conn.keys().copied()
     }
 
-    /// Players within [`VIEW_RANGE`](super::VIEW_RANGE) of `at` and their connections, by serial. Reads only
-    /// the sectors around `at` (see `visibility.rs`); the same players, in the same order,
-    /// as a scan of every player.
+    /// Players within [`VIEW_RANGE`](super::VIEW_RANGE) of `at` and their connections, by
+    /// serial. Reads only the sectors around `at` (see `visibility.rs`); the same players, in
+    /// the same order, as a scan of every player.
     pub fn in_range(&self, at: Location) -> impl Iterator<Item = (Serial, ConnId)> + '_ {
         self.by_sector.in_range(at)
     }

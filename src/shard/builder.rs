@@ -128,7 +128,9 @@ impl ShardBuilder {
     /// [`ShardBuilder::main`] with the binary's own subcommands `T` beside the shard's (a
     /// `#[derive(clap::Subcommand)]` enum): when one of them is named, `tools` runs it and
     /// its exit code is the process's. The `shardloop` binary adds its operator tools this
-    /// way (`probe-host`, `loadgen`, `chart`).
+    /// way (`probe-host`, `loadgen`, `chart`). The names `run`, `check-config`, `restore` and
+    /// `help` are the shard's: a tool may not take one. `--help` describes the binary as a
+    /// shard on shardloop, and `--version` is shardloop's.
     pub fn main_with<T: clap::Subcommand>(self, tools: impl FnOnce(T) -> ExitCode) -> ExitCode {
         super::launch::main_with(self, tools)
     }

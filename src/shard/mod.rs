@@ -1,15 +1,15 @@
 //! The shard: one configuration, one world, one event loop. This module wires the network
 //! server (Network and Flush phases, every game's packets through [`crate::game`]), the
-//! world's Deltas phase, the games' start hooks and behaviours, the operator console ([`console`]), saving (`saving.rs`) and
-//! the `loop:` status line ([`status`]) onto the loop, runs it until something asks it to
-//! stop, and then stops in order.
+//! world's Deltas phase, the games' start hooks and behaviours, the operator console
+//! ([`console`]), saving (`saving.rs`) and the `loop:` status line ([`status`]) onto the
+//! loop, runs it until something asks it to stop, and then stops in order.
 //!
 //! Startup, in order: make sure the data directory exists and take its lock (one shard per
 //! data directory); bind every `network.listen` address (one that cannot be bound stops the
 //! shard before any real work); finish what a crash left in the data directory
-//! (`Layout::recover`); restore an archive dropped into `Saves/`; load `Saves/`, or make the
-//! world with the game's generator when there is none (an empty world without one) (a save that cannot be loaded stops the shard, exit code 2);
-//! build the loop from `[server]`; on the loop, start accepting players, the game logic, the
+//! (`Layout::recover`); restore an archive dropped into `Saves/`; load `Saves/` (a save that
+//! cannot be loaded stops the shard, exit code 2), or when there is none make the world with
+//! the game's generator (an empty world without one); build the loop from `[server]`; on the loop, start accepting players, the game logic, the
 //! saver and the autosave schedule, the archiver (a first rollup), the status line and the
 //! console; log "ready".
 //!
@@ -17,7 +17,8 @@
 //! autosave schedule and the game timers stop; a final save is taken while players are still
 //! connected (they hear it) and waited for, as is any archive rollup it started; then the
 //! listeners and connections close (players leave the world), the status line stops with
-//! one last `loop:` line, and [`Shard::run`] returns what it did, the final save's outcome included.
+//! one last `loop:` line, and [`Shard::run`] returns what it did, the final save's outcome
+//! included.
 //!
 //! Faults: a fault reported on the loop ([`runtime::report_fault`], a dead io_uring ring)
 //! stops the shard the same way, final save included, and [`Shard::run`] returns

@@ -177,8 +177,9 @@ impl Harness {
     }
 }
 
-/// The NPC `serial` of `world`, as a per-NPC behaviour gets it, with a random stream derived
-/// from the world's seed and the serial (the same on every run): to call a behaviour's
+/// The NPC `serial` of `world`, as a per-NPC behaviour gets it, with a random stream of the
+/// kit's own derived from the world's seed and the serial (the same on every run, though not
+/// the stream the engine would draw for that NPC): to call a behaviour's
 /// `async fn` in a plain `#[tokio::test]`, on an `EventLoop`, without a shard.
 #[must_use]
 pub fn npc(world: &Rc<RefCell<World>>, serial: Serial) -> Npc {
