@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
+use shardloop::runtime::history::chart;
 use shardloop::runtime::history::{History, LoopSecond, Offender, Part, Site};
-use shardloop::shard::chart;
 
 /// A small deterministic generator (xorshift): jitter, not statistics.
 struct Jitter(u64);

@@ -30,8 +30,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use shardloop::runtime::history::read_csv;
-use shardloop::shard::{Shard, chart};
+use shardloop::runtime::history::{chart, read_csv};
+use shardloop::shard::Shard;
 
 use tools::loadgen::{self, LoadgenArgs};
 use tools::probe_host;

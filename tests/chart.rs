@@ -6,8 +6,8 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
+use shardloop::runtime::history::chart::LAG_LABEL;
 use shardloop::runtime::history::{History, LoopSecond, Offender, Part, Site};
-use shardloop::shard::chart::LAG_LABEL;
 
 mod common;
 

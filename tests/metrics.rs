@@ -364,7 +364,7 @@ fn the_status_page_renders_the_chart_and_the_verdict_in_headless_chromium() {
         "network",
         "sleep",
         "stolen",
-        shardloop::shard::chart::LAG_LABEL,
+        shardloop::runtime::history::chart::LAG_LABEL,
     ] {
         assert!(chart.contains(name), "legend {name} missing");
     }

@@ -1,7 +1,7 @@
 //! `/`: the status page — verdict, uptime, players, the last 15 minutes of the loop as a
 //! chart, the last save and archive run — as one self-contained HTML document.
 //!
-//! The chart is the loopstats SVG ([`crate::shard::chart`]) inlined; styles are inline; the
+//! The chart is the loopstats SVG ([`crate::runtime::history::chart`]) inlined; styles are inline; the
 //! page reloads itself with a `<meta http-equiv="refresh">`. No script, no build step, nothing
 //! fetched from elsewhere: it works from a host with no internet. Every text that comes from
 //! the shard is escaped.
@@ -11,7 +11,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::shard::chart;
+use crate::runtime::history::chart;
 
 use super::families::verdict_label;
 use super::probe::Snapshot;

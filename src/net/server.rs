@@ -34,8 +34,8 @@ use super::rate::{Rate, Verdict};
 use super::session::{ConnId, Disconnect, NetState, Sessions};
 use super::throttle::Throttle;
 use crate::LoopContext;
-use crate::runtime::executor::panic_message;
 use crate::runtime::history::Offender;
+use crate::runtime::panic_text;
 use crate::runtime::profile::ENABLED as PROFILING;
 use crate::timer::{self, TimerToken};
 
@@ -736,7 +736,7 @@ impl Server {
                         packet = format_args!("0x{:02x}", frame.id),
                         "the {} handler panicked: {}; disconnecting that client",
                         entry.name,
-                        panic_message(&*panic)
+                        panic_text(&*panic)
                     );
                     format!("the {} handler panicked", entry.name)
                 }
@@ -805,7 +805,7 @@ impl Server {
                         tracing::error!(
                             %conn,
                             "the disconnect hook panicked: {}; the connection closes anyway",
-                            panic_message(&*panic)
+                            panic_text(&*panic)
                         );
                     }
                 }

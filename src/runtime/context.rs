@@ -31,8 +31,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use futures::task::AtomicWaker;
 use tokio::time::{Duration, Instant};
 
+use super::job::Job;
 use crate::slab::Key;
-use crate::timer::job::Job;
 use crate::timer::wheel::Wheel;
 
 use super::executor::{Executor, TaskWaker};

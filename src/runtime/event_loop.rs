@@ -35,15 +35,16 @@ use tokio::task::coop::unconstrained;
 use tokio::time::{Duration, Instant};
 
 use super::context::{Clock, Core, LoopContext, Posted, install, uninstall};
-use super::executor::{TaskWaker, panic_message};
+use super::executor::TaskWaker;
 use super::fault::{self, Fault, INJECTED_PANIC, Phase};
 use super::health::{self, Health};
 use super::history::{Part, Site};
+use super::job::fire;
+use super::panic::panic_text;
 use super::park::{Park, Woken};
 use super::profile::{ENABLED as PROFILING, Kind};
 use super::stats::{Counters, LagHistogram, LoopStats};
 use super::thread_wakes;
-use crate::timer::job::fire;
 
 /// Default longest idle block when no timer is due. The loop wakes for due ticks, posts and
 /// I/O anyway; this cap only bounds how long an entirely idle loop stays asleep.
@@ -438,7 +439,7 @@ impl EventLoop {
             Counters::bump(&self.core.counters.panics);
             let fault = Fault::Panic {
                 phase,
-                message: panic_message(&*payload).to_owned(),
+                message: panic_text(&*payload).to_owned(),
                 site: fault::take_site(),
             };
             tracing::error!("{fault}; the loop stops");
@@ -534,7 +535,7 @@ impl EventLoop {
             tracing::error!(
                 posted_at = %site,
                 "a posted closure panicked: {}; the loop goes on",
-                panic_message(&*payload)
+                panic_text(&*payload)
             );
         }
         site

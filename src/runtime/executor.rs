@@ -13,7 +13,7 @@
 //! its waker (an `Arc` holding the task id) goes to the cross-thread queue, deduplicated by an
 //! atomic flag of its own, and is drained into the FIFO at the start of the Tasks phase. That
 //! same `Arc` is what abort handles hold (one allocation, not two), and a pause awaited by the
-//! task being polled remembers the task's key rather than its waker (`timer::job::WakeTarget`).
+//! task being polled remembers the task's key rather than its waker (`runtime::job::WakeTarget`).
 //!
 //! Aborting a task removes it from the slab and drops its future on the spot, so whatever it
 //! owned (its pauses' wheel entries, its timers' tokens, its guards) goes before `abort`
@@ -24,7 +24,6 @@
 //! This module must never poll a future outside the Tasks phase, nor hold a `RefCell` borrow
 //! while a future runs or is dropped (the future may spawn, pause, abort or drop other tasks).
 
-use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
@@ -40,6 +39,7 @@ use crate::slab::{Key, Slab};
 
 use super::context::{Core, Shared, core, is_loop_thread, with_current};
 use super::history::Site;
+use super::panic::panic_text;
 use super::profile::{ENABLED as PROFILING, Kind};
 use super::stats::Counters;
 
@@ -354,7 +354,7 @@ impl Executor {
                 tracing::error!(
                     spawned_at = %site,
                     "a task panicked: {}; the task is dropped, the loop goes on",
-                    panic_message(&*payload)
+                    panic_text(&*payload)
                 );
                 let task = self.tasks.borrow_mut().remove(id);
                 drop((future, task));
@@ -368,17 +368,6 @@ impl Executor {
         let tasks = std::mem::replace(&mut *self.tasks.borrow_mut(), Slab::new());
         self.ready.borrow_mut().clear();
         drop(tasks);
-    }
-}
-
-/// Best-effort text of a panic payload.
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        s
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s
-    } else {
-        "(non-string panic payload)"
     }
 }
 

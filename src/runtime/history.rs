@@ -7,12 +7,13 @@
 //! the worst offender of the second for each kind of work (timer callback, task poll, posted
 //! closure, packet handler) with its site. [`Summary`] condenses the last N seconds for the
 //! console's `loopstats`; [`write_csv`] and [`read_csv`] carry the ring to a file and back
-//! (`docs/loopstats-csv.md` documents every column) for the chart ([`crate::shard::chart`]).
+//! (`docs/loopstats-csv.md` documents every column) for the chart ([`chart`], drawn off the loop).
 //!
 //! This module only keeps and formats records: the loop fills them. It must never allocate
 //! per second (the ring is allocated once, records are plain `Copy` data), and never read a
 //! clock or do I/O itself: writing a CSV is the caller's to do, off the loop thread.
 
+pub mod chart;
 mod csv;
 mod summary;
 

@@ -37,8 +37,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, RandomState};
 
-use crate::timer::TimerToken;
-
 use super::context;
 use super::executor::{AbortHandle, JoinHandle};
 
@@ -50,12 +48,6 @@ pub trait Cancel {
     /// # Panics
     /// Off the loop thread (the handles' own rule).
     fn cancel(&self);
-}
-
-impl Cancel for TimerToken {
-    fn cancel(&self) {
-        TimerToken::cancel(self);
-    }
 }
 
 impl Cancel for AbortHandle {
@@ -77,7 +69,7 @@ impl<C: Cancel + ?Sized> Cancel for Box<C> {
     }
 }
 
-/// At most one running `H` (a [`TimerToken`], an [`AbortHandle`], a [`JoinHandle`]) per key
+/// At most one running `H` (a [`TimerToken`](crate::timer::TimerToken), an [`AbortHandle`], a [`JoinHandle`]) per key
 /// `K`. Inserting for a key that has one cancels the old one; dropping the set cancels all.
 ///
 /// It takes `&self` (it lives in shared game state, `Rc<Game>`), so it is `!Sync`: a

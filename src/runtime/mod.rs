@@ -10,7 +10,9 @@ pub(crate) mod executor;
 pub mod fault;
 mod health;
 pub mod history;
+pub(crate) mod job;
 mod keyed;
+mod panic;
 pub(crate) mod park;
 pub(crate) mod profile;
 mod stats;
@@ -24,6 +26,7 @@ pub use event_loop::{
 pub use executor::{AbortHandle, JoinError, JoinHandle, spawn};
 pub use fault::{Fault, Phase, faulted, report_fault};
 pub use keyed::{Cancel, Keyed};
+pub use panic::panic_text;
 pub use stats::{LagHistogram, LoopStats, Verdict};
 
 /// The counters of this thread's loop, from code running on it (a console command, a status
@@ -116,10 +119,4 @@ pub fn lag_histogram() -> LagHistogram {
 pub fn count_panic() {
     let core = context::core("runtime::count_panic");
     core.counters.panics.set(core.counters.panics.get() + 1);
-}
-
-/// The text of a caught panic's payload (`&str` or `String`; anything else is named so).
-#[must_use]
-pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
-    executor::panic_message(payload)
 }

@@ -272,7 +272,7 @@ impl Profile {
             }
             Err(payload) => tracing::error!(
                 "the per-second profile hook panicked: {}; it is dropped, the loop goes on",
-                super::executor::panic_message(&*payload)
+                super::panic::panic_text(&*payload)
             ),
         }
     }

@@ -33,7 +33,6 @@
 //! SIGTERM, a test passes a channel).
 
 mod builder;
-pub mod chart;
 pub mod console;
 mod launch;
 mod monitoring;
@@ -394,7 +393,7 @@ impl FaultSave {
             persist::Snapshot::take(&self.world.borrow(), self.clock.now(), keep)
         }))
         .map_err(|payload| {
-            let why = runtime::executor::panic_message(&*payload).to_owned();
+            let why = runtime::panic_text(&*payload).to_owned();
             self.failed(io::Error::other(format!(
                 "taking the snapshot panicked: {why}"
             )))

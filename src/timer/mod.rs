@@ -48,7 +48,6 @@
 //! turns instants into ticks and must never block or touch tokio's scheduler.
 
 mod dump;
-pub(crate) mod job;
 mod pause;
 mod token;
 pub mod wheel;

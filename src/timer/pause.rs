@@ -15,7 +15,7 @@ use tokio::time::Duration;
 use crate::runtime::context::{LoopId, core, try_core};
 use crate::slab::Key;
 
-use super::job::{Job, WakeTarget};
+use crate::runtime::job::{Job, WakeTarget};
 
 /// Completes at the first tick boundary at or after its due instant (`timer::now()` at
 /// creation plus the delay, on tokio's clock — the virtual one under `start_paused`).

@@ -8,10 +8,10 @@ use std::panic::Location;
 
 use tokio::time::{Duration, Instant};
 
+use crate::runtime::Cancel;
 use crate::runtime::context::{Core, LoopId, core};
+use crate::runtime::job::{Job, TimerJob};
 use crate::slab::Key;
-
-use super::job::{Job, TimerJob};
 
 /// Describes a callback timer; nothing happens until [`TimerBuilder::start`].
 #[derive(Debug, Clone, Copy)]
@@ -169,5 +169,13 @@ impl TimerToken {
             return None;
         }
         wheel.due(self.key).map(|tick| core.clock.boundary(tick))
+    }
+}
+
+/// A timer kept in a [`Keyed`](crate::runtime::Keyed) set is cancelled when it is replaced or
+/// the set is cancelled.
+impl Cancel for TimerToken {
+    fn cancel(&self) {
+        TimerToken::cancel(self);
     }
 }

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::runtime::history::chart;
 use crate::runtime::history::{History, LoopSecond};
-use crate::shard::chart;
 
 use super::Printer;
 

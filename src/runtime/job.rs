@@ -8,8 +8,8 @@ use std::task::Waker;
 
 use tokio::time::Duration;
 
-use crate::runtime::context::Core;
-use crate::runtime::executor::panic_message;
+use super::context::Core;
+use super::panic::panic_text;
 use crate::slab::Key;
 
 pub(crate) enum Job {
@@ -128,7 +128,7 @@ pub(crate) fn fire(core: &Core, key: Key) -> Option<&'static Location<'static>> 
         tracing::error!(
             started_at = %site,
             "a timer callback panicked: {}; the timer is stopped, the loop goes on",
-            panic_message(&*payload)
+            panic_text(&*payload)
         );
         let removed = wheel.remove(key);
         drop(wheel);

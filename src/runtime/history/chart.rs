@@ -17,7 +17,7 @@ use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
-use crate::runtime::history::{LoopSecond, Part};
+use super::{LoopSecond, Part};
 
 /// The picture's size in pixels.
 const WIDTH: u32 = 1280;
