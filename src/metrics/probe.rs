@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::net::NetStats;
 use crate::persist::archive::archiver::LastRun;
 use crate::runtime::history::LoopSecond;
+use crate::runtime::profile::thread_cpu_time;
 use crate::runtime::{self, LagHistogram, LoopStats};
 
 use super::saves::LastSave;
@@ -130,21 +131,4 @@ pub fn counters(sources: &Sources) -> Snapshot {
         persist: (sources.persist)(),
         history: Vec::new(),
     }
-}
-
-/// CPU time of the calling thread.
-fn thread_cpu_time() -> Duration {
-    // SAFETY: clock_gettime writes into the zeroed timespec we own; the clock id is valid on
-    // every Linux the shard supports.
-    let ts = unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        if libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) != 0 {
-            return Duration::ZERO;
-        }
-        ts
-    };
-    Duration::new(
-        ts.tv_sec.max(0) as u64,
-        ts.tv_nsec.clamp(0, 999_999_999) as u32,
-    )
 }
