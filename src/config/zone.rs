@@ -8,7 +8,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 /// The name that selects the host's own time zone.
-pub const SYSTEM: &str = "system";
+pub(crate) const SYSTEM: &str = "system";
 
 /// A validated time zone: the configured name and the zone it resolved to.
 #[derive(Clone)]

@@ -58,7 +58,7 @@ pub(super) struct PacketTable {
 
 impl PacketTable {
     /// A table that answers ping and nothing else.
-    pub fn new() -> PacketTable {
+    pub(crate) fn new() -> PacketTable {
         let mut table = PacketTable {
             entries: (0..=u8::MAX).map(|_| None).collect(),
         };
@@ -67,7 +67,13 @@ impl PacketTable {
     }
 
     /// Sets (or replaces) the handler of packet `id`; a rate set for it stays.
-    pub fn register(&mut self, id: u8, name: &'static str, access: Access, handler: Handler) {
+    pub(crate) fn register(
+        &mut self,
+        id: u8,
+        name: &'static str,
+        access: Access,
+        handler: Handler,
+    ) {
         let rate = self.get_mut(id).and_then(|e| e.rate);
         self.entries[usize::from(id)] = Some(Entry {
             name,
@@ -79,14 +85,14 @@ impl PacketTable {
 
     /// Limits packet `id` to `rate` per connection. Panics if `id` has no handler: a limit on
     /// a packet nobody handles is a mistake in the caller.
-    pub fn limit(&mut self, id: u8, rate: Rate) {
+    pub(crate) fn limit(&mut self, id: u8, rate: Rate) {
         let entry = self
             .get_mut(id)
             .unwrap_or_else(|| panic!("a rate for packet 0x{id:02x}, which has no handler"));
         entry.rate = Some(rate);
     }
 
-    pub fn get_mut(&mut self, id: u8) -> Option<&mut Entry> {
+    pub(crate) fn get_mut(&mut self, id: u8) -> Option<&mut Entry> {
         self.entries[usize::from(id)].as_mut()
     }
 }

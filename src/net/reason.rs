@@ -14,7 +14,7 @@ use super::backend::BackendFailed;
 /// backend's own reason when the backend itself failed (`"io_uring ring failed: …"`, its own
 /// kind, so those closes count apart), else `"<op> failed: <e>"`.
 #[must_use]
-pub fn io_failed(op: &str, e: &io::Error) -> String {
+pub(crate) fn io_failed(op: &str, e: &io::Error) -> String {
     match BackendFailed::of(e) {
         Some(failed) => failed.to_string(),
         None => format!("{op} failed: {e}"),
@@ -28,7 +28,7 @@ pub fn io_failed(op: &str, e: &io::Error) -> String {
 /// `"bad packet 0x01 (login): name of 31 bytes"` → `"bad packet"`;
 /// `"packet 0x02 (move) before login"` → `"packet before login"`.
 #[must_use]
-pub fn kind_of(reason: &str) -> String {
+pub(crate) fn kind_of(reason: &str) -> String {
     let head = reason.split([':', ',', ';']).next().unwrap_or_default();
     let mut words = String::with_capacity(head.len());
     for word in outside_parentheses(head)

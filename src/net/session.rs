@@ -121,7 +121,7 @@ pub(super) struct NetState {
 }
 
 impl NetState {
-    pub fn new(
+    pub(crate) fn new(
         transport: Box<dyn Transport>,
         peer: SocketAddr,
         host: Host,
@@ -147,7 +147,7 @@ impl NetState {
     }
 
     /// Takes a token for packet `id` from its bucket (full when first used).
-    pub fn take_token(&mut self, id: u8, rate: Rate) -> Verdict {
+    pub(crate) fn take_token(&mut self, id: u8, rate: Rate) -> Verdict {
         let now = Instant::now();
         let at = match self.buckets.iter().position(|(b, _)| *b == id) {
             Some(at) => at,
@@ -161,12 +161,12 @@ impl NetState {
 
     /// Still read from: neither condemned nor closing after a flush. The one test of "its
     /// packets are still taken", for the read loop and [`Sessions::is_open`] alike.
-    pub fn reads_input(&self) -> bool {
+    pub(crate) fn reads_input(&self) -> bool {
         self.closing.is_none() && self.linger.is_none()
     }
 
     /// Bytes queued and not yet written.
-    pub fn pending_output(&self) -> usize {
+    pub(crate) fn pending_output(&self) -> usize {
         self.send.len() - self.sent
     }
 
@@ -174,7 +174,7 @@ impl NetState {
     /// buffer), or by moving the unsent tail to the front once the prefix is the larger half
     /// — so a client that reads about as fast as it is sent to never leaves a growing trail
     /// of written bytes behind its unsent ones. The move costs at most what was written.
-    pub fn compact_send(&mut self) {
+    pub(crate) fn compact_send(&mut self) {
         if self.sent == self.send.len() {
             self.send.clear();
             self.sent = 0;

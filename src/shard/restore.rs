@@ -14,7 +14,7 @@ use crate::persist::{Layout, lock::ShardLocks};
 
 /// `restore PATH` or `restore --list`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct RestoreArgs {
+pub(crate) struct RestoreArgs {
     /// The archive (.tar.zst, .tar.gz/.tgz, .zip or .tar) holding one save, at its root or
     /// in one top folder. The current save moves to Backups/Restored-<time>/, the archive
     /// to Archives/Restored/.
