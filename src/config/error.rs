@@ -6,6 +6,10 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+/// Prefix of configuration environment variables; `__` separates section and key. Errors
+/// name variables with it, so it lives here, below the loader that reads them.
+pub const ENV_PREFIX: &str = "SHARD_";
+
 /// Where a configuration value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
@@ -250,7 +254,7 @@ impl fmt::Display for ConfigError {
                 write!(f, "{key} ({origin}) moved to {new_key}: rename it")?;
                 if let Origin::Env { .. } = origin {
                     let var = new_key.replace('.', "__").to_ascii_uppercase();
-                    write!(f, " to {}{var}", super::load::ENV_PREFIX)?;
+                    write!(f, " to {}{var}", ENV_PREFIX)?;
                 }
                 Ok(())
             }

@@ -13,15 +13,13 @@ use figment::providers::{Format, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider, Source};
 
-use super::error::{ConfigError, Origin};
+use super::error::{ConfigError, ENV_PREFIX, Origin};
 use super::report::{Loaded, Provenance};
 use super::section::{self, Failure, SectionSpec};
 use super::{Config, format_duration, toml_lines};
 
 /// The config file used when none is named: optional (missing means built-in defaults).
 pub const DEFAULT_CONFIG_PATH: &str = "config/shard.toml";
-/// Prefix of configuration environment variables; `__` separates section and key.
-pub const ENV_PREFIX: &str = "SHARD_";
 
 const DEFAULTS_NAME: &str = "built-in defaults";
 /// Metadata names of the environment and command-line layers (provenance matches on them).

@@ -56,8 +56,9 @@ use crate::runtime::{
 
 pub use cli::ConfigArgs;
 pub use duration::format_duration;
+pub use error::ENV_PREFIX;
 pub use error::{ConfigError, Origin, SectionFault};
-pub use load::{ConfigFile, DEFAULT_CONFIG_PATH, ENV_PREFIX, LoadOptions, Overrides, process_env};
+pub use load::{ConfigFile, DEFAULT_CONFIG_PATH, LoadOptions, Overrides, process_env};
 pub use report::{Entry, Loaded};
 pub use section::{Section, SectionSpec};
 pub use zone::Zone;

@@ -133,7 +133,7 @@ impl Loaded {
 
 /// `var`, with a hint when it is one underscore short of a config variable of `sections`.
 fn with_hint(var: &str, sections: &[&str]) -> String {
-    let rest = var.strip_prefix(super::load::ENV_PREFIX).unwrap_or(var);
+    let rest = var.strip_prefix(super::error::ENV_PREFIX).unwrap_or(var);
     let near_miss = sections.iter().find_map(|section| {
         let tail = rest.to_ascii_lowercase();
         let key = tail.strip_prefix(section)?.strip_prefix('_')?;

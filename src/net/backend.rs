@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Wake, Waker};
 
-use super::session::ConnId;
+use super::conn_id::ConnId;
 use crate::LoopContext;
 
 /// What one `read` did.

@@ -10,9 +10,10 @@
 
 use std::fmt;
 
+use super::conn_id::ConnId;
 use super::frame;
 use super::rate::Rate;
-use super::session::{ConnId, Sessions};
+use super::session::Sessions;
 
 /// Why a payload was refused; the sender is disconnected with this text.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 //! This module must never touch a socket's readiness or parse packets: the server does that.
 
 use std::borrow::Cow;
-use std::fmt;
+
 use std::net::SocketAddr;
 
 use tokio::time::Instant;
@@ -19,25 +19,15 @@ use tokio::time::Instant;
 use super::admission::Host;
 use super::backend::Transport;
 use super::churn::Churn;
+use super::conn_id::ConnId;
 use super::frame;
 use super::rate::{Bucket, Rate, Verdict};
 use super::reason::kind_of;
-use crate::slab::{Key, Slab};
+use crate::slab::Slab;
 
 /// A buffer that drained keeps its allocation up to this size (a busy connection would
 /// otherwise reallocate on every packet); larger ones are freed.
 const KEEP_CAPACITY: usize = 4 * 1024;
-
-/// One connection, for as long as it is open. Copy it freely: once the connection closes,
-/// every copy is stale and every operation on it is a no-op, even after the slot is reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub(super) Key);
-
-impl fmt::Display for ConnId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "#{}.{}", self.0.index(), self.0.generation())
-    }
-}
 
 /// Why a connection is going away. Faults (the client broke the protocol or a limit) are
 /// logged as warnings, ordinary ends (logout, the peer hung up) as info.
