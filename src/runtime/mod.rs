@@ -8,6 +8,7 @@ pub(crate) mod context;
 mod event_loop;
 pub(crate) mod executor;
 pub mod fault;
+mod fire;
 mod health;
 pub mod history;
 pub(crate) mod job;
