@@ -11,6 +11,7 @@
 //! It must never read the configuration: `network.backend` is mapped to a [`BackendKind`] by
 //! the config (`NetworkConfig::backend_kind`), which calls in here, never the reverse.
 
+use std::fmt;
 use std::future::Future;
 use std::io;
 
@@ -78,9 +79,38 @@ impl BackendKind {
 }
 
 /// Can this process use io_uring? The error says why not.
-pub fn io_uring_available() -> Result<(), String> {
+pub fn io_uring_available() -> Result<(), IoUringUnavailable> {
     #[cfg(all(target_os = "linux", feature = "io-uring"))]
-    return super::uring::probe().map_err(|e| format!("the kernel refused an io_uring: {e}"));
+    return super::uring::probe().map_err(IoUringUnavailable::Refused);
     #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
-    return Err("this build has no io-uring feature (Linux only)".into());
+    return Err(IoUringUnavailable::NotBuilt);
+}
+
+/// Why this process cannot use io_uring.
+#[derive(Debug)]
+pub enum IoUringUnavailable {
+    /// The build has no `io-uring` feature, or the target is not Linux.
+    NotBuilt,
+    /// The kernel refused to create a ring (an old kernel, seccomp, `io_uring_disabled`).
+    Refused(io::Error),
+}
+
+impl fmt::Display for IoUringUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IoUringUnavailable::NotBuilt => {
+                f.write_str("this build has no io-uring feature (Linux only)")
+            }
+            IoUringUnavailable::Refused(e) => write!(f, "the kernel refused an io_uring: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for IoUringUnavailable {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            IoUringUnavailable::NotBuilt => None,
+            IoUringUnavailable::Refused(e) => Some(e),
+        }
+    }
 }

@@ -35,7 +35,7 @@ pub use churn::{Churn, ONE_BY_ONE};
 pub use conn_id::ConnId;
 pub use epoll::Epoll;
 pub use handlers::{Access, BadPacket, Handler};
-pub use kind::{BackendKind, io_uring_available};
+pub use kind::{BackendKind, IoUringUnavailable, io_uring_available};
 pub use listener::{BACKLOG, bind};
 pub use rate::Rate;
 pub use server::{Limits, Net, NetStats, bind_all};
