@@ -53,20 +53,28 @@ pub fn install(net: &Net, world: Rc<RefCell<World>>, games: &mut Games) -> Rc<Re
             sessions,
             conn,
         };
-        for (hook, site) in &hooks {
-            // One game's panic must not skip another's hook, nor the engine's cleanup.
-            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| hook(&mut packet))) {
-                tracing::error!(
-                    %conn,
-                    %site,
-                    "a disconnect hook panicked: {}; the player leaves anyway",
-                    panic_text(&*panic)
-                );
-            }
-        }
-        leave(packet.world, packet.players, conn);
+        disconnected(&mut packet, &hooks);
     });
     players
+}
+
+/// The connection of `packet` closed: every game's disconnect hook, in registration order,
+/// then the engine's cleanup (its player, if any, leaves the table and the world). A hook
+/// that panics is logged with its line; the rest still run, and the player leaves anyway.
+pub(crate) fn disconnected(packet: &mut Packet<'_>, hooks: &[(Box<DisconnectFn>, Site)]) {
+    let conn = packet.conn;
+    for (hook, site) in hooks {
+        // One game's panic must not skip another's hook, nor the engine's cleanup.
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| hook(packet))) {
+            tracing::error!(
+                %conn,
+                %site,
+                "a disconnect hook panicked: {}; the player leaves anyway",
+                panic_text(&*panic)
+            );
+        }
+    }
+    leave(packet.world, packet.players, conn);
 }
 
 impl Behaviours {

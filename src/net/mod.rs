@@ -22,7 +22,7 @@ mod handlers;
 mod kind;
 mod listener;
 pub mod rate;
-mod reason;
+pub(crate) mod reason;
 mod server;
 mod session;
 mod throttle;

@@ -21,6 +21,24 @@ pub(crate) fn io_failed(op: &str, e: &io::Error) -> String {
     }
 }
 
+/// The reason a client is cut off for a packet id no handler takes.
+#[must_use]
+pub(crate) fn unknown_packet(id: u8) -> String {
+    format!("unknown packet id 0x{id:02x}")
+}
+
+/// The reason a client is cut off for a logged-in-only packet (`name`) sent before login.
+#[must_use]
+pub(crate) fn before_login(id: u8, name: &str) -> String {
+    format!("packet 0x{id:02x} ({name}) before login")
+}
+
+/// The reason a client is cut off when the handler of packet `id` (`name`) refused it.
+#[must_use]
+pub(crate) fn bad_packet(id: u8, name: &str, why: impl std::fmt::Display) -> String {
+    format!("bad packet 0x{id:02x} ({name}): {why}")
+}
+
 /// The part of `reason` before its first `:`, `,` or `;`, without parenthesised asides and
 /// without the words that hold a digit, its words one space apart; `"other"` if that leaves
 /// nothing.

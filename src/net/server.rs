@@ -32,6 +32,7 @@ use super::frame;
 use super::handlers::{Access, BadPacket, PacketTable};
 use super::listener;
 use super::rate::{Rate, Verdict};
+use super::reason;
 use super::session::{Disconnect, NetState, Sessions};
 use super::throttle::Throttle;
 use crate::LoopContext;
@@ -689,12 +690,12 @@ impl Server {
                 state.last_packet = Instant::now();
             }
             let Some(entry) = self.table.get_mut(frame.id) else {
-                let why = format!("unknown packet id 0x{:02x}", frame.id);
+                let why = reason::unknown_packet(frame.id);
                 self.sessions.close(conn, Disconnect::fault(why));
                 break;
             };
             if entry.access == Access::LoggedIn && !logged_in {
-                let why = format!("packet 0x{:02x} ({}) before login", frame.id, entry.name);
+                let why = reason::before_login(frame.id, entry.name);
                 self.sessions.close(conn, Disconnect::fault(why));
                 break;
             }
@@ -731,7 +732,7 @@ impl Server {
             }
             let why = match handled {
                 Ok(Ok(())) => continue,
-                Ok(Err(bad)) => format!("bad packet 0x{:02x} ({}): {bad}", frame.id, entry.name),
+                Ok(Err(bad)) => reason::bad_packet(frame.id, entry.name, bad),
                 Err(panic) => {
                     tracing::error!(
                         packet = format_args!("0x{:02x}", frame.id),

@@ -8,12 +8,12 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 
 use tokio::time::Instant;
 
-use crate::game::{DisconnectFn, Game, Npc, Packet, PacketFn, Players, leave};
+use crate::game::{DisconnectFn, Game, Npc, Packet, PacketFn, Players, Site, disconnected};
+use crate::net::reason::{bad_packet, before_login, unknown_packet};
 use crate::net::{Access, BadPacket, ConnId, Disconnect, Sessions, frame};
 use crate::world::rng::Rng;
 use crate::world::{Serial, World};
@@ -28,7 +28,7 @@ pub struct Harness {
     players: Players,
     sessions: Sessions,
     packets: Vec<(u8, &'static str, Access, Box<PacketFn>)>,
-    disconnects: Vec<Box<DisconnectFn>>,
+    disconnects: Vec<(Box<DisconnectFn>, Site)>,
     /// Connections whose close has been handled (hooks run, player taken out).
     gone: HashSet<ConnId>,
     next_port: u16,
@@ -51,7 +51,7 @@ impl Harness {
                 .into_iter()
                 .map(|p| (p.id, p.name, p.access, p.handler))
                 .collect(),
-            disconnects: disconnects.into_iter().map(|(hook, _)| hook).collect(),
+            disconnects,
             gone: HashSet::new(),
             next_port: 40_000,
         }
@@ -88,12 +88,10 @@ impl Harness {
 
     fn dispatch(&mut self, conn: ConnId, id: u8, payload: &[u8]) -> Result<(), BadPacket> {
         let Some((_, name, access, handler)) = self.packets.iter().find(|p| p.0 == id) else {
-            return Err(BadPacket::new(format!("unknown packet id 0x{id:02x}")));
+            return Err(BadPacket::new(unknown_packet(id)));
         };
         if *access == Access::LoggedIn && !self.sessions.is_logged_in(conn) {
-            return Err(BadPacket::new(format!(
-                "packet 0x{id:02x} ({name}) before login"
-            )));
+            return Err(BadPacket::new(before_login(id, name)));
         }
         let mut world = self.world.borrow_mut();
         let mut packet = Packet {
@@ -102,8 +100,7 @@ impl Harness {
             sessions: &mut self.sessions,
             conn,
         };
-        handler(&mut packet, payload)
-            .map_err(|bad| BadPacket::new(format!("bad packet 0x{id:02x} ({name}): {bad}")))
+        handler(&mut packet, payload).map_err(|bad| BadPacket::new(bad_packet(id, name, bad)))
     }
 
     /// The game's disconnect hooks (a panicking one does not stop the rest), then the
@@ -119,10 +116,7 @@ impl Harness {
             sessions: &mut self.sessions,
             conn,
         };
-        for hook in &self.disconnects {
-            let _ = catch_unwind(AssertUnwindSafe(|| hook(&mut packet)));
-        }
-        leave(&mut world, &mut self.players, conn);
+        disconnected(&mut packet, &self.disconnects);
     }
 
     /// The packets queued for `conn` since the last call, as (id, payload), in order.
