@@ -236,14 +236,9 @@ impl From<&NetworkConfig> for Limits {
             outbound_budget: config.outbound_budget as usize,
             idle_timeout: config.idle_timeout,
             login_timeout: config.login_timeout,
-            ping_rate: rate(config.ping_rate, config.ping_burst),
+            ping_rate: Rate::from_keys(config.ping_rate, config.ping_burst),
         }
     }
-}
-
-/// A rate from its two keys; a rate of 0 is no limit.
-fn rate(per_sec: u32, burst: u32) -> Option<Rate> {
-    (per_sec > 0).then_some(Rate { per_sec, burst })
 }
 
 /// `network.backend`.

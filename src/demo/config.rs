@@ -65,15 +65,10 @@ impl DemoConfig {
     #[must_use]
     pub fn rates(&self) -> Rates {
         Rates {
-            moves: rate(self.move_rate, self.move_burst),
-            speech: rate(self.speech_rate, self.speech_burst),
+            moves: Rate::from_keys(self.move_rate, self.move_burst),
+            speech: Rate::from_keys(self.speech_rate, self.speech_burst),
         }
     }
-}
-
-/// A rate from its two keys; a rate of 0 is no limit.
-fn rate(per_sec: u32, burst: u32) -> Option<Rate> {
-    (per_sec > 0).then_some(Rate { per_sec, burst })
 }
 
 /// How fast players may move and talk: a move or a line beyond the rate is dropped, far

@@ -24,6 +24,15 @@ pub struct Rate {
     pub burst: u32,
 }
 
+impl Rate {
+    /// The limit two configuration keys describe: `per_sec` packets a second in bursts of
+    /// `burst`, or `None` (no limit) when `per_sec` is 0 — how every `*_rate` key reads.
+    #[must_use]
+    pub fn from_keys(per_sec: u32, burst: u32) -> Option<Rate> {
+        (per_sec > 0).then_some(Rate { per_sec, burst })
+    }
+}
+
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/s, bursts of {}", self.per_sec, self.burst)
