@@ -113,12 +113,12 @@ fn shard_command(builder: ShardBuilder, cli: Cli) -> ExitCode {
             restore_command(&loaded.config, &args)
         }
         ShardCommand::Run => {
-            let mut config = loaded.config.clone();
             // Held to the end: dropping it writes out the lines still queued.
             let _logs = logs::init(cli.log_format.into());
             if let Some(warning) = loaded.ignored_env_warning() {
                 tracing::warn!("{warning}");
             }
+            let mut config = loaded.config;
             if let Some(start) = cli.clock_start {
                 tracing::warn!(%start, "--clock-start: the wall clock is pinned (a test flag)");
                 config.time.clock_start = Some(start);
