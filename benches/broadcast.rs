@@ -51,7 +51,7 @@ use demo::packets::{PACKETS, client, serial_xy, server, start_location};
 use shardloop::EventLoop;
 use shardloop::game::{self, Packet, PacketHandler, Players, VIEW_RANGE};
 use shardloop::net::{BackendKind, ConnId, Limits, Net, frame};
-use shardloop::runtime::Slot;
+use shardloop::runtime::Phase;
 use shardloop::world::{DELTAS_PER_ITERATION, Delta, Location, MapId, Serial, World};
 use tokio::runtime::Runtime;
 
@@ -321,8 +321,8 @@ impl Bed {
         let event_loop = {
             let _runtime = runtime.enter();
             EventLoop::builder()
-                .slot(Slot::Network, net.network_slot())
-                .slot(Slot::Flush, net.flush_slot())
+                .slot(Phase::Network, net.network_slot())
+                .slot(Phase::Flush, net.flush_slot())
                 .build()
         };
         let table: OldTable = Rc::default();

@@ -33,7 +33,7 @@ use demo::packets::client;
 use shardloop::EventLoop;
 use shardloop::net::frame;
 use shardloop::net::{BackendKind, Limits, Net};
-use shardloop::runtime::{DEFAULT_IDLE_WAIT, Slot};
+use shardloop::runtime::{DEFAULT_IDLE_WAIT, Phase};
 
 /// The demo game, as the binary compiles it.
 #[path = "../src/demo/mod.rs"]
@@ -91,8 +91,8 @@ fn shard(kind: BackendKind, idle_wait: Duration) -> Server {
             let _players = demo::install_packets(&net, world, no_limits);
             let mut event_loop = EventLoop::builder()
                 .idle_wait(idle_wait)
-                .slot(Slot::Network, net.network_slot())
-                .slot(Slot::Flush, net.flush_slot())
+                .slot(Phase::Network, net.network_slot())
+                .slot(Phase::Flush, net.flush_slot())
                 .build();
             event_loop
                 .run_until(async move {

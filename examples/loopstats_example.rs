@@ -10,8 +10,9 @@
 
 use std::time::Duration;
 
+use shardloop::runtime::Phase;
 use shardloop::runtime::history::chart;
-use shardloop::runtime::history::{History, LoopSecond, Offender, Part, Site};
+use shardloop::runtime::history::{History, LoopSecond, Offender, Site};
 
 /// A small deterministic generator (xorshift): jitter, not statistics.
 struct Jitter(u64);
@@ -52,28 +53,28 @@ fn second(t: u64, j: &mut Jitter) -> LoopSecond {
         120..180 => (t - 120) * 40 / 60,
         _ => 40,
     };
-    s.players = players;
+    s.counts.players = players;
     let load = players as f64 / 40.0;
-    s.add(Part::Timers, j.ms(0.3, 0.6) + j.ms(0.0, 4.0).mul_f64(load));
-    s.add(Part::Network, j.ms(7.0, 12.0).mul_f64(load));
-    s.add(Part::Tasks, j.ms(0.5, 1.5).mul_f64(load));
-    s.add(Part::Posted, j.ms(0.05, 0.3));
-    s.add(Part::Deltas, j.ms(3.0, 5.0).mul_f64(load));
-    s.add(Part::Flush, j.ms(1.5, 2.5).mul_f64(load));
-    s.add(Part::Stolen, j.ms(0.2, 1.5));
-    s.max_wheel_lag = j.ms(0.05, 0.4);
-    s.iterations = 125 + (500.0 * load) as u64;
-    s.sleeps = s.iterations - 5;
-    s.ticks_fired = 125;
-    s.packets_in = players * 12;
-    s.packets_out = players * 30;
-    s.posts = 3;
-    s.wakes_issued = 2;
-    s.wakes_elided = 1;
-    s.max_sleep_overshoot = j.ms(0.05, 0.2);
+    s.add(Phase::Timers, j.ms(0.3, 0.6) + j.ms(0.0, 4.0).mul_f64(load));
+    s.add(Phase::Network, j.ms(7.0, 12.0).mul_f64(load));
+    s.add(Phase::Tasks, j.ms(0.5, 1.5).mul_f64(load));
+    s.add(Phase::Posted, j.ms(0.05, 0.3));
+    s.add(Phase::Deltas, j.ms(3.0, 5.0).mul_f64(load));
+    s.add(Phase::Flush, j.ms(1.5, 2.5).mul_f64(load));
+    s.add(Phase::Stolen, j.ms(0.2, 1.5));
+    s.counts.max_wheel_lag = j.ms(0.05, 0.4);
+    s.counts.iterations = 125 + (500.0 * load) as u64;
+    s.counts.sleeps = s.counts.iterations - 5;
+    s.counts.ticks_fired = 125;
+    s.counts.packets_in = players * 12;
+    s.counts.packets_out = players * 30;
+    s.counts.posts = 3;
+    s.counts.wakes_issued = 2;
+    s.counts.wakes_elided = 1;
+    s.counts.max_sleep_overshoot = j.ms(0.05, 0.2);
     episodes(t, &mut s, j);
-    let busy: Duration = Part::ALL.iter().map(|&p| s.spent(p)).sum();
-    s.add(Part::Sleep, s.wall.saturating_sub(busy));
+    let busy: Duration = Phase::ALL.iter().map(|&p| s.spent(p)).sum();
+    s.add(Phase::Sleep, s.wall.saturating_sub(busy));
     s
 }
 
@@ -82,23 +83,23 @@ fn episodes(t: u64, s: &mut LoopSecond, j: &mut Jitter) {
     if (300..360).contains(&t) {
         // A noisy neighbour: the host runs something else on our core.
         let stolen = j.ms(80.0, 220.0);
-        s.add(Part::Stolen, stolen);
-        s.late_wakes = 4;
-        s.max_wheel_lag = stolen / 3;
+        s.add(Phase::Stolen, stolen);
+        s.counts.late_wakes = 4;
+        s.counts.max_wheel_lag = stolen / 3;
     }
     if (480..540).contains(&t) {
         // One decay callback walks far too many items every second.
         let took = j.ms(150.0, 300.0);
-        s.add(Part::Timers, took);
-        s.max_wheel_lag = took + j.ms(0.0, 2.0);
+        s.add(Phase::Timers, took);
+        s.counts.max_wheel_lag = took + j.ms(0.0, 2.0);
         Offender::offer(&mut s.worst.timer, took, SLOW_CALLBACK);
     }
     if t == STALL {
         // The autosave's snapshot of a large world, in one go on the loop: 1.6 s, so this
         // record closes 1.7 s after it opened and the next one starts two seconds on.
         s.wall = Duration::from_millis(1_700);
-        s.add(Part::Save, Duration::from_millis(1_600));
-        s.max_wheel_lag = Duration::from_millis(1_640);
+        s.add(Phase::Save, Duration::from_millis(1_600));
+        s.counts.max_wheel_lag = Duration::from_millis(1_640);
     }
 }
 

@@ -6,8 +6,9 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
+use shardloop::runtime::Phase;
 use shardloop::runtime::history::chart::LAG_LABEL;
-use shardloop::runtime::history::{History, LoopSecond, Offender, Part, Site};
+use shardloop::runtime::history::{History, LoopSecond, Offender, Site};
 
 mod common;
 
@@ -34,15 +35,15 @@ fn history() -> History {
             unix_second: 1_767_282_840 + t,
             uptime_second: 60 + t,
             wall: Duration::from_secs(1),
-            max_wheel_lag: Duration::from_micros(200),
             ..LoopSecond::default()
         };
-        s.add(Part::Network, Duration::from_millis(8));
-        s.add(Part::Stolen, Duration::from_millis(1));
+        s.counts.max_wheel_lag = Duration::from_micros(200);
+        s.add(Phase::Network, Duration::from_millis(8));
+        s.add(Phase::Stolen, Duration::from_millis(1));
         if (50..60).contains(&t) {
             let took = Duration::from_millis(250);
-            s.add(Part::Timers, took);
-            s.max_wheel_lag = took;
+            s.add(Phase::Timers, took);
+            s.counts.max_wheel_lag = took;
             let site = Site {
                 file: "src/game/decay.rs",
                 line: 88,
@@ -50,8 +51,8 @@ fn history() -> History {
             };
             Offender::offer(&mut s.worst.timer, took, site);
         }
-        let busy: Duration = Part::ALL.iter().map(|&p| s.spent(p)).sum();
-        s.add(Part::Sleep, s.wall - busy);
+        let busy: Duration = Phase::ALL.iter().map(|&p| s.spent(p)).sum();
+        s.add(Phase::Sleep, s.wall - busy);
         history.push(s);
     }
     history
@@ -102,7 +103,7 @@ fn a_csv_becomes_an_svg_beside_it_with_title_legend_and_one_shape_per_series() {
         has("shardloop loop thread: episode.csv"),
         "the title in {texts:?}"
     );
-    for label in Part::ALL.iter().map(|p| p.name()).chain([LAG_LABEL]) {
+    for label in Phase::ALL.iter().map(|p| p.name()).chain([LAG_LABEL]) {
         assert!(has(label), "legend label {label} in {texts:?}");
     }
     assert!(has("time of day (UTC)"), "{texts:?}");
@@ -116,7 +117,7 @@ fn a_csv_becomes_an_svg_beside_it_with_title_legend_and_one_shape_per_series() {
         "the time axis is labelled on minutes: {texts:?}"
     );
     // One filled band per part, one line for the wheel lag.
-    assert_eq!(svg.matches("<polygon").count(), Part::COUNT);
+    assert_eq!(svg.matches("<polygon").count(), Phase::COUNT);
     assert_eq!(series_lines(&svg), 1);
 }
 

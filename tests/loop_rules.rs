@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 
-use shardloop::runtime::history::Part;
+use shardloop::runtime::Phase;
 use shardloop::timer;
 use shardloop::{EventLoop, LoopClosed, LoopContext, spawn};
 use tokio::time::{Duration, Instant};
@@ -446,7 +446,7 @@ async fn the_profile_adds_up_and_names_the_slow_callback_with_its_line() {
         .run_until(async { shardloop::runtime::with_history(|h| h.iter().copied().collect()) })
         .await;
     for s in &seconds {
-        let sum: Duration = Part::ALL.iter().map(|&p| s.spent(p)).sum();
+        let sum: Duration = Phase::ALL.iter().map(|&p| s.spent(p)).sum();
         let wall = s.wall.as_secs_f64();
         assert!((1.0..10.0).contains(&wall), "{s:?}");
         assert!(
@@ -454,7 +454,7 @@ async fn the_profile_adds_up_and_names_the_slow_callback_with_its_line() {
             "parts add up to {sum:?} of a {:?} second: {s:?}",
             s.wall
         );
-        assert!(s.iterations > 0 && s.ticks_fired > 0, "{s:?}");
+        assert!(s.counts.iterations > 0 && s.counts.ticks_fired > 0, "{s:?}");
     }
     let file = file!();
     let first = &seconds[0];
@@ -463,7 +463,7 @@ async fn the_profile_adds_up_and_names_the_slow_callback_with_its_line() {
     assert_eq!(worst.site.line, timer_line, "{worst:?}");
     assert!(worst.took >= ms(5), "a 20 ms callback measured {worst:?}");
     assert!(
-        first.spent(Part::Timers) + first.spent(Part::Stolen) >= ms(100),
+        first.spent(Phase::Timers) + first.spent(Phase::Stolen) >= ms(100),
         "{first:?}"
     );
     let summary = shardloop::runtime::history::Summary::of(&seconds);

@@ -21,7 +21,9 @@ use common::binary::{shardloop, spawn_logged};
 use common::deadline::{run_within, watchdog};
 use shardloop::metrics::server::MAX_CONNECTIONS;
 use shardloop::metrics::{MetricsServer, PersistFacts, Settings, Sources, WorldCounts};
-use shardloop::runtime::history::{LoopSecond, Part};
+use shardloop::runtime::Phase;
+use shardloop::runtime::history::LoopSecond;
+use shardloop::runtime::telemetry::SecondCounts;
 use shardloop::runtime::{EventLoop, LoopContext};
 
 /// A GET with `Connection: close`: the status and the body.
@@ -299,13 +301,16 @@ fn history() -> Vec<LoopSecond> {
                 unix_second: 1_780_000_000 + i,
                 uptime_second: i,
                 wall: Duration::from_secs(1),
-                max_wheel_lag: Duration::from_micros(if i == 60 { 9_000 } else { 200 }),
+                counts: SecondCounts {
+                    max_wheel_lag: Duration::from_micros(if i == 60 { 9_000 } else { 200 }),
+                    ..SecondCounts::default()
+                },
                 ..LoopSecond::default()
             };
-            s.add(Part::Timers, Duration::from_millis(20 + i % 7));
-            s.add(Part::Network, Duration::from_millis(40));
-            s.add(Part::Stolen, Duration::from_millis(10));
-            s.add(Part::Sleep, Duration::from_millis(930 - i % 7));
+            s.add(Phase::Timers, Duration::from_millis(20 + i % 7));
+            s.add(Phase::Network, Duration::from_millis(40));
+            s.add(Phase::Stolen, Duration::from_millis(10));
+            s.add(Phase::Sleep, Duration::from_millis(930 - i % 7));
             s
         })
         .collect()
@@ -357,7 +362,7 @@ fn the_status_page_renders_the_chart_and_the_verdict_in_headless_chromium() {
         .unwrap_or_else(|| panic!("no chart section:\n{head}"));
     assert!(chart.trim_start().starts_with("<svg"), "{head}");
     // One band per part of the loop's time, the lag line, the legend's names.
-    assert_eq!(chart.matches("<polygon").count(), Part::COUNT);
+    assert_eq!(chart.matches("<polygon").count(), Phase::COUNT);
     assert!(chart.contains("<polyline"));
     for name in [
         "timers",

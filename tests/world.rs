@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use shardloop::EventLoop;
-use shardloop::runtime::Slot;
+use shardloop::runtime::Phase;
 use shardloop::timer;
 use shardloop::world::{
     self, Delta, Item, Location, MapId, Mobile, SECTOR_SIZE, SectorId, Serial, SerialAllocator,
@@ -34,7 +34,7 @@ fn shared(world: World) -> Rc<RefCell<World>> {
 /// A loop whose Deltas slot drains `world` as the shard does.
 fn shard_loop(world: &Rc<RefCell<World>>) -> EventLoop {
     EventLoop::builder()
-        .slot(Slot::Deltas, world::deltas_handler(world.clone()))
+        .slot(Phase::Deltas, world::deltas_handler(world.clone()))
         .build()
 }
 
@@ -597,7 +597,7 @@ fn speech_log(el_world: &Rc<RefCell<World>>) -> (EventLoop, Rc<RefCell<Vec<Seria
     let log = Rc::new(RefCell::new(Vec::new()));
     let (w, l) = (el_world.clone(), log.clone());
     let el = EventLoop::builder()
-        .slot(Slot::Deltas, move || {
+        .slot(Phase::Deltas, move || {
             w.borrow_mut()
                 .drain_deltas_with(world::DELTAS_PER_ITERATION, |s, d| {
                     if d.contains(Delta::SPEECH) {

@@ -10,7 +10,6 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::hash::BuildHasherDefault;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::task::{Context, Poll};
@@ -209,25 +208,23 @@ impl Future for Contained {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let polled = catch_unwind(AssertUnwindSafe(|| self.future.as_mut().poll(cx)));
-        let panic = match polled {
+        let panic = match runtime::catch(|| self.future.as_mut().poll(cx)) {
             Ok(Poll::Pending) => return Poll::Pending,
             Ok(Poll::Ready(())) => None,
-            Err(payload) => Some(payload),
+            Err(why) => Some(why),
         };
         // Over: the NPC runs this behaviour again only when it next wakes.
         if let Some(kind) = self.kind.upgrade() {
             kind.running.remove(&self.npc);
-            if let Some(payload) = panic {
+            if let Some(why) = panic {
                 kind.count(|s| s.panicked += 1);
                 runtime::count_panic();
                 tracing::error!(
                     behaviour = kind.spec.name,
                     registered_at = %kind.spec.site,
                     npc = %self.npc,
-                    "an NPC behaviour panicked: {}; it stops for this NPC until the NPC next \
-                     wakes, the loop goes on",
-                    runtime::panic_text(&*payload)
+                    "an NPC behaviour panicked: {why}; it stops for this NPC until the NPC next \
+                     wakes, the loop goes on"
                 );
             }
         }

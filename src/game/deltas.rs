@@ -18,7 +18,7 @@ use std::rc::Rc;
 
 use crate::EventLoopBuilder;
 use crate::net::{ConnId, Net, Sessions, frame};
-use crate::runtime::Slot;
+use crate::runtime::Phase;
 use crate::world::{DELTAS_PER_ITERATION, Delta, Location, Serial, World};
 
 use super::players::Players;
@@ -92,12 +92,12 @@ pub fn wire(
     packets: DeltaPackets,
 ) -> EventLoopBuilder {
     builder
-        .slot(Slot::Network, net.network_slot())
+        .slot(Phase::Network, net.network_slot())
         .slot(
-            Slot::Deltas,
+            Phase::Deltas,
             deltas_handler(world, players, net.clone(), packets),
         )
-        .slot(Slot::Flush, net.flush_slot())
+        .slot(Phase::Flush, net.flush_slot())
 }
 
 /// The Deltas slot handler with players connected: drains the world's changes like

@@ -8,11 +8,10 @@
 //! timers or tasks: the shard does, when it runs.
 
 use std::cell::RefCell;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 
 use crate::net::Net;
-use crate::runtime::panic_text;
+use crate::runtime;
 use crate::world::World;
 
 use super::behaviours::Behaviours;
@@ -65,12 +64,11 @@ pub(crate) fn disconnected(packet: &mut Packet<'_>, hooks: &[(Box<DisconnectFn>,
     let conn = packet.conn;
     for (hook, site) in hooks {
         // One game's panic must not skip another's hook, nor the engine's cleanup.
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| hook(packet))) {
+        if let Err(why) = runtime::catch(|| hook(packet)) {
             tracing::error!(
                 %conn,
                 %site,
-                "a disconnect hook panicked: {}; the player leaves anyway",
-                panic_text(&*panic)
+                "a disconnect hook panicked: {why}; the player leaves anyway"
             );
         }
     }

@@ -22,8 +22,9 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::atomic::AtomicU64;
 
-use crate::runtime::history::{LoopSecond, Part};
-use crate::runtime::{LagHistogram, Verdict};
+use crate::runtime::history::LoopSecond;
+use crate::runtime::telemetry::{Kind, Metric, TOTALS, Total, Value};
+use crate::runtime::{LagHistogram, LoopStats, Phase, Verdict};
 
 use super::disk::DirSize;
 use super::probe::Snapshot;
@@ -58,7 +59,7 @@ pub fn verdict_label(verdict: Verdict) -> &'static str {
 pub struct PhaseTotals {
     /// The newest uptime second added.
     pub seen: Option<u64>,
-    pub spent: [Duration; Part::COUNT],
+    pub spent: [Duration; Phase::COUNT],
 }
 
 impl PhaseTotals {
@@ -68,8 +69,8 @@ impl PhaseTotals {
             if self.seen.is_some_and(|seen| second.uptime_second <= seen) {
                 continue;
             }
-            for part in Part::ALL {
-                self.spent[part as usize] += second.spent(part);
+            for phase in Phase::ALL {
+                self.spent[phase as usize] += second.spent(phase);
             }
             self.seen = Some(second.uptime_second);
         }
@@ -152,66 +153,13 @@ fn unit_gauge(registry: &mut Registry, name: &str, help: &str, unit: Unit, value
 
 fn register_loop(registry: &mut Registry, snapshot: &Snapshot, readings: &Readings<'_>) {
     let s = &snapshot.stats;
-    let counters: [(&str, &str, u64); 12] = [
-        ("loop_iterations", "Loop iterations run", s.iterations),
-        (
-            "loop_sleeps",
-            "Idle sleeps: the loop parked with every queue empty",
-            s.sleeps,
-        ),
-        (
-            "loop_thread_wakeups",
-            "Times the loop thread blocked and was woken (its voluntary context switches)",
-            s.thread_wakeups,
-        ),
-        (
-            "loop_late_wakes",
-            "Idle sleeps that came back a tick or more after their deadline",
-            s.late_wakes,
-        ),
-        (
-            "loop_ticks_fired",
-            "Tick boundaries processed that had a due timer",
-            s.ticks_fired,
-        ),
-        (
-            "loop_late_ticks",
-            "Fired ticks processed a tick or more after their boundary",
-            s.late_ticks,
-        ),
-        (
-            "loop_very_late_ticks",
-            "Fired ticks processed two ticks or more after their boundary",
-            s.very_late_ticks,
-        ),
-        (
-            "loop_posts",
-            "Closures posted to the loop, counted as the loop takes them to run",
-            s.posts,
-        ),
-        (
-            "loop_wakes_issued",
-            "Wakes sent to a possibly parked loop",
-            s.wakes_issued,
-        ),
-        (
-            "loop_wakes_elided",
-            "Wakes not needed: the loop was running or already signalled",
-            s.wakes_elided,
-        ),
-        (
-            "loop_sleep_backoffs",
-            "Times sleeping was suspended because the host returned sleeps late",
-            s.backoffs,
-        ),
-        (
-            "loop_panics",
-            "Panics caught in timer callbacks and tasks",
-            s.panics,
-        ),
-    ];
-    for (name, help, value) in counters {
-        counter(registry, name, help, value);
+    // The table's families: counts and times first, then (after the verdict and the lag
+    // histogram) peaks and levels.
+    for total in TOTALS
+        .iter()
+        .filter(|t| matches!(t.kind, Kind::Count | Kind::Time))
+    {
+        register_total(registry, total, s);
     }
     let verdicts = Family::<VerdictLabel, Gauge>::default();
     for (verdict, name) in VERDICTS {
@@ -230,13 +178,12 @@ fn register_loop(registry: &mut Registry, snapshot: &Snapshot, readings: &Readin
         Unit::Seconds,
         LagFamily(snapshot.lag),
     );
-    unit_gauge(
-        registry,
-        "loop_max_wheel_lag",
-        "The largest wheel lag since start",
-        Unit::Seconds,
-        s.max_wheel_lag.as_secs_f64(),
-    );
+    for total in TOTALS
+        .iter()
+        .filter(|t| matches!(t.kind, Kind::Peak | Kind::Level))
+    {
+        register_total(registry, total, s);
+    }
     seconds_counter(
         registry,
         "loop_cpu",
@@ -262,12 +209,12 @@ fn register_loop(registry: &mut Registry, snapshot: &Snapshot, readings: &Readin
             PhaseLabel,
             prometheus_client::metrics::counter::Counter<f64, AtomicU64>,
         >::default();
-        for part in Part::ALL {
+        for phase in Phase::ALL {
             phases
                 .get_or_create(&PhaseLabel {
-                    phase: phase_label(part),
+                    phase: phase.label(),
                 })
-                .inc_by(readings.phases.spent[part as usize].as_secs_f64());
+                .inc_by(readings.phases.spent[phase as usize].as_secs_f64());
         }
         registry.register_with_unit(
             "loop_phase",
@@ -278,11 +225,17 @@ fn register_loop(registry: &mut Registry, snapshot: &Snapshot, readings: &Readin
     }
 }
 
-/// A part's label value (snake case, no spaces).
-pub fn phase_label(part: Part) -> &'static str {
-    match part {
-        Part::Save => "save_snapshot",
-        other => other.name(),
+/// One total of the table as its family, if it has one: a count as a counter, a time as a
+/// counter in seconds, a peak as a gauge in seconds, a level as a gauge.
+fn register_total(registry: &mut Registry, total: &Total, stats: &LoopStats) {
+    let Some(Metric { name, help }) = total.metric else {
+        return;
+    };
+    match ((total.get)(stats), total.kind) {
+        (Value::Number(n), Kind::Count) => counter(registry, name, help, n),
+        (Value::Number(n), _) => gauge(registry, name, help, n),
+        (Value::Time(d), Kind::Time) => seconds_counter(registry, name, help, d),
+        (Value::Time(d), _) => unit_gauge(registry, name, help, Unit::Seconds, d.as_secs_f64()),
     }
 }
 
@@ -553,6 +506,101 @@ mod tests {
             "# HELP a_things_total Things.\n# TYPE a_things_total counter\na_things_total 3\n\
              # HELP b_lag_seconds Lag.\n# TYPE b_lag_seconds gauge\nb_lag_seconds 0.5\n"
         );
+    }
+
+    /// `docs/monitoring.md`'s metrics table: each family's name as `# TYPE` gives it (no
+    /// `_total`, no labels) and its type.
+    fn documented() -> Vec<(String, String)> {
+        let doc = include_str!("../../docs/monitoring.md");
+        let mut families = Vec::new();
+        for line in doc.lines().filter(|l| l.starts_with("| `shardloop_")) {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let kind = cells[1].trim().to_owned();
+            for name in cells[0].trim_start_matches("| ").split(", ") {
+                let name = name.trim_matches('`');
+                let name = name.split('{').next().unwrap_or(name);
+                let name = if kind == "counter" {
+                    name.strip_suffix("_total").unwrap_or(name)
+                } else {
+                    name
+                };
+                families.push((name.to_owned(), kind.clone()));
+            }
+        }
+        families
+    }
+
+    /// What one scrape holds: every family with its type, from `# TYPE` lines.
+    fn scraped() -> Vec<(String, String)> {
+        let snapshot = Snapshot {
+            stats: LoopStats::default(),
+            lag: LagHistogram::default(),
+            loop_cpu: Duration::ZERO,
+            net: crate::net::NetStats::default(),
+            world: super::super::WorldCounts::default(),
+            persist: super::super::PersistFacts::default(),
+            history: Vec::new(),
+        };
+        let phases = PhaseTotals {
+            seen: Some(0),
+            ..PhaseTotals::default()
+        };
+        let readings = Readings {
+            process: ProcessFacts {
+                resident_bytes: Some(1),
+                open_fds: Some(1),
+                max_fds: Some(1),
+                ..ProcessFacts::default()
+            },
+            disk: &[],
+            saves: &SaveMetrics::default(),
+            phases: &phases,
+            heartbeat_still: Duration::ZERO,
+            snapshot_age: Duration::ZERO,
+            start_time: 0.0,
+        };
+        encode(&snapshot, &readings)
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .map(|(name, kind)| (name.to_owned(), kind.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_metrics_doc_lists_every_family_of_the_table_and_of_a_scrape_with_its_type() {
+        let documented = documented();
+        let scraped = scraped();
+        for total in TOTALS.iter() {
+            let Some(metric) = total.metric else { continue };
+            let unit = if total.kind.is_time() { "_seconds" } else { "" };
+            let kind = match total.kind {
+                Kind::Count | Kind::Time => "counter",
+                Kind::Peak | Kind::Level => "gauge",
+            };
+            let family = (format!("shardloop_{}{unit}", metric.name), kind.to_owned());
+            assert!(
+                documented.contains(&family),
+                "{family:?} is not in docs/monitoring.md"
+            );
+            assert!(scraped.contains(&family), "{family:?} is not in a scrape");
+        }
+        for family in &scraped {
+            assert!(
+                documented.contains(family),
+                "{family:?} is not in docs/monitoring.md"
+            );
+        }
+        // The loop's families are always there: none documented that a scrape lacks.
+        for family in documented
+            .iter()
+            .filter(|(n, _)| n.starts_with("shardloop_loop_"))
+        {
+            assert!(
+                scraped.contains(family),
+                "docs/monitoring.md lists {family:?}, gone"
+            );
+        }
     }
 
     #[test]

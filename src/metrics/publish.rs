@@ -129,7 +129,8 @@ mod tests {
     use super::*;
     use crate::metrics::{PersistFacts, WorldCounts};
     use crate::runtime::EventLoop;
-    use crate::runtime::history::{LoopSecond, Part};
+    use crate::runtime::Phase;
+    use crate::runtime::history::LoopSecond;
 
     /// A history that grows by one second each time `grow` is called, and counts the seconds
     /// the history source hands out.
@@ -146,7 +147,7 @@ mod tests {
                 uptime_second: seconds.len() as u64,
                 ..LoopSecond::default()
             };
-            s.add(Part::Timers, Duration::from_millis(10));
+            s.add(Phase::Timers, Duration::from_millis(10));
             seconds.push(s);
         }
     }
@@ -220,7 +221,7 @@ mod tests {
         );
         assert_eq!(last.phases.seen, Some(seconds as u64 - 1));
         assert_eq!(
-            last.phases.spent[Part::Timers as usize],
+            last.phases.spent[Phase::Timers as usize],
             Duration::from_millis(10) * seconds as u32
         );
     }

@@ -17,7 +17,6 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::{Rc, Weak};
 use std::task::Poll;
 use std::time::Duration;
@@ -36,8 +35,8 @@ use super::reason;
 use super::session::{Disconnect, NetState, Sessions};
 use super::throttle::Throttle;
 use crate::LoopContext;
+use crate::runtime::catch;
 use crate::runtime::history::Offender;
-use crate::runtime::panic_text;
 use crate::runtime::profile::ENABLED as PROFILING;
 use crate::timer::{self, TimerToken};
 
@@ -724,21 +723,18 @@ impl Server {
             }
             let sessions = &mut self.sessions;
             let began = PROFILING.then(std::time::Instant::now);
-            let handled = catch_unwind(AssertUnwindSafe(|| {
-                (entry.handler)(sessions, conn, frame.payload())
-            }));
+            let handled = catch(|| (entry.handler)(sessions, conn, frame.payload()));
             if let Some(began) = began {
                 Offender::offer(&mut self.worst_handler, began.elapsed(), frame.id);
             }
             let why = match handled {
                 Ok(Ok(())) => continue,
                 Ok(Err(bad)) => reason::bad_packet(frame.id, entry.name, bad),
-                Err(panic) => {
+                Err(why) => {
                     tracing::error!(
                         packet = format_args!("0x{:02x}", frame.id),
-                        "the {} handler panicked: {}; disconnecting that client",
+                        "the {} handler panicked: {why}; disconnecting that client",
                         entry.name,
-                        panic_text(&*panic)
                     );
                     format!("the {} handler panicked", entry.name)
                 }
@@ -803,11 +799,10 @@ impl Server {
             for conn in condemned {
                 for hook in &mut self.on_disconnect {
                     let sessions = &mut self.sessions;
-                    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| hook(sessions, conn))) {
+                    if let Err(why) = catch(|| hook(sessions, conn)) {
                         tracing::error!(
                             %conn,
-                            "the disconnect hook panicked: {}; the connection closes anyway",
-                            panic_text(&*panic)
+                            "the disconnect hook panicked: {why}; the connection closes anyway"
                         );
                     }
                 }

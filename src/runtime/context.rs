@@ -39,7 +39,8 @@ use super::executor::{Executor, TaskWaker};
 use super::fault::FaultState;
 use super::health::Health;
 use super::profile::Profile;
-use super::stats::{Counters, LoopStats};
+use super::stats::Counters;
+use super::telemetry::LoopStats;
 
 /// A closure posted to the loop, and where it was posted.
 pub(crate) type Posted = (
@@ -362,29 +363,21 @@ impl Core {
         let c = &self.counters;
         let (issued, forced) = self.shared.wakes_issued();
         let health = self.health.borrow();
+        let (stolen, run_queue_wait) = self.profile.totals();
+        let counted = c.totals.snapshot();
         LoopStats {
-            iterations: c.iterations.get(),
-            sleeps: c.sleeps.get(),
-            late_wakes: c.late_wakes.get(),
             wakes_issued: issued + forced,
             // Every post, remote wake and local wake of a parked loop asked for a wake;
             // those that did not issue one were elided. (The counters are read one by one
             // while producers run: a snapshot may be off by the posts in flight.)
-            wakes_elided: (c.posts_taken.get()
-                + c.remote_wakes_taken.get()
-                + c.local_notifies.get())
-            .saturating_sub(issued),
-            ticks_fired: c.ticks_fired.get(),
-            late_ticks: c.late_ticks.get(),
-            very_late_ticks: c.very_late_ticks.get(),
-            max_wheel_lag: c.max_wheel_lag.get(),
-            panics: c.panics.get(),
+            wakes_elided: (counted.posts + c.remote_wakes_taken.get() + c.local_notifies.get())
+                .saturating_sub(issued),
             verdict: health.verdict(),
             backoffs: health.backoffs,
-            posts: c.posts_taken.get(),
-            stolen: self.profile.totals().0,
-            run_queue_wait: self.profile.totals().1,
+            stolen,
+            run_queue_wait,
             thread_wakeups: c.thread_wakeups(),
+            ..counted
         }
     }
 

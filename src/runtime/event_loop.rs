@@ -26,7 +26,6 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
@@ -36,14 +35,16 @@ use tokio::time::{Duration, Instant};
 
 use super::context::{Clock, Core, LoopContext, Posted, install, uninstall};
 use super::executor::TaskWaker;
-use super::fault::{self, Fault, INJECTED_PANIC, Phase};
+use super::fault::{self, Fault, INJECTED_PANIC};
 use super::fire::fire;
 use super::health::{self, Health};
-use super::history::{Part, Site};
-use super::panic::panic_text;
+use super::history::Site;
+use super::panic::catch;
 use super::park::{Park, Woken};
+use super::phase::Phase;
 use super::profile::{ENABLED as PROFILING, Kind};
-use super::stats::{Counters, LagHistogram, LoopStats};
+use super::stats::{Counters, LagHistogram};
+use super::telemetry::LoopStats;
 use super::thread_wakes;
 
 /// Default longest idle block when no timer is due. The loop wakes for due ticks, posts and
@@ -59,17 +60,6 @@ pub const DEFAULT_LATE_WAKE_THRESHOLD: u32 = 1;
 pub const DEFAULT_LATE_WAKE_PERCENT: u32 = 25;
 /// Posted closures run per iteration at most; the rest wait for the next iteration.
 const POSTED_PER_ITERATION: usize = 4096;
-
-/// A phase the shard fills with handlers (network, entity deltas, socket flush).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Slot {
-    /// Phase 2: accept connections, handle received packets.
-    Network,
-    /// Phase 5: drain the entity delta queues.
-    Deltas,
-    /// Phase 6: hand outgoing buffers to the writers.
-    Flush,
-}
 
 /// A slot handler: does its bounded share of work and returns true if it left work pending
 /// (which keeps the loop from parking).
@@ -87,7 +77,7 @@ pub struct EventLoopBuilder {
     tick: Duration,
     probe_host: Option<Probe>,
     spin_before_park: Duration,
-    handlers: Vec<(Slot, Handler)>,
+    handlers: Vec<(Phase, Handler)>,
 }
 
 impl fmt::Debug for EventLoopBuilder {
@@ -167,9 +157,20 @@ impl EventLoopBuilder {
         self
     }
 
-    /// Adds a handler to a phase slot; handlers of one slot run in the order added.
-    pub fn slot(mut self, slot: Slot, handler: impl FnMut() -> bool + 'static) -> Self {
-        self.handlers.push((slot, Box::new(handler)));
+    /// Adds a handler to a phase that takes them ([`Phase::has_slot`]: Network, Deltas,
+    /// Flush); handlers of one phase run in the order added.
+    ///
+    /// # Panics
+    /// For a phase the runtime runs itself (Timers, Tasks, Posted, and the parts of the wall
+    /// time that are not phases of an iteration).
+    #[track_caller]
+    pub fn slot(mut self, phase: Phase, handler: impl FnMut() -> bool + 'static) -> Self {
+        assert!(
+            phase.has_slot(),
+            "EventLoopBuilder::slot: the {phase} phase takes no handlers (only Network, Deltas \
+             and Flush do)"
+        );
+        self.handlers.push((phase, Box::new(handler)));
         self
     }
 
@@ -214,7 +215,7 @@ impl EventLoopBuilder {
             handlers: self.handlers,
             posted: VecDeque::new(),
             park: Park::default(),
-            idle_part: Part::Sleep,
+            idle_part: Phase::Sleep,
         }
     }
 }
@@ -232,12 +233,12 @@ pub struct EventLoop {
     spin_until: Option<std::time::Instant>,
     /// `wakes_issued` when the loop last looked: a change means an outside event came.
     wakes_seen: u64,
-    handlers: Vec<(Slot, Handler)>,
+    handlers: Vec<(Phase, Handler)>,
     posted: VecDeque<Posted>,
     park: Park,
     /// What the time since the last iteration was, for the profile: a park, or a poll of
     /// tokio's reactor.
-    idle_part: Part,
+    idle_part: Phase,
 }
 
 impl fmt::Debug for EventLoop {
@@ -391,7 +392,7 @@ impl EventLoop {
     fn iterate(&mut self, poll_root: &mut dyn FnMut()) -> Result<bool, Fault> {
         let core = self.core.clone();
         core.shared.set_running(true);
-        Counters::bump(&core.counters.iterations);
+        Counters::bump(&core.counters.totals.iterations);
         // Anything pushed from now on raises the signal again, so nothing is missed.
         core.shared.clear_notified();
         if PROFILING {
@@ -399,7 +400,7 @@ impl EventLoop {
                 .iteration_start(self.idle_part, || core.stats());
         }
         // What a profiled phase does at its end: one clock read.
-        let end = |part: Part| {
+        let end = |part: Phase| {
             if PROFILING {
                 core.profile.phase_end(part);
             }
@@ -408,25 +409,25 @@ impl EventLoop {
 
         self.guarded(Phase::Timers, |this| this.run_timers(now))?;
         core.logical_now.set(now);
-        end(Part::Timers);
+        end(Phase::Timers);
 
-        let mut pending = self.guarded(Phase::Network, |this| this.run_slot(Slot::Network))?;
-        end(Part::Network);
+        let mut pending = self.guarded(Phase::Network, |this| this.run_slot(Phase::Network))?;
+        end(Phase::Network);
         self.guarded(Phase::Tasks, |_| core.executor.run_ready(&core, poll_root))?;
-        end(Part::Tasks);
+        end(Phase::Tasks);
         pending |= self.guarded(Phase::Posted, Self::run_posted)?;
-        end(Part::Posted);
+        end(Phase::Posted);
         pending |= self.guarded(Phase::Deltas, |this| {
             if this.core.faults.take_injected_panic() {
                 panic!("{INJECTED_PANIC}");
             }
-            this.run_slot(Slot::Deltas)
+            this.run_slot(Phase::Deltas)
         })?;
-        end(Part::Deltas);
-        pending |= self.guarded(Phase::Flush, |this| this.run_slot(Slot::Flush))?;
-        end(Part::Flush);
+        end(Phase::Deltas);
+        pending |= self.guarded(Phase::Flush, |this| this.run_slot(Phase::Flush))?;
+        end(Phase::Flush);
 
-        self.guarded(Phase::Idle, |this| {
+        self.guarded(Phase::Sleep, |this| {
             this.core.health.borrow_mut().sample(now)
         })?;
         Ok(pending || core.executor.has_ready() || core.shared.has_posted())
@@ -435,11 +436,11 @@ impl EventLoop {
     /// Runs one phase; a panic that escapes it becomes the loop's [`Fault`], logged with its
     /// site and counted.
     fn guarded<T>(&mut self, phase: Phase, run: impl FnOnce(&mut Self) -> T) -> Result<T, Fault> {
-        catch_unwind(AssertUnwindSafe(|| run(self))).map_err(|payload| {
-            Counters::bump(&self.core.counters.panics);
+        catch(|| run(self)).map_err(|message| {
+            self.core.counters.count_panic();
             let fault = Fault::Panic {
                 phase,
-                message: panic_text(&*payload).to_owned(),
+                message,
                 site: fault::take_site(),
             };
             tracing::error!("{fault}; the loop stops");
@@ -476,17 +477,17 @@ impl EventLoop {
 
     fn account_tick(&self, boundary: Instant) {
         let c = &self.core.counters;
-        Counters::bump(&c.ticks_fired);
+        Counters::bump(&c.totals.ticks_fired);
         let lag = Instant::now().saturating_duration_since(boundary);
         let tick = self.core.clock.tick;
         if lag >= tick {
-            Counters::bump(&c.late_ticks);
+            Counters::bump(&c.totals.late_ticks);
         }
         if lag >= tick * 2 {
-            Counters::bump(&c.very_late_ticks);
+            Counters::bump(&c.totals.very_late_ticks);
         }
-        if lag > c.max_wheel_lag.get() {
-            c.max_wheel_lag.set(lag);
+        if lag > c.totals.max_wheel_lag.get() {
+            c.totals.max_wheel_lag.set(lag);
         }
         if PROFILING {
             self.core.profile.lagged(lag);
@@ -494,10 +495,10 @@ impl EventLoop {
         c.record_lag(lag);
     }
 
-    fn run_slot(&mut self, slot: Slot) -> bool {
+    fn run_slot(&mut self, phase: Phase) -> bool {
         let mut pending = false;
-        for (s, handler) in &mut self.handlers {
-            if *s == slot {
+        for (p, handler) in &mut self.handlers {
+            if *p == phase {
                 pending |= handler();
             }
         }
@@ -511,7 +512,7 @@ impl EventLoop {
                 .core
                 .shared
                 .take_posted(&mut self.posted, POSTED_PER_ITERATION);
-            Counters::add(&self.core.counters.posts_taken, taken);
+            Counters::add(&self.core.counters.totals.posts, taken);
         }
         let profile = &self.core.profile;
         let mut since = profile.mark(); // read only with the profile (see run_timers)
@@ -530,13 +531,9 @@ impl EventLoop {
 
     /// Runs one posted closure; returns where it was posted.
     fn run_posted_job(&self, (job, site): Posted) -> &'static std::panic::Location<'static> {
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
-            Counters::bump(&self.core.counters.panics);
-            tracing::error!(
-                posted_at = %site,
-                "a posted closure panicked: {}; the loop goes on",
-                panic_text(&*payload)
-            );
+        if let Err(why) = catch(job) {
+            self.core.counters.count_panic();
+            tracing::error!(posted_at = %site, "a posted closure panicked: {why}; the loop goes on");
         }
         site
     }
@@ -544,7 +541,7 @@ impl EventLoop {
     /// Phase 7: park until the next due boundary (capped by `idle_wait`) or a notify — or,
     /// with work pending or sleeping off, just let tokio run its reactor once. Returns which
     /// of the two it was, as a profile part.
-    async fn idle(&mut self, pending: bool) -> Part {
+    async fn idle(&mut self, pending: bool) -> Phase {
         let core = self.core.clone();
         let now = Instant::now();
         let spinning = self.in_spin_window();
@@ -555,7 +552,7 @@ impl EventLoop {
         {
             core.shared.set_running(false);
             tokio::task::yield_now().await;
-            return Part::Network;
+            return Phase::Network;
         }
         let next_due = core
             .wheel
@@ -567,9 +564,9 @@ impl EventLoop {
             .unwrap_or(now + Duration::from_secs(86_400 * 365));
         let deadline = next_due.map_or(cap, |due| due.min(cap));
         if deadline <= now {
-            return Part::Network;
+            return Phase::Network;
         }
-        Counters::bump(&core.counters.sleeps);
+        Counters::bump(&core.counters.totals.sleeps);
         core.shared.set_running(false);
         let woken = self.park.wait(&core.shared, deadline).await;
         let overshoot = match woken {
@@ -578,7 +575,7 @@ impl EventLoop {
         };
         let late = overshoot >= core.clock.tick;
         if late {
-            Counters::bump(&core.counters.late_wakes);
+            Counters::bump(&core.counters.totals.late_wakes);
         }
         if PROFILING {
             core.profile.slept(overshoot);
@@ -588,7 +585,7 @@ impl EventLoop {
             deadline.saturating_duration_since(now),
             overshoot,
         );
-        Part::Sleep
+        Phase::Sleep
     }
 
     /// Opens a spin window when an outside event woke the loop since it last looked (see

@@ -27,7 +27,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
-use std::panic::{AssertUnwindSafe, Location, catch_unwind};
+use std::panic::Location;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,7 +39,7 @@ use crate::slab::{Key, Slab};
 
 use super::context::{Core, Shared, core, is_loop_thread, with_current};
 use super::history::Site;
-use super::panic::panic_text;
+use super::panic::catch;
 use super::profile::{ENABLED as PROFILING, Kind};
 use super::stats::Counters;
 
@@ -324,7 +324,7 @@ impl Executor {
         let mut cx = Context::from_waker(&waker);
         self.polling
             .set(Some((id, waker.data(), std::ptr::from_ref(waker.vtable()))));
-        let polled = catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx)));
+        let polled = catch(|| future.as_mut().poll(&mut cx));
         self.polling.set(None);
         match polled {
             Ok(Poll::Pending) => {
@@ -349,12 +349,11 @@ impl Executor {
                 let task = self.tasks.borrow_mut().remove(id);
                 drop((future, task));
             }
-            Err(payload) => {
-                core.counters.panics.set(core.counters.panics.get() + 1);
+            Err(why) => {
+                core.counters.count_panic();
                 tracing::error!(
                     spawned_at = %site,
-                    "a task panicked: {}; the task is dropped, the loop goes on",
-                    panic_text(&*payload)
+                    "a task panicked: {why}; the task is dropped, the loop goes on"
                 );
                 let task = self.tasks.borrow_mut().remove(id);
                 drop((future, task));

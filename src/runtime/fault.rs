@@ -24,33 +24,7 @@ use std::sync::Once;
 use tokio::sync::Notify;
 
 use super::context::{core, try_core};
-
-/// A loop phase, as a fault names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Phase {
-    Timers,
-    Network,
-    Tasks,
-    Posted,
-    Deltas,
-    Flush,
-    /// The end of an iteration: health sampling and the decision to park.
-    Idle,
-}
-
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Phase::Timers => "Timers",
-            Phase::Network => "Network",
-            Phase::Tasks => "Tasks",
-            Phase::Posted => "Posted",
-            Phase::Deltas => "Deltas",
-            Phase::Flush => "Flush",
-            Phase::Idle => "Idle",
-        })
-    }
-}
+use super::phase::Phase;
 
 /// Why a loop cannot go on serving.
 #[derive(Debug, Clone, PartialEq, Eq)]

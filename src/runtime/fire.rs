@@ -5,12 +5,12 @@
 //! This is the only place timer callbacks run. It never holds a borrow of the wheel while a
 //! callback or a waker runs — callbacks start, cancel and inspect timers themselves.
 
-use std::panic::{AssertUnwindSafe, Location, catch_unwind};
+use std::panic::Location;
 use std::task::Waker;
 
 use super::context::Core;
 use super::job::{Job, WakeTarget};
-use super::panic::panic_text;
+use super::panic::catch;
 use crate::slab::Key;
 
 impl WakeTarget {
@@ -60,16 +60,15 @@ pub(crate) fn fire(core: &Core, key: Key) -> Option<&'static Location<'static>> 
 
     let mut callback = callback?;
     core.current_timer.set(Some(key));
-    let outcome = catch_unwind(AssertUnwindSafe(&mut callback));
+    let outcome = catch(&mut callback);
     core.current_timer.set(None);
 
     let mut wheel = core.wheel.borrow_mut();
-    if let Err(payload) = outcome {
-        core.counters.panics.set(core.counters.panics.get() + 1);
+    if let Err(why) = outcome {
+        core.counters.count_panic();
         tracing::error!(
             started_at = %site,
-            "a timer callback panicked: {}; the timer is stopped, the loop goes on",
-            panic_text(&*payload)
+            "a timer callback panicked: {why}; the timer is stopped, the loop goes on"
         );
         let removed = wheel.remove(key);
         drop(wheel);

@@ -2,8 +2,9 @@
 //! in a fixed ring of [`History::CAPACITY`] (15 minutes), so an episode can be compared with
 //! the quiet minutes around it.
 //!
-//! A record says where the second went — each loop phase, the save snapshot, sleep, and time
-//! *stolen* from the thread (run-queue wait, host steal) —, what the loop counted in it, and
+//! A record says where the second went — each [`Phase`]: the loop's phases, the save snapshot,
+//! sleep, and time *stolen* from the thread (run-queue wait, host steal) —, what the loop
+//! counted in it ([`SecondCounts`]), and
 //! the worst offender of the second for each kind of work (timer callback, task poll, posted
 //! closure, packet handler) with its site. [`Summary`] condenses the last N seconds for the
 //! console's `loopstats`; [`write_csv`] and [`read_csv`] carry the ring to a file and back
@@ -25,73 +26,10 @@ use std::time::Duration;
 
 pub use csv::{COLUMNS, Column, CsvError, MAX_LINE_BYTES, MAX_ROWS, read_csv, write_csv};
 pub(crate) use summary::time_of_day;
-pub use summary::{PartSummary, Summary, Worst};
+pub use summary::{PhaseSummary, Summary, Worst};
 
-/// A part of the loop thread's wall time. The seven work parts are the loop's phases and the
-/// save snapshot (which runs inside a phase and is counted here, not there); with sleep and
-/// stolen time they add up to the wall time of the second.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Part {
-    /// Running due timer callbacks.
-    Timers,
-    /// Accepting connections and handling received packets.
-    Network,
-    /// Polling woken tasks.
-    Tasks,
-    /// Running closures posted from other threads.
-    Posted,
-    /// Draining the world's delta queues into packets.
-    Deltas,
-    /// Handing outgoing buffers to the socket writers.
-    Flush,
-    /// Copying the world for a save (the files are written off the loop).
-    Save,
-    /// Parked with every queue empty.
-    Sleep,
-    /// Wall time the thread was not on a CPU though it could run: run-queue wait and host
-    /// steal.
-    Stolen,
-}
-
-impl Part {
-    /// How many parts there are.
-    pub const COUNT: usize = 9;
-
-    /// Every part, work first, in the order of the loop and of the CSV columns.
-    pub const ALL: [Part; Part::COUNT] = [
-        Part::Timers,
-        Part::Network,
-        Part::Tasks,
-        Part::Posted,
-        Part::Deltas,
-        Part::Flush,
-        Part::Save,
-        Part::Sleep,
-        Part::Stolen,
-    ];
-
-    /// Its name for people: the console, the chart's legend.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Part::Timers => "timers",
-            Part::Network => "network",
-            Part::Tasks => "tasks",
-            Part::Posted => "posted",
-            Part::Deltas => "deltas",
-            Part::Flush => "flush",
-            Part::Save => "save snapshot",
-            Part::Sleep => "sleep",
-            Part::Stolen => "stolen",
-        }
-    }
-
-    /// Whether the loop thread was doing work (not sleeping, not kept off the CPU).
-    #[must_use]
-    pub fn is_work(self) -> bool {
-        !matches!(self, Part::Sleep | Part::Stolen)
-    }
-}
+use super::phase::Phase;
+use super::telemetry::SecondCounts;
 
 /// Where a timer was created, a task spawned or a closure posted: the caller's file, line and
 /// column, as `#[track_caller]` gives them. A copy of a [`Location`] that a CSV reader can also
@@ -160,59 +98,37 @@ pub struct LoopSecond {
     pub uptime_second: u64,
     /// The wall time this record covers.
     pub wall: Duration,
-    /// The time spent in each [`Part`], indexed by `Part as usize`; read it with
+    /// The time spent in each [`Phase`], indexed by `Phase as usize`; read it with
     /// [`LoopSecond::spent`].
-    pub parts: [Duration; Part::COUNT],
-    /// The share of [`Part::Stolen`] measured as run-queue wait (from the thread's
+    pub parts: [Duration; Phase::COUNT],
+    /// The share of [`Phase::Stolen`] measured as run-queue wait (from the thread's
     /// schedstat); the rest of it is host steal.
     pub run_queue_wait: Duration,
-    /// Loop iterations run.
-    pub iterations: u64,
-    /// Idle sleeps (parks).
-    pub sleeps: u64,
-    /// The most a sleep overran its deadline.
-    pub max_sleep_overshoot: Duration,
-    /// Sleeps that came back one tick or more late.
-    pub late_wakes: u64,
-    /// Tick boundaries processed that had a due timer.
-    pub ticks_fired: u64,
-    /// The largest processing time − boundary of a fired tick.
-    pub max_wheel_lag: Duration,
-    /// Closures posted to the loop.
-    pub posts: u64,
-    /// Wakes sent to a possibly parked loop.
-    pub wakes_issued: u64,
-    /// Wakes not needed (the loop was running, or already signalled).
-    pub wakes_elided: u64,
-    /// Packets handled.
-    pub packets_in: u64,
-    /// Packets queued to players.
-    pub packets_out: u64,
-    /// Players logged in at the end of the second.
-    pub players: u64,
+    /// What the loop counted in the second (the table in [`super::telemetry`]).
+    pub counts: SecondCounts,
     /// The longest timer callback, task poll, posted closure and packet handler.
     pub worst: Offenders,
 }
 
 impl LoopSecond {
-    /// The time spent in `part`.
+    /// The time spent in `phase`.
     #[must_use]
-    pub fn spent(&self, part: Part) -> Duration {
-        self.parts[part as usize]
+    pub fn spent(&self, phase: Phase) -> Duration {
+        self.parts[phase as usize]
     }
 
-    /// Adds `took` to `part`.
-    pub fn add(&mut self, part: Part, took: Duration) {
-        self.parts[part as usize] += took;
+    /// Adds `took` to `phase`.
+    pub fn add(&mut self, phase: Phase, took: Duration) {
+        self.parts[phase as usize] += took;
     }
 
-    /// `part`'s share of the wall time, 0–1 (0 for a record with no wall time).
+    /// `phase`'s share of the wall time, 0–1 (0 for a record with no wall time).
     #[must_use]
-    pub fn share(&self, part: Part) -> f64 {
+    pub fn share(&self, phase: Phase) -> f64 {
         if self.wall.is_zero() {
             return 0.0;
         }
-        self.spent(part).as_secs_f64() / self.wall.as_secs_f64()
+        self.spent(phase).as_secs_f64() / self.wall.as_secs_f64()
     }
 }
 

@@ -15,20 +15,24 @@ pub(crate) mod job;
 mod keyed;
 mod panic;
 pub(crate) mod park;
+mod phase;
 pub(crate) mod profile;
 mod stats;
+pub mod telemetry;
 mod thread_wakes;
 
 pub use context::{LoopClosed, LoopContext};
 pub use event_loop::{
     DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD,
-    DEFAULT_SPIN_BEFORE_PARK, DEFAULT_TICK, EventLoop, EventLoopBuilder, Slot,
+    DEFAULT_SPIN_BEFORE_PARK, DEFAULT_TICK, EventLoop, EventLoopBuilder,
 };
 pub use executor::{AbortHandle, JoinError, JoinHandle, spawn};
-pub use fault::{Fault, Phase, faulted, report_fault};
+pub use fault::{Fault, faulted, report_fault};
 pub use keyed::{Cancel, Keyed};
-pub use panic::panic_text;
-pub use stats::{LagHistogram, LoopStats, Verdict};
+pub use panic::{catch, panic_text};
+pub use phase::{Account, Phase, PhaseInfo};
+pub use stats::{LagHistogram, Verdict};
+pub use telemetry::LoopStats;
 
 /// The counters of this thread's loop, from code running on it (a console command, a status
 /// timer); `EventLoop::stats` is the same from outside.
@@ -53,7 +57,7 @@ pub fn take_lag_window() -> LagHistogram {
 }
 
 /// Runs `snapshot` — copying the world for a save — and counts its time as the profile's
-/// [`history::Part::Save`], out of the phase it runs in. Off the loop thread, or without the
+/// [`Phase::Save`], out of the phase it runs in. Off the loop thread, or without the
 /// profile, it just runs `snapshot`.
 pub fn time_save_snapshot<R>(snapshot: impl FnOnce() -> R) -> R {
     if !profile::ENABLED {
@@ -118,6 +122,5 @@ pub fn lag_histogram() -> LagHistogram {
 /// Off the loop thread.
 #[track_caller]
 pub fn count_panic() {
-    let core = context::core("runtime::count_panic");
-    core.counters.panics.set(core.counters.panics.get() + 1);
+    context::core("runtime::count_panic").counters.count_panic();
 }

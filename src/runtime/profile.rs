@@ -15,8 +15,8 @@
 //!   CPU: run-queue wait, host steal (and, which the loop must never do, blocking in a phase).
 //!   It is taken out of the work parts in proportion, so the record still adds up.
 //!
-//! The time between iterations goes to [`Part::Sleep`] when the loop parked, and to
-//! [`Part::Network`] when it only let tokio poll its reactor (the spin before parking, or
+//! The time between iterations goes to [`Phase::Sleep`] when the loop parked, and to
+//! [`Phase::Network`] when it only let tokio poll its reactor (the spin before parking, or
 //! pending work): that poll is the loop's I/O.
 //!
 //! This module only measures and keeps records; it must never allocate after the loop is built
@@ -26,11 +26,12 @@
 use std::cell::{Cell, RefCell};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::history::{History, LoopSecond, Offender, Part, Site};
-use super::stats::LoopStats;
+use super::history::{History, LoopSecond, Offender, Site};
+use super::panic::catch;
+use super::phase::Phase;
+use super::telemetry::LoopStats;
 
 /// Whether the loop profiles itself: the `loop-profiling` cargo feature, opt-in because it
 /// measured about 5 % of loop CPU per round trip at 1000 ping clients (`docs/performance.md`,
@@ -113,7 +114,7 @@ impl Profile {
     /// The start of an iteration: what happened since the last boundary was `idle` (sleep,
     /// or a reactor poll); closes every second that ended meanwhile. `stats` gives the
     /// counters a closing record needs.
-    pub(crate) fn iteration_start(&self, idle: Part, stats: impl Fn() -> LoopStats) -> Instant {
+    pub(crate) fn iteration_start(&self, idle: Phase, stats: impl Fn() -> LoopStats) -> Instant {
         let now = Instant::now();
         let mut closed = 0usize;
         loop {
@@ -145,7 +146,7 @@ impl Profile {
     }
 
     /// Ends a phase (or the health sample) at a fresh clock read, returned for chaining.
-    pub(crate) fn phase_end(&self, part: Part) -> Instant {
+    pub(crate) fn phase_end(&self, part: Phase) -> Instant {
         let now = Instant::now();
         let mut state = self.state.borrow_mut();
         let took = now
@@ -196,20 +197,20 @@ impl Profile {
     pub(crate) fn saved(&self, took: Duration) {
         self.save_total.set(self.save_total.get() + took);
         self.save_in_phase.set(self.save_in_phase.get() + took);
-        self.state.borrow_mut().current.add(Part::Save, took);
+        self.state.borrow_mut().current.add(Phase::Save, took);
     }
 
     /// A park returned `overshoot` after its deadline.
     pub(crate) fn slept(&self, overshoot: Duration) {
         let mut state = self.state.borrow_mut();
-        let max = &mut state.current.max_sleep_overshoot;
+        let max = &mut state.current.counts.max_sleep_overshoot;
         *max = (*max).max(overshoot);
     }
 
     /// A fired tick was processed `lag` after its boundary.
     pub(crate) fn lagged(&self, lag: Duration) {
         let mut state = self.state.borrow_mut();
-        let max = &mut state.current.max_wheel_lag;
+        let max = &mut state.current.counts.max_wheel_lag;
         *max = (*max).max(lag);
     }
 
@@ -241,7 +242,7 @@ impl Profile {
             record.uptime_second = since_start.as_secs();
             record.unix_second = (state.unix_start + since_start).as_secs();
             record.wall = cut.saturating_duration_since(state.second_start);
-            count(&mut record, &state.base_stats, &now_stats);
+            record.counts.count(&state.base_stats, &now_stats);
             let on_cpu = cpu.saturating_sub(state.base_cpu);
             let rq = run_queue.saturating_sub(state.base_run_queue);
             take_stolen(&mut record, on_cpu, rq);
@@ -253,7 +254,7 @@ impl Profile {
         };
         self.run_hook(&mut record);
         self.stolen_total
-            .set(self.stolen_total.get() + record.spent(Part::Stolen));
+            .set(self.stolen_total.get() + record.spent(Phase::Stolen));
         self.run_queue_total
             .set(self.run_queue_total.get() + record.run_queue_wait);
         self.history.borrow_mut().push(record);
@@ -263,16 +264,15 @@ impl Profile {
         let Some(mut hook) = self.hook.borrow_mut().take() else {
             return;
         };
-        match catch_unwind(AssertUnwindSafe(|| hook(record))) {
+        match catch(|| hook(record)) {
             Ok(()) => {
                 let mut slot = self.hook.borrow_mut();
                 if slot.is_none() {
                     *slot = Some(hook);
                 }
             }
-            Err(payload) => tracing::error!(
-                "the per-second profile hook panicked: {}; it is dropped, the loop goes on",
-                super::panic::panic_text(&*payload)
+            Err(why) => tracing::error!(
+                "the per-second profile hook panicked: {why}; it is dropped, the loop goes on"
             ),
         }
     }
@@ -286,22 +286,11 @@ pub(crate) enum Kind {
     Posted,
 }
 
-/// The per-second counts: deltas of the loop's counters.
-fn count(record: &mut LoopSecond, was: &LoopStats, now: &LoopStats) {
-    record.iterations = now.iterations.saturating_sub(was.iterations);
-    record.sleeps = now.sleeps.saturating_sub(was.sleeps);
-    record.late_wakes = now.late_wakes.saturating_sub(was.late_wakes);
-    record.ticks_fired = now.ticks_fired.saturating_sub(was.ticks_fired);
-    record.posts = now.posts.saturating_sub(was.posts);
-    record.wakes_issued = now.wakes_issued.saturating_sub(was.wakes_issued);
-    record.wakes_elided = now.wakes_elided.saturating_sub(was.wakes_elided);
-}
-
 /// Stolen = (wall − sleep) − on-CPU, taken out of the work parts in proportion to their
 /// size, so that the record still adds up to its wall time; run-queue wait is the measured
 /// share of it.
 fn take_stolen(record: &mut LoopSecond, on_cpu: Duration, run_queue: Duration) {
-    let work: u128 = Part::ALL
+    let work: u128 = Phase::ALL
         .iter()
         .filter(|p| p.is_work())
         .map(|&p| record.spent(p).as_nanos())
@@ -311,8 +300,8 @@ fn take_stolen(record: &mut LoopSecond, on_cpu: Duration, run_queue: Duration) {
         return;
     }
     let mut taken = 0u128;
-    let mut largest = (0u128, Part::Timers);
-    for part in Part::ALL.into_iter().filter(|p| p.is_work()) {
+    let mut largest = (0u128, Phase::Timers);
+    for part in Phase::ALL.into_iter().filter(|p| p.is_work()) {
         let spent = record.spent(part).as_nanos();
         let cut = spent * stolen / work;
         taken += cut;
@@ -325,7 +314,7 @@ fn take_stolen(record: &mut LoopSecond, on_cpu: Duration, run_queue: Duration) {
     let rest = stolen - taken;
     let part = largest.1;
     record.parts[part as usize] = nanos(record.spent(part).as_nanos().saturating_sub(rest));
-    record.parts[Part::Stolen as usize] = nanos(stolen);
+    record.parts[Phase::Stolen as usize] = nanos(stolen);
     record.run_queue_wait = run_queue.min(nanos(stolen));
 }
 
@@ -378,10 +367,10 @@ mod tests {
             };
             (state.second_start, state.mark) = (then, then);
         }
-        profile.iteration_start(Part::Sleep, LoopStats::default);
+        profile.iteration_start(Phase::Sleep, LoopStats::default);
         assert_eq!(profile.history().len(), History::CAPACITY);
         let state = profile.state.borrow();
-        let open = state.current.spent(Part::Sleep);
+        let open = state.current.spent(Phase::Sleep);
         assert!(
             open < SECOND,
             "the open record holds {open:?} of sleep (the skipped seconds)"

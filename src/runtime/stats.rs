@@ -3,32 +3,28 @@
 //! Counters are plain `Cell`s owned by the loop thread, except the wakes issued, which other
 //! threads bump and which therefore live (atomic) in `Shared`. Posts and elided wakes are
 //! counted here, as the loop drains its queues, so that a producer touches no counter on the
-//! post path. [`LoopStats`] is a snapshot.
+//! post path. [`LoopStats`](super::LoopStats) is a snapshot; the counters themselves are
+//! declared in [`super::telemetry`].
 
 use std::cell::Cell;
 use std::fmt;
 
 use tokio::time::Duration;
 
-/// The loop's own counters (loop thread only).
+use super::telemetry::Totals;
+
+/// The loop's own counters (loop thread only): the totals of the table
+/// ([`super::telemetry`]) and what the loop needs besides to derive the rest.
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub(crate) iterations: Cell<u64>,
-    pub(crate) sleeps: Cell<u64>,
-    pub(crate) late_wakes: Cell<u64>,
-    pub(crate) ticks_fired: Cell<u64>,
-    pub(crate) late_ticks: Cell<u64>,
-    pub(crate) very_late_ticks: Cell<u64>,
-    pub(crate) max_wheel_lag: Cell<Duration>,
-    pub(crate) panics: Cell<u64>,
+    /// Every total the loop counts itself, one cell each.
+    pub(crate) totals: Totals,
     /// Wheel lag of fired ticks since the last [`LagHistogram`] was taken.
     pub(crate) lag_window: Cell<LagHistogram>,
     /// Wheel lag of every fired tick since the loop was built (for `/metrics`).
     pub(crate) lag_total: Cell<LagHistogram>,
     /// The loop thread's voluntary context switches when the loop was built.
     pub(crate) switches_at_build: Cell<u64>,
-    /// Posted closures the loop has taken off the queue.
-    pub(crate) posts_taken: Cell<u64>,
     /// Cross-thread task wakes the loop has taken off their queue.
     pub(crate) remote_wakes_taken: Cell<u64>,
     /// Task wakes on the loop thread while the loop was parked (each asks for a loop wake).
@@ -36,6 +32,11 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// A panic was caught and the loop goes on past it.
+    pub(crate) fn count_panic(&self) {
+        Counters::bump(&self.totals.panics);
+    }
+
     pub(crate) fn bump(cell: &Cell<u64>) {
         cell.set(cell.get() + 1);
     }
@@ -159,82 +160,6 @@ impl fmt::Display for Verdict {
                 "spinning (host unsupported): the startup probe found sleeps overshoot a tick"
             }
         })
-    }
-}
-
-/// A snapshot of the loop's production counters since it was built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LoopStats {
-    /// Loop iterations run.
-    pub iterations: u64,
-    /// Idle blocks (the loop parked with every queue empty).
-    pub sleeps: u64,
-    /// Idle blocks that returned one tick or more after their deadline.
-    pub late_wakes: u64,
-    /// Wakes sent to a possibly parked loop by posts and cross-thread task wakes.
-    pub wakes_issued: u64,
-    /// Wakes not needed: the loop was running, or already signalled. Derived by the loop:
-    /// posts, cross-thread task wakes and parked-loop task wakes, less the wakes they issued.
-    pub wakes_elided: u64,
-    /// Tick boundaries processed that had at least one due timer.
-    pub ticks_fired: u64,
-    /// Of those, ticks processed one tick or more after their boundary.
-    pub late_ticks: u64,
-    /// Of those, ticks processed two ticks (16 ms by default) or more after their boundary.
-    pub very_late_ticks: u64,
-    /// The largest processing time − boundary of a fired tick.
-    pub max_wheel_lag: Duration,
-    /// Panics caught in timer callbacks and tasks.
-    pub panics: u64,
-    /// How the loop treats idle time right now.
-    pub verdict: Verdict,
-    /// Times sleeping was suspended because the host returned sleeps late.
-    pub backoffs: u64,
-    /// Closures posted by `LoopContext::post` (and `spawn`, which posts) that the loop has
-    /// taken to run (counted by the loop, so a post still queued is not in it yet).
-    pub posts: u64,
-    /// Wall time the loop was neither parked nor on a CPU (run-queue wait, host steal), over
-    /// the seconds the profile has closed; zero without the profile.
-    pub stolen: Duration,
-    /// The part of `stolen` measured as run-queue wait.
-    pub run_queue_wait: Duration,
-    /// Times the loop thread blocked and was woken: its voluntary context switches since the
-    /// loop was built (`getrusage(RUSAGE_THREAD)`, read when this snapshot was taken). The
-    /// loop blocks only in its idle park, so at idle this tracks `sleeps`; a thread that
-    /// wakes more often than the loop is paying for wake-ups that do no work.
-    pub thread_wakeups: u64,
-}
-
-/// One counter per line, `name  value`, for the console's `loopstats`.
-impl fmt::Display for LoopStats {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: [(&str, &dyn fmt::Display); 15] = [
-            ("iterations", &self.iterations),
-            ("idle sleeps", &self.sleeps),
-            ("thread wake-ups", &self.thread_wakeups),
-            ("late wakes", &self.late_wakes),
-            ("fired ticks", &self.ticks_fired),
-            ("late ticks", &self.late_ticks),
-            ("ticks late >= 2 ticks", &self.very_late_ticks),
-            (
-                "peak wheel lag",
-                &format_args!("{:.3?}", self.max_wheel_lag),
-            ),
-            ("posts", &self.posts),
-            ("wakes issued", &self.wakes_issued),
-            ("wakes elided", &self.wakes_elided),
-            ("sleep backoffs", &self.backoffs),
-            ("stolen", &format_args!("{:.3?}", self.stolen)),
-            (
-                "run-queue wait",
-                &format_args!("{:.3?}", self.run_queue_wait),
-            ),
-            ("panics caught", &self.panics),
-        ];
-        for (name, value) in rows {
-            writeln!(f, "{name:<22} {value}")?;
-        }
-        write!(f, "{:<22} {}", "verdict", self.verdict)
     }
 }
 

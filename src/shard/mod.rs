@@ -387,13 +387,12 @@ impl FaultSave {
              a change to the world, that change may be saved half done; the save it replaces \
              goes to Backups/ as usual"
         );
-        let snapshot = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let snapshot = runtime::catch(|| {
             let players = self.players.borrow();
             let keep = |m: &world::Mobile| !players.is_player(m.serial);
             persist::Snapshot::take(&self.world.borrow(), self.clock.now(), keep)
-        }))
-        .map_err(|payload| {
-            let why = runtime::panic_text(&*payload).to_owned();
+        })
+        .map_err(|why| {
             self.failed(io::Error::other(format!(
                 "taking the snapshot panicked: {why}"
             )))
@@ -432,9 +431,9 @@ fn profile_each_second(net: &Net, players: &Rc<RefCell<Players>>) {
     let mut was = net.stats();
     runtime::on_each_second(move |second| {
         let now = net.stats();
-        second.packets_in = now.packets_in.saturating_sub(was.packets_in);
-        second.packets_out = now.packets_out.saturating_sub(was.packets_out);
-        second.players = players.borrow().len() as u64;
+        second.counts.packets_in = now.packets_in.saturating_sub(was.packets_in);
+        second.counts.packets_out = now.packets_out.saturating_sub(was.packets_out);
+        second.counts.players = players.borrow().len() as u64;
         second.worst.handler = net.take_worst_handler();
         was = now;
     });

@@ -22,32 +22,30 @@ use std::rc::Rc;
 
 use crate::config::Config;
 use crate::host::process_cpu_time;
-use crate::runtime::{self, LagHistogram, LoopStats, Verdict};
+use crate::runtime::{self, LagHistogram, LoopStats};
 use crate::timer::{self, TimerToken};
 
 /// One interval's figures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusLine {
+    /// How long the interval was.
     pub interval: Duration,
+    /// Process CPU over the interval, percent of one core.
     pub cpu_percent: f64,
+    /// Loop wake-ups (idle sleeps that ended) per second.
     pub wakes_per_sec: f64,
     /// The loop thread's own wake-ups per second (`LoopStats::thread_wakeups`).
     pub thread_wakes_per_sec: f64,
-    pub iterations: u64,
-    pub ticks_fired: u64,
-    pub late_ticks: u64,
-    pub very_late_ticks: u64,
+    /// Every counter's change over the interval ([`LoopStats::since`]): counts and times as
+    /// differences, the peak wheel lag and the verdict as they are at its end.
+    pub change: LoopStats,
+    /// The largest wheel lag in the interval.
     pub peak_lag: Duration,
+    /// An upper bound of its 99th percentile.
     pub p99_lag: Duration,
-    /// The loop thread's run-queue wait over the interval.
-    pub run_queue_wait: Duration,
-    /// Its other stolen time (host steal) over the interval.
+    /// Stolen time over the interval that was not run-queue wait (host steal).
     pub steal: Duration,
-    pub posts: u64,
-    pub wakes_issued: u64,
-    pub wakes_elided: u64,
-    pub backoffs: u64,
-    pub verdict: Verdict,
+    /// `server.idle_wait`, as configured.
     pub idle_wait: Duration,
 }
 
@@ -93,30 +91,17 @@ impl StatusReporter {
         now: &LoopStats,
         lags: &LagHistogram,
     ) -> StatusLine {
-        let was = &self.last_stats;
+        let change = now.since(&self.last_stats);
         let secs = interval.as_secs_f64().max(1e-9);
         StatusLine {
             interval,
             cpu_percent: 100.0 * cpu.as_secs_f64() / secs,
-            wakes_per_sec: (now.sleeps - was.sleeps) as f64 / secs,
-            thread_wakes_per_sec: now.thread_wakeups.saturating_sub(was.thread_wakeups) as f64
-                / secs,
-            iterations: now.iterations - was.iterations,
-            ticks_fired: now.ticks_fired - was.ticks_fired,
-            late_ticks: now.late_ticks - was.late_ticks,
-            very_late_ticks: now.very_late_ticks - was.very_late_ticks,
+            wakes_per_sec: change.sleeps as f64 / secs,
+            thread_wakes_per_sec: change.thread_wakeups as f64 / secs,
+            change,
             peak_lag: lags.max(),
             p99_lag: lags.percentile(99.0),
-            run_queue_wait: now.run_queue_wait.saturating_sub(was.run_queue_wait),
-            steal: now
-                .stolen
-                .saturating_sub(was.stolen)
-                .saturating_sub(now.run_queue_wait.saturating_sub(was.run_queue_wait)),
-            posts: now.posts - was.posts,
-            wakes_issued: now.wakes_issued - was.wakes_issued,
-            wakes_elided: now.wakes_elided - was.wakes_elided,
-            backoffs: now.backoffs - was.backoffs,
-            verdict: now.verdict,
+            steal: change.stolen.saturating_sub(change.run_queue_wait),
             idle_wait: self.idle_wait,
         }
     }
@@ -124,6 +109,7 @@ impl StatusReporter {
 
 impl fmt::Display for StatusLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.change;
         write!(
             f,
             "loop: cpu {:.2}% | wakes {:.1}/s thread {:.1}/s | iterations {} | fired ticks {} | late ticks {} \
@@ -133,19 +119,19 @@ impl fmt::Display for StatusLine {
             self.cpu_percent,
             self.wakes_per_sec,
             self.thread_wakes_per_sec,
-            self.iterations,
-            self.ticks_fired,
-            self.late_ticks,
-            self.very_late_ticks,
+            c.iterations,
+            c.ticks_fired,
+            c.late_ticks,
+            c.very_late_ticks,
             self.peak_lag,
             self.p99_lag,
-            self.run_queue_wait,
+            c.run_queue_wait,
             self.steal,
-            self.posts,
-            self.wakes_issued,
-            self.wakes_elided,
-            self.backoffs,
-            self.verdict,
+            c.posts,
+            c.wakes_issued,
+            c.wakes_elided,
+            c.backoffs,
+            c.verdict,
             self.idle_wait,
         )
     }
@@ -226,9 +212,9 @@ mod tests {
             &after,
             &LagHistogram::default(),
         );
-        assert_eq!(line.iterations, 60);
-        assert_eq!(line.ticks_fired, 20);
-        assert_eq!(line.posts, 4);
+        assert_eq!(line.change.iterations, 60);
+        assert_eq!(line.change.ticks_fired, 20);
+        assert_eq!(line.change.posts, 4);
         assert!((line.wakes_per_sec - 2.0).abs() < 1e-9);
         assert!((line.cpu_percent - 0.05).abs() < 1e-9);
         let text = line.to_string();

@@ -11,12 +11,12 @@
 //!
 //! ```no_run
 //! use std::{cell::RefCell, rc::Rc};
-//! use shardloop::{EventLoop, runtime::Slot, timer, world};
+//! use shardloop::{EventLoop, runtime::Phase, timer, world};
 //!
 //! # async fn shard() {
 //! let world = Rc::new(RefCell::new(world::generate_default(world::DEFAULT_SEED)));
 //! let mut event_loop = EventLoop::builder()
-//!     .slot(Slot::Deltas, world::deltas_handler(world.clone()))
+//!     .slot(Phase::Deltas, world::deltas_handler(world.clone()))
 //!     .build();
 //! let w = world.clone();
 //! let _census = timer::every(std::time::Duration::from_secs(60))

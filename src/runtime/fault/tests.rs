@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use super::*;
-use crate::runtime::{EventLoop, Slot};
+use crate::runtime::{EventLoop, Phase};
 use crate::timer;
 
 /// This file, as a panic site names it.
@@ -25,11 +25,11 @@ async fn a_panic_in_a_slot_handler_stops_the_loop_at_once_with_its_message_and_s
     let (panicked, mut count_panics) = counter();
     let (deltas, count_deltas) = counter();
     let mut el = EventLoop::builder()
-        .slot(Slot::Network, move || {
+        .slot(Phase::Network, move || {
             count_panics();
             panic!("a bug in the network phase");
         })
-        .slot(Slot::Deltas, count_deltas)
+        .slot(Phase::Deltas, count_deltas)
         .build();
 
     let fault = el
@@ -143,7 +143,7 @@ async fn a_reported_fault_wakes_faulted_and_the_loop_goes_on() {
 #[should_panic(expected = "a panic escaped the loop's Flush phase at src/runtime/fault/tests.rs:")]
 async fn run_until_turns_a_phase_panic_into_a_panic_that_names_the_phase_and_site() {
     let mut el = EventLoop::builder()
-        .slot(Slot::Flush, || panic!("a bug in the flush phase"))
+        .slot(Phase::Flush, || panic!("a bug in the flush phase"))
         .build();
     el.run_until(std::future::pending::<()>()).await;
 }

@@ -17,7 +17,8 @@ use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
-use super::{LoopSecond, Part};
+use super::LoopSecond;
+use crate::runtime::Phase;
 
 /// The picture's size in pixels.
 const WIDTH: u32 = 1280;
@@ -27,36 +28,13 @@ const LEGEND_WIDTH: u32 = 250;
 /// More columns than this are merged (a column per pixel or so is all a reader can see).
 const MAX_COLUMNS: usize = 1200;
 
-/// Bottom to top of the stack: work first (what a reader looks for), then stolen, then sleep.
-const STACK: [Part; Part::COUNT] = [
-    Part::Timers,
-    Part::Network,
-    Part::Tasks,
-    Part::Posted,
-    Part::Deltas,
-    Part::Flush,
-    Part::Save,
-    Part::Stolen,
-    Part::Sleep,
-];
-
 /// The wheel lag line's name in the legend.
 pub const LAG_LABEL: &str = "max wheel lag (right axis)";
 
-/// Each part's colour: distinct hues for work, yellow for stolen (the host's doing), pale grey
-/// for sleep so the rest stands out against it; the lag line is black over all of them.
-fn colour(part: Part) -> RGBColor {
-    match part {
-        Part::Timers => RGBColor(0xf2, 0x8e, 0x2b),
-        Part::Network => RGBColor(0x4e, 0x79, 0xa7),
-        Part::Tasks => RGBColor(0x59, 0xa1, 0x4f),
-        Part::Posted => RGBColor(0xb0, 0x7a, 0xa1),
-        Part::Deltas => RGBColor(0x76, 0xb7, 0xb2),
-        Part::Flush => RGBColor(0x9c, 0x75, 0x5f),
-        Part::Save => RGBColor(0xe1, 0x57, 0x59),
-        Part::Stolen => RGBColor(0xed, 0xc9, 0x48),
-        Part::Sleep => RGBColor(0xe4, 0xe4, 0xe4),
-    }
+/// A phase's colour, from its row of the phase table; the lag line is black over all of them.
+fn colour(phase: Phase) -> RGBColor {
+    let (r, g, b) = phase.info().colour;
+    RGBColor(r, g, b)
 }
 
 /// Why no chart was drawn.
@@ -90,8 +68,8 @@ impl<E: std::error::Error + Send + Sync> From<DrawingAreaErrorKind<E>> for Chart
 struct Column {
     start: f64,
     end: f64,
-    /// Cumulative shares in %, in [`STACK`] order: `top[i]` is the top of band `i`.
-    top: [f64; Part::COUNT],
+    /// Cumulative shares in %, in [`Phase::stacked`] order: `top[i]` is the top of band `i`.
+    top: [f64; Phase::COUNT],
     lag_ms: f64,
 }
 
@@ -118,7 +96,7 @@ fn columns(seconds: &[LoopSecond]) -> Vec<Column> {
                 top: stacked_shares(chunk),
                 lag_ms: chunk
                     .iter()
-                    .map(|s| s.max_wheel_lag.as_secs_f64() * 1e3)
+                    .map(|s| s.counts.max_wheel_lag.as_secs_f64() * 1e3)
                     .fold(0.0, f64::max),
             }
         })
@@ -127,11 +105,11 @@ fn columns(seconds: &[LoopSecond]) -> Vec<Column> {
 
 /// The top of each band in % (clamped to 100: a record whose parts overrun its wall time
 /// must not draw outside the plot).
-fn stacked_shares(chunk: &[LoopSecond]) -> [f64; Part::COUNT] {
+fn stacked_shares(chunk: &[LoopSecond]) -> [f64; Phase::COUNT] {
     let wall: f64 = chunk.iter().map(|s| s.wall.as_secs_f64()).sum();
-    let mut top = [0.0; Part::COUNT];
+    let mut top = [0.0; Phase::COUNT];
     let mut sum = 0.0;
-    for (i, part) in STACK.into_iter().enumerate() {
+    for (i, part) in Phase::stacked().into_iter().enumerate() {
         if wall > 0.0 {
             let spent: f64 = chunk.iter().map(|s| s.spent(part).as_secs_f64()).sum();
             sum += spent / wall * 100.0;
@@ -267,7 +245,7 @@ where
         .build_cartesian_2d(TimeAxis::new(x0..x1, last), 0.0..100.0)?
         .set_secondary_coord(x0..x1, 0.0..lag_top);
 
-    for (i, part) in STACK.into_iter().enumerate() {
+    for (i, part) in Phase::stacked().into_iter().enumerate() {
         let polygon = Polygon::new(band(columns, i), colour(part).filled());
         chart.draw_series(iter::once(polygon))?;
     }
@@ -346,7 +324,7 @@ where
         BLACK.filled(),
     ))?;
     area.draw(&Text::new(LAG_LABEL, (x + 30, y), font.clone()))?;
-    for part in STACK.into_iter().rev() {
+    for part in Phase::stacked().into_iter().rev() {
         y += 26;
         let swatch = [(x, y), (x + 22, y + 14)];
         area.draw(&Rectangle::new(swatch, colour(part).filled()))?;
@@ -367,11 +345,11 @@ mod tests {
             unix_second: 1_700_000_000 + n,
             uptime_second: n,
             wall: Duration::from_secs(1),
-            max_wheel_lag: Duration::from_millis(timers_ms),
             ..LoopSecond::default()
         };
-        s.add(Part::Timers, Duration::from_millis(timers_ms));
-        s.add(Part::Sleep, Duration::from_millis(1_000 - timers_ms));
+        s.counts.max_wheel_lag = Duration::from_millis(timers_ms);
+        s.add(Phase::Timers, Duration::from_millis(timers_ms));
+        s.add(Phase::Sleep, Duration::from_millis(1_000 - timers_ms));
         s
     }
 
@@ -395,7 +373,7 @@ mod tests {
                 (0.0, 0.0)
             ]
         );
-        let sleep = band(&columns, Part::COUNT - 1);
+        let sleep = band(&columns, Phase::COUNT - 1);
         assert!(sleep.iter().take(4).all(|&(_, y)| (y - 100.0).abs() < 1e-9));
         assert_eq!(sleep[4], (2.0, 50.0), "sleep sits on the bands below");
     }
@@ -418,9 +396,9 @@ mod tests {
     #[test]
     fn overrun_parts_are_clamped_and_nothing_is_empty() {
         let mut s = second(0, 900);
-        s.add(Part::Stolen, Duration::from_millis(500));
+        s.add(Phase::Stolen, Duration::from_millis(500));
         let top = stacked_shares(&[s]);
-        assert_eq!(top[Part::COUNT - 1], 100.0);
+        assert_eq!(top[Phase::COUNT - 1], 100.0);
         assert!(matches!(svg(&[], "t"), Err(ChartError::Empty)));
     }
 }

@@ -1,5 +1,6 @@
 //! The history as CSV: one header row, then one row per second, oldest first. Every column is
-//! listed, in order, in [`COLUMNS`] (and in `docs/loopstats-csv.md`, which a test keeps equal).
+//! listed, in order, in [`COLUMNS`] — built from the phase table and the counts table — and
+//! in `docs/loopstats-csv.md`, which a test keeps equal.
 //! Durations are whole microseconds (truncated); an offender's two columns are both empty when
 //! that kind of work did not run in the second.
 //!
@@ -13,7 +14,9 @@ use std::io::{self, BufRead, Read, Write};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{LoopSecond, Offender, Offenders, Part, Site};
+use super::{LoopSecond, Offender, Offenders, Site};
+use crate::runtime::Phase;
+use crate::runtime::telemetry::{SECONDS, Value};
 
 /// A CSV column: its header name and what it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +29,8 @@ const fn col(name: &'static str, doc: &'static str) -> Column {
     Column { name, doc }
 }
 
-/// Every column, in order.
-pub const COLUMNS: [Column; 33] = [
+/// The columns before the phases.
+const HEAD: [Column; 3] = [
     col(
         "unix_s",
         "wall-clock start of the second, seconds since the Unix epoch (UTC)",
@@ -40,52 +43,16 @@ pub const COLUMNS: [Column; 33] = [
         "wall_us",
         "wall time the row covers (about 1 000 000; more when work ran past the second)",
     ),
-    col("timers_us", "running due timer callbacks"),
-    col(
-        "network_us",
-        "the Network phase: accepting connections, handling packets",
-    ),
-    col("tasks_us", "polling woken tasks"),
-    col("posted_us", "running closures posted from other threads"),
-    col("deltas_us", "the Deltas phase: world changes into packets"),
-    col("flush_us", "the Flush phase: buffers to the socket writers"),
-    col(
-        "save_us",
-        "copying the world for a save (the snapshot; files are written off the loop)",
-    ),
-    col("sleep_us", "parked with every queue empty"),
-    col(
-        "stolen_us",
-        "runnable but off the CPU: run-queue wait plus host steal",
-    ),
-    col(
-        "run_queue_us",
-        "the part of stolen_us measured as run-queue wait (schedstat)",
-    ),
-    col("iterations", "loop iterations"),
-    col("sleeps", "idle sleeps (parks)"),
-    col(
-        "max_overshoot_us",
-        "the most one sleep overran its deadline",
-    ),
-    col("late_wakes", "sleeps that came back one tick or more late"),
-    col(
-        "ticks_fired",
-        "tick boundaries processed that had a due timer",
-    ),
-    col(
-        "max_wheel_lag_us",
-        "the largest processing time minus boundary of a fired tick",
-    ),
-    col("posts", "closures posted to the loop"),
-    col("wakes_issued", "wakes sent to a possibly parked loop"),
-    col(
-        "wakes_elided",
-        "wakes not needed (the loop was running or already signalled)",
-    ),
-    col("packets_in", "packets handled"),
-    col("packets_out", "packets queued to players"),
-    col("players", "players logged in at the end of the second"),
+];
+
+/// The column after the phases: the measured share of stolen time.
+const RUN_QUEUE: Column = col(
+    "run_queue_us",
+    "the part of stolen_us measured as run-queue wait (schedstat)",
+);
+
+/// The offenders' columns, last: two per kind of work.
+const OFFENDERS: [Column; 8] = [
     col(
         "worst_timer_us",
         "the longest timer callback; empty when none ran",
@@ -119,6 +86,41 @@ pub const COLUMNS: [Column; 33] = [
         "that handler's packet id, hexadecimal (0x02)",
     ),
 ];
+
+const COLUMN_COUNT: usize = HEAD.len() + Phase::COUNT + 1 + SECONDS.len() + OFFENDERS.len();
+
+/// Every column, in order: the head, one per [`Phase`] (from the phase table), run-queue
+/// wait, one per value of [`SECONDS`] (from the counts table), the offenders.
+pub const COLUMNS: [Column; COLUMN_COUNT] = columns();
+
+const fn columns() -> [Column; COLUMN_COUNT] {
+    let mut out = [col("", ""); COLUMN_COUNT];
+    let mut n = 0;
+    let mut i = 0;
+    while i < HEAD.len() {
+        out[n] = HEAD[i];
+        (n, i) = (n + 1, i + 1);
+    }
+    i = 0;
+    while i < Phase::COUNT {
+        let phase = Phase::ALL[i].info();
+        out[n] = col(phase.column, phase.doc);
+        (n, i) = (n + 1, i + 1);
+    }
+    out[n] = RUN_QUEUE;
+    n += 1;
+    i = 0;
+    while i < SECONDS.len() {
+        out[n] = col(SECONDS[i].column, SECONDS[i].doc);
+        (n, i) = (n + 1, i + 1);
+    }
+    i = 0;
+    while i < OFFENDERS.len() {
+        out[n] = OFFENDERS[i];
+        (n, i) = (n + 1, i + 1);
+    }
+    out
+}
 
 /// The most rows [`read_csv`] takes: a day of seconds and then some (a ring holds 900).
 pub const MAX_ROWS: usize = 100_000;
@@ -161,26 +163,12 @@ fn write_row(s: &LoopSecond, out: &mut impl Write) -> io::Result<()> {
         s.uptime_second,
         micros(s.wall)
     )?;
-    for part in Part::ALL {
-        write!(out, ",{}", micros(s.spent(part)))?;
+    for phase in Phase::ALL {
+        write!(out, ",{}", micros(s.spent(phase)))?;
     }
-    let counts = [
-        micros(s.run_queue_wait),
-        s.iterations,
-        s.sleeps,
-        micros(s.max_sleep_overshoot),
-        s.late_wakes,
-        s.ticks_fired,
-        micros(s.max_wheel_lag),
-        s.posts,
-        s.wakes_issued,
-        s.wakes_elided,
-        s.packets_in,
-        s.packets_out,
-        s.players,
-    ];
-    for count in counts {
-        write!(out, ",{count}")?;
+    write!(out, ",{}", micros(s.run_queue_wait))?;
+    for row in &SECONDS {
+        write!(out, ",{}", (row.get)(&s.counts).as_number())?;
     }
     let w = &s.worst;
     for offender in [w.timer, w.task, w.posted] {
@@ -495,22 +483,19 @@ fn parse_row(text: &str, line: usize) -> Result<LoopSecond, CsvError> {
         wall: f.micros()?,
         ..LoopSecond::default()
     };
-    for part in Part::ALL {
-        s.parts[part as usize] = f.micros()?;
+    for phase in Phase::ALL {
+        s.parts[phase as usize] = f.micros()?;
     }
     s.run_queue_wait = f.micros()?;
-    s.iterations = f.count()?;
-    s.sleeps = f.count()?;
-    s.max_sleep_overshoot = f.micros()?;
-    s.late_wakes = f.count()?;
-    s.ticks_fired = f.count()?;
-    s.max_wheel_lag = f.micros()?;
-    s.posts = f.count()?;
-    s.wakes_issued = f.count()?;
-    s.wakes_elided = f.count()?;
-    s.packets_in = f.count()?;
-    s.packets_out = f.count()?;
-    s.players = f.count()?;
+    for row in &SECONDS {
+        let n = f.count()?;
+        let value = if row.kind.is_time() {
+            Value::Time(Duration::from_micros(n))
+        } else {
+            Value::Number(n)
+        };
+        (row.set)(&mut s.counts, value);
+    }
     s.worst = Offenders {
         timer: f.offender(parse_site)?,
         task: f.offender(parse_site)?,

@@ -1,11 +1,16 @@
-//! The last N seconds in one screen, for the console's `loopstats`: each part's share of the
-//! wall time and its worst second, the counts summed, the worst wheel lag and the worst
-//! offenders with their sites and when they ran.
+//! The last N seconds in one screen, for the console's `loopstats`: each phase's share of the
+//! wall time and its worst second, every value of the counts table over the window (peaks with
+//! the second they peaked in), and the worst offenders with their sites and when they ran.
 
 use std::fmt;
 use std::time::Duration;
 
-use super::{LoopSecond, Offender, Part, Site};
+use super::{LoopSecond, Offender, Site};
+use crate::runtime::Phase;
+use crate::runtime::telemetry::{Kind, Reading, SECONDS, SecondCounts, Value};
+
+/// Values of the counts table per line of the summary.
+const COUNTS_PER_LINE: usize = 4;
 
 /// Something that peaked in one second, and which second.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -28,13 +33,13 @@ impl<T: Copy> Worst<T> {
     }
 }
 
-/// One part over the window.
+/// One phase over the window.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct PartSummary {
-    /// Time spent in the part over the window.
+pub struct PhaseSummary {
+    /// Time spent in the phase over the window.
     pub total: Duration,
     /// Its worst second, as a share of that second's wall time (0–1): the highest share, or
-    /// for [`Part::Sleep`] the lowest (a loop that stops sleeping is the busy one).
+    /// for [`Phase::Sleep`] the lowest (a loop that stops sleeping is the busy one).
     pub worst: Option<Worst<f64>>,
 }
 
@@ -47,27 +52,23 @@ pub struct Summary {
     pub span: Option<(LoopSecond, LoopSecond)>,
     /// Wall time covered.
     pub wall: Duration,
-    /// Per [`Part`], indexed by `Part as usize`.
-    pub parts: [PartSummary; Part::COUNT],
+    /// Per [`Phase`], indexed by `Phase as usize`.
+    pub parts: [PhaseSummary; Phase::COUNT],
+    /// Run-queue wait over the window (a share of [`Phase::Stolen`]).
     pub run_queue_wait: Duration,
-    /// Counts summed over the window.
-    pub iterations: u64,
-    pub sleeps: u64,
-    pub late_wakes: u64,
-    pub ticks_fired: u64,
-    pub posts: u64,
-    pub wakes_issued: u64,
-    pub wakes_elided: u64,
-    pub packets_in: u64,
-    pub packets_out: u64,
-    /// Players at the end of the newest second, and the most in any second.
-    pub players_now: u64,
-    pub players_peak: u64,
-    pub max_sleep_overshoot: Option<Worst<Duration>>,
-    pub max_wheel_lag: Option<Worst<Duration>>,
+    /// The counts over the window ([`SecondCounts::add`]): counts and times summed, peaks the
+    /// largest, levels the newest second's.
+    pub counts: SecondCounts,
+    /// For each peak and level of [`SECONDS`] (indexed like it; `None` for the others), its
+    /// highest second.
+    pub peaks: [Option<Worst<Value>>; SECONDS.len()],
+    /// The longest timer callback of the window, and when.
     pub worst_timer: Option<Worst<Offender<Site>>>,
+    /// The longest task poll.
     pub worst_task: Option<Worst<Offender<Site>>>,
+    /// The longest posted closure.
     pub worst_posted: Option<Worst<Offender<Site>>>,
+    /// The longest packet handler, with its packet id.
     pub worst_handler: Option<Worst<Offender<u8>>>,
 }
 
@@ -100,14 +101,19 @@ impl Summary {
             Some((first, _)) => (first, *second),
         });
         self.wall += second.wall;
-        for part in Part::ALL {
-            let summary = &mut self.parts[part as usize];
-            summary.total += second.spent(part);
-            let beats = if part == Part::Sleep { less } else { greater };
-            Worst::offer(&mut summary.worst, second.share(part), second, beats);
+        for phase in Phase::ALL {
+            let summary = &mut self.parts[phase as usize];
+            summary.total += second.spent(phase);
+            let beats = if phase == Phase::Sleep { less } else { greater };
+            Worst::offer(&mut summary.worst, second.share(phase), second, beats);
         }
         self.run_queue_wait += second.run_queue_wait;
-        self.add_counts(second);
+        self.counts.add(&second.counts);
+        for (row, peak) in SECONDS.iter().zip(&mut self.peaks) {
+            if matches!(row.kind, Kind::Peak | Kind::Level) {
+                Worst::offer(peak, (row.get)(&second.counts), second, greater);
+            }
+        }
         let w = &second.worst;
         let offer = |slot: &mut Option<Worst<Offender<Site>>>, o: Option<Offender<Site>>| {
             if let Some(o) = o {
@@ -122,35 +128,21 @@ impl Summary {
         }
     }
 
-    fn add_counts(&mut self, second: &LoopSecond) {
-        self.iterations += second.iterations;
-        self.sleeps += second.sleeps;
-        self.late_wakes += second.late_wakes;
-        self.ticks_fired += second.ticks_fired;
-        self.posts += second.posts;
-        self.wakes_issued += second.wakes_issued;
-        self.wakes_elided += second.wakes_elided;
-        self.packets_in += second.packets_in;
-        self.packets_out += second.packets_out;
-        self.players_now = second.players;
-        self.players_peak = self.players_peak.max(second.players);
-        let overshoot = second.max_sleep_overshoot;
-        Worst::offer(&mut self.max_sleep_overshoot, overshoot, second, greater);
-        Worst::offer(
-            &mut self.max_wheel_lag,
-            second.max_wheel_lag,
-            second,
-            greater,
-        );
+    /// The highest second of the peak or level `field` of [`SECONDS`] (`"max_wheel_lag"`);
+    /// `None` for a count, an unknown field, or an empty window.
+    #[must_use]
+    pub fn peak(&self, field: &str) -> Option<Worst<Value>> {
+        let index = SECONDS.iter().position(|row| row.field == field)?;
+        self.peaks[index]
     }
 
-    /// `part`'s share of the window's wall time, 0–1.
+    /// `phase`'s share of the window's wall time, 0–1.
     #[must_use]
-    pub fn share(&self, part: Part) -> f64 {
+    pub fn share(&self, phase: Phase) -> f64 {
         if self.wall.is_zero() {
             return 0.0;
         }
-        self.parts[part as usize].total.as_secs_f64() / self.wall.as_secs_f64()
+        self.parts[phase as usize].total.as_secs_f64() / self.wall.as_secs_f64()
     }
 }
 
@@ -208,22 +200,22 @@ impl fmt::Display for Summary {
 impl Summary {
     fn fmt_parts(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{:<14} {:>7}  worst second", "part", "share")?;
-        for part in Part::ALL {
+        for part in Phase::ALL {
             let summary = &self.parts[part as usize];
             write!(f, "{:<14} {:>6.2} %", part.name(), self.share(part) * 100.0)?;
             // A part that never ran has no worst second worth a line.
             let worst = summary
                 .worst
-                .filter(|w| part == Part::Sleep || w.value > 0.0);
+                .filter(|w| part == Phase::Sleep || w.value > 0.0);
             if let Some(worst) = &worst {
-                let which = if part == Part::Sleep {
+                let which = if part == Phase::Sleep {
                     "lowest"
                 } else {
                     "highest"
                 };
                 write!(f, "  {which} {:.1} % {}", worst.value * 100.0, at(worst))?;
             }
-            if part == Part::Stolen && !self.wall.is_zero() {
+            if part == Phase::Stolen && !self.wall.is_zero() {
                 let wait = self.run_queue_wait.as_secs_f64() / self.wall.as_secs_f64();
                 write!(f, "; run-queue wait {:.2} %", wait * 100.0)?;
             }
@@ -232,32 +224,29 @@ impl Summary {
         Ok(())
     }
 
+    /// Every value of [`SECONDS`], four to a line: `label value`, a peak with its second.
     fn fmt_counts(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "iterations {} · sleeps {} · late wakes {}",
-            self.iterations, self.sleeps, self.late_wakes
-        )?;
-        if let Some(worst) = self.max_sleep_overshoot.filter(|w| !w.value.is_zero()) {
-            write!(f, " (max overshoot {} {})", ms(worst.value), at(&worst))?;
+        for (i, row) in SECONDS.iter().enumerate() {
+            let sep = if i % COUNTS_PER_LINE == 0 { "" } else { " · " };
+            write!(f, "{sep}{} ", row.label)?;
+            let value = (row.get)(&self.counts);
+            match (row.kind, self.peaks[i]) {
+                (Kind::Count, _) => write!(f, "{value}")?,
+                (Kind::Time, _) => f.write_str(&ms(Reading::from_value(value)))?,
+                (Kind::Peak, Some(w)) if !w.value.is_zero() => {
+                    write!(f, "{} {}", ms(Reading::from_value(w.value)), at(&w))?;
+                }
+                (Kind::Peak, _) => f.write_str("none")?,
+                (Kind::Level, peak) => {
+                    let highest = peak.map_or(value, |w| w.value);
+                    write!(f, "{value} (peak {highest})")?;
+                }
+            }
+            if i % COUNTS_PER_LINE == COUNTS_PER_LINE - 1 || i + 1 == SECONDS.len() {
+                writeln!(f)?;
+            }
         }
-        writeln!(f)?;
-        write!(f, "fired ticks {} · max wheel lag ", self.ticks_fired)?;
-        match &self.max_wheel_lag {
-            Some(worst) => writeln!(f, "{} {}", ms(worst.value), at(worst))?,
-            None => writeln!(f, "none")?,
-        }
-        writeln!(
-            f,
-            "posts {} · wakes {} issued, {} elided · packets {} in, {} out · players {} (peak {})",
-            self.posts,
-            self.wakes_issued,
-            self.wakes_elided,
-            self.packets_in,
-            self.packets_out,
-            self.players_now,
-            self.players_peak
-        )
+        Ok(())
     }
 
     fn fmt_offenders(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

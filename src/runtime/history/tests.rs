@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::runtime::telemetry::Value;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -11,12 +12,15 @@ fn second(n: u64) -> LoopSecond {
         unix_second: 1_700_000_000 + n,
         uptime_second: n,
         wall: Duration::from_secs(1),
-        iterations: n,
+        counts: SecondCounts {
+            iterations: n,
+            ..SecondCounts::default()
+        },
         ..LoopSecond::default()
     };
-    s.add(Part::Timers, 10 * MS);
-    s.add(Part::Sleep, 985 * MS);
-    s.add(Part::Stolen, 5 * MS);
+    s.add(Phase::Timers, 10 * MS);
+    s.add(Phase::Sleep, 985 * MS);
+    s.add(Phase::Stolen, 5 * MS);
     s
 }
 
@@ -110,11 +114,11 @@ fn the_summary_adds_up_shares_counts_and_finds_the_worst_second() {
     }
     // Second 95: a 400 ms callback and a stall, with less sleep.
     let mut bad = second(95);
-    bad.parts = [Duration::ZERO; Part::COUNT];
-    bad.add(Part::Timers, 400 * MS);
-    bad.add(Part::Sleep, 500 * MS);
-    bad.add(Part::Stolen, 100 * MS);
-    bad.max_wheel_lag = 380 * MS;
+    bad.parts = [Duration::ZERO; Phase::COUNT];
+    bad.add(Phase::Timers, 400 * MS);
+    bad.add(Phase::Sleep, 500 * MS);
+    bad.add(Phase::Stolen, 100 * MS);
+    bad.counts.max_wheel_lag = 380 * MS;
     let site = Site {
         file: "src/game/decay.rs",
         line: 42,
@@ -129,21 +133,22 @@ fn the_summary_adds_up_shares_counts_and_finds_the_worst_second() {
     assert_eq!(s.wall, Duration::from_secs(10));
     // 9 seconds at 10 ms of timers + 400 ms: 490 ms of 10 s.
     assert!(
-        (s.share(Part::Timers) - 0.049).abs() < 1e-9,
+        (s.share(Phase::Timers) - 0.049).abs() < 1e-9,
         "{}",
-        s.share(Part::Timers)
+        s.share(Phase::Timers)
     );
-    assert!((s.share(Part::Sleep) - (9.0 * 0.985 + 0.5) / 10.0).abs() < 1e-9);
-    let timers = s.parts[Part::Timers as usize].worst.unwrap();
+    assert!((s.share(Phase::Sleep) - (9.0 * 0.985 + 0.5) / 10.0).abs() < 1e-9);
+    let timers = s.parts[Phase::Timers as usize].worst.unwrap();
     assert!((timers.value - 0.4).abs() < 1e-9);
     assert_eq!(timers.uptime_second, 95);
-    let sleep = s.parts[Part::Sleep as usize].worst.unwrap();
+    let sleep = s.parts[Phase::Sleep as usize].worst.unwrap();
     assert!(
         (sleep.value - 0.5).abs() < 1e-9,
         "sleep's worst is its lowest"
     );
-    assert_eq!(s.iterations, (91..100).sum::<u64>() + 95);
-    assert_eq!(s.max_wheel_lag.unwrap().value, 380 * MS);
+    assert_eq!(s.counts.iterations, (91..100).sum::<u64>() + 95);
+    let lag = s.peak("max_wheel_lag").unwrap();
+    assert_eq!((lag.value, lag.uptime_second), (Value::Time(380 * MS), 95));
     assert_eq!(s.worst_timer.unwrap().value.site, site);
     assert_eq!(s.worst_handler.unwrap().value.site, 0x02);
     assert!(s.worst_task.is_none());
@@ -175,21 +180,21 @@ fn an_empty_summary_says_so() {
 /// A record with every field set, durations in whole microseconds (what CSV keeps).
 fn full_second(n: u64) -> LoopSecond {
     let mut s = second(n);
-    for (i, part) in Part::ALL.into_iter().enumerate() {
+    for (i, part) in Phase::ALL.into_iter().enumerate() {
         s.parts[part as usize] = Duration::from_micros(1_000 * i as u64 + n);
     }
     s.run_queue_wait = Duration::from_micros(17);
-    s.sleeps = 2;
-    s.max_sleep_overshoot = Duration::from_micros(123);
-    s.late_wakes = 3;
-    s.ticks_fired = 125;
-    s.max_wheel_lag = Duration::from_micros(456);
-    s.posts = 4;
-    s.wakes_issued = 5;
-    s.wakes_elided = 6;
-    s.packets_in = 7;
-    s.packets_out = 8;
-    s.players = 9;
+    s.counts.sleeps = 2;
+    s.counts.max_sleep_overshoot = Duration::from_micros(123);
+    s.counts.late_wakes = 3;
+    s.counts.ticks_fired = 125;
+    s.counts.max_wheel_lag = Duration::from_micros(456);
+    s.counts.posts = 4;
+    s.counts.wakes_issued = 5;
+    s.counts.wakes_elided = 6;
+    s.counts.packets_in = 7;
+    s.counts.packets_out = 8;
+    s.counts.players = 9;
     let here = Site::from(std::panic::Location::caller());
     Offender::offer(&mut s.worst.timer, Duration::from_micros(11), here);
     let odd = Site {
@@ -233,15 +238,17 @@ fn the_header_is_the_column_list() {
 }
 
 #[test]
-fn the_csv_doc_lists_every_column_in_order() {
+fn the_csv_doc_lists_every_column_in_order_as_the_tables_say_it() {
     let doc = include_str!("../../../docs/loopstats-csv.md");
-    let documented: Vec<&str> = doc
+    // `| `name` | what it holds |`
+    let documented: Vec<(&str, &str)> = doc
         .lines()
         .filter_map(|l| l.strip_prefix("| `"))
-        .filter_map(|l| l.split('`').next())
+        .filter_map(|l| l.split_once("` | "))
+        .map(|(name, rest)| (name, rest.trim_end().trim_end_matches('|').trim_end()))
         .collect();
-    let names: Vec<&str> = COLUMNS.iter().map(|c| c.name).collect();
-    assert_eq!(documented, names);
+    let columns: Vec<(&str, &str)> = COLUMNS.iter().map(|c| (c.name, c.doc)).collect();
+    assert_eq!(documented, columns);
 }
 
 fn csv_of(rows: &[&str]) -> String {

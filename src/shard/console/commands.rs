@@ -385,11 +385,7 @@ fn run_game_command(
     context: &crate::game::GameContext,
     words: &[&str],
 ) -> Result<String, String> {
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        (command.run)(context, words)
-    }));
-    ran.unwrap_or_else(|payload| {
-        let why = runtime::panic_text(&*payload).to_owned();
+    runtime::catch(|| (command.run)(context, words)).unwrap_or_else(|why| {
         runtime::count_panic();
         tracing::error!(
             command = command.name,
