@@ -1,4 +1,5 @@
-//! A generational slab: the storage behind every timer-wheel entry and every local task.
+//! A generational slab: the storage behind every timer-wheel entry, every local task, every
+//! network session and the io_uring backend's sockets.
 //!
 //! Entries live in one `Vec` and are addressed by a [`Key`] = (index, generation). Freeing a
 //! slot bumps its generation, so a key kept after its entry was removed no longer matches the
@@ -29,6 +30,15 @@ impl Key {
         index: NIL,
         generation: u32::MAX,
     };
+
+    /// The key with these parts, as [`Key::index`] and [`Key::generation`] gave them (the
+    /// io_uring backend carries a key through the kernel inside an operation's user_data).
+    /// Like any key it addresses an entry only while that slot holds that generation.
+    #[must_use]
+    #[cfg_attr(not(all(target_os = "linux", feature = "io-uring")), allow(dead_code))]
+    pub(crate) const fn from_parts(index: u32, generation: u32) -> Key {
+        Key { index, generation }
+    }
 
     /// The slot index (stable for the entry's lifetime, reused afterwards).
     #[must_use]
@@ -208,6 +218,15 @@ impl<T> Slab<T> {
             })
     }
 
+    /// Every occupied entry, mutably, in index order.
+    #[cfg_attr(not(all(target_os = "linux", feature = "io-uring")), allow(dead_code))]
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.entries.iter_mut().filter_map(|slot| match slot {
+            Slot::Occupied { value, .. } => Some(value),
+            Slot::Vacant { .. } => None,
+        })
+    }
+
     /// Asks the CPU to start loading the entry at `index` into cache. A pure hint: it changes
     /// nothing and cannot fault. Loops over entries in random slab order issue it a few
     /// iterations ahead, so that several cache misses overlap instead of queueing.
@@ -295,6 +314,21 @@ mod tests {
         slab.remove(b);
         assert!(slab.get_by_index(b.index()).is_none());
         assert_eq!(slab.next_key().index(), b.index());
+    }
+
+    #[test]
+    fn a_key_rebuilt_from_its_parts_is_the_same_key() {
+        let mut slab = Slab::new();
+        let keys = [slab.insert(1u8), slab.insert(2), slab.insert(3)];
+        slab.remove(keys[1]);
+        for key in keys {
+            assert_eq!(Key::from_parts(key.index(), key.generation()), key);
+        }
+        let gone = Key::from_parts(keys[1].index(), keys[1].generation());
+        assert_eq!(slab.get(gone), None, "a rebuilt stale key is as inert");
+        slab.values_mut().for_each(|value| *value *= 10);
+        let values: Vec<u8> = slab.iter().map(|(_, value)| *value).collect();
+        assert_eq!(values, [10, 30]);
     }
 
     #[test]

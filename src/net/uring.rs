@@ -74,6 +74,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::time::{Instant, Sleep};
 
 use super::backend::{Accepted, Acceptor, Backend, BackendFailed, ReadOutcome, Transport};
+use crate::slab::{Key, Slab};
 
 /// A connection's receive buffer. Every idle connection keeps a receive in flight into it, so
 /// this is most of what an idle connection costs.
@@ -205,18 +206,20 @@ enum Op {
     Cancel = 4,
 }
 
-/// A slot in a [`Slab`]: index and generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Key {
-    index: u32,
-    generation: u32,
-}
-
 /// Slot indices fit in 24 bits of user_data, beside 8 bits of operation and 32 of generation.
 const MAX_SLOTS: usize = 1 << 24;
 
+/// Stores `value` in a slot whose key fits in a user_data (see [`MAX_SLOTS`]).
+fn insert<T>(slab: &mut Slab<T>, value: T) -> Key {
+    assert!(
+        (slab.next_key().index() as usize) < MAX_SLOTS,
+        "more than 2^24 io_uring slots"
+    );
+    slab.insert(value)
+}
+
 fn user_data(op: Op, key: Key) -> u64 {
-    (u64::from(key.generation) << 32) | (u64::from(key.index) << 8) | op as u64
+    (u64::from(key.generation()) << 32) | (u64::from(key.index()) << 8) | op as u64
 }
 
 fn decode(user_data: u64) -> Option<(Op, Key)> {
@@ -227,74 +230,11 @@ fn decode(user_data: u64) -> Option<(Op, Key)> {
         4 => Op::Cancel,
         _ => return None,
     };
-    let key = Key {
-        index: ((user_data >> 8) & 0xff_ffff) as u32,
-        generation: (user_data >> 32) as u32,
-    };
+    let key = Key::from_parts(
+        ((user_data >> 8) & 0xff_ffff) as u32,
+        (user_data >> 32) as u32,
+    );
     Some((op, key))
-}
-
-/// Generational slots: a freed slot's next occupant has another generation, so a key (or a
-/// user_data) of the old one no longer finds anything.
-struct Slab<T> {
-    entries: Vec<(u32, Option<T>)>,
-    free: Vec<u32>,
-    len: usize,
-}
-
-impl<T> Slab<T> {
-    fn new() -> Slab<T> {
-        Slab {
-            entries: Vec::new(),
-            free: Vec::new(),
-            len: 0,
-        }
-    }
-
-    fn insert(&mut self, value: T) -> Key {
-        self.len += 1;
-        if let Some(index) = self.free.pop() {
-            let entry = &mut self.entries[index as usize];
-            entry.1 = Some(value);
-            return Key {
-                index,
-                generation: entry.0,
-            };
-        }
-        assert!(
-            self.entries.len() < MAX_SLOTS,
-            "more than 2^24 io_uring slots"
-        );
-        self.entries.push((0, Some(value)));
-        Key {
-            index: (self.entries.len() - 1) as u32,
-            generation: 0,
-        }
-    }
-
-    fn get_mut(&mut self, key: Key) -> Option<&mut T> {
-        match self.entries.get_mut(key.index as usize) {
-            Some((generation, value)) if *generation == key.generation => value.as_mut(),
-            _ => None,
-        }
-    }
-
-    fn remove(&mut self, key: Key) -> Option<T> {
-        let (generation, value) = self.entries.get_mut(key.index as usize)?;
-        if *generation != key.generation || value.is_none() {
-            return None;
-        }
-        *generation = generation.wrapping_add(1);
-        self.free.push(key.index);
-        self.len -= 1;
-        value.take()
-    }
-
-    fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.entries
-            .iter_mut()
-            .filter_map(|(_, value)| value.as_mut())
-    }
 }
 
 /// One connection's socket and buffers.
@@ -625,7 +565,7 @@ impl Ring {
         }
         tracing::error!(
             connections = closing,
-            listeners = self.listeners.len,
+            listeners = self.listeners.len(),
             "{failed}: its connections close and nothing more is submitted to it"
         );
         let error = failed.to_io();
@@ -854,13 +794,16 @@ impl Ring {
 
 impl Ring {
     fn add_listener(&mut self, socket: TcpListener, waker: Waker) -> Key {
-        let key = self.listeners.insert(Listener {
-            socket,
-            waker: Some(waker),
-            accept_in_flight: false,
-            queue: VecDeque::new(),
-            paused: false,
-        });
+        let key = insert(
+            &mut self.listeners,
+            Listener {
+                socket,
+                waker: Some(waker),
+                accept_in_flight: false,
+                queue: VecDeque::new(),
+                paused: false,
+            },
+        );
         self.arm_accept(key);
         key
     }
@@ -1021,7 +964,7 @@ impl Drop for UringAcceptor {
 fn attach(ring: SharedRing, socket: OwnedFd, waker: Waker) -> Box<dyn Transport> {
     let key = {
         let mut this = ring.borrow_mut();
-        let key = this.conns.insert(Conn::new(socket, waker));
+        let key = insert(&mut this.conns, Conn::new(socket, waker));
         this.arm_recv(key);
         key
     };

@@ -16,6 +16,7 @@
 //! does) nor block the loop.
 
 use std::cell::Cell;
+use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -48,23 +49,45 @@ pub struct Cadence {
 
 impl Cadence {
     /// Checks a cadence from the console or the override file.
-    pub fn new(every: Duration, warning: Duration) -> Result<Cadence, String> {
+    pub fn new(every: Duration, warning: Duration) -> Result<Cadence, CadenceError> {
         if every < Duration::from_secs(1) || every > MAX_FREQUENCY {
-            return Err(format!(
-                "frequency {} must be between 1s and 24h",
-                humantime::format_duration(every)
-            ));
+            return Err(CadenceError::Frequency { every });
         }
         if warning >= every {
-            return Err(format!(
-                "warning {} must be shorter than the frequency {}",
-                humantime::format_duration(warning),
-                humantime::format_duration(every)
-            ));
+            return Err(CadenceError::Warning { warning, every });
         }
         Ok(Cadence { every, warning })
     }
 }
+
+/// A cadence [`Cadence::new`] refuses, with the figures at fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CadenceError {
+    /// The frequency is under 1 s or over 24 h.
+    Frequency { every: Duration },
+    /// The warning is not shorter than the frequency.
+    Warning { warning: Duration, every: Duration },
+}
+
+impl fmt::Display for CadenceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let human = humantime::format_duration;
+        match *self {
+            CadenceError::Frequency { every } => {
+                write!(f, "frequency {} must be between 1s and 24h", human(every))
+            }
+            CadenceError::Warning { warning, every } => write!(
+                f,
+                "warning {} must be shorter than the frequency {}",
+                human(warning),
+                human(every)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CadenceError {}
 
 /// The autosave schedule; clones share it. Lives on the loop thread.
 #[derive(Clone)]
@@ -231,21 +254,76 @@ pub fn read_override(data_dir: &Path) -> Result<Option<Cadence>, PersistError> {
         ))?,
     };
     parse_override(&text).map(Some).map_err(|reason| {
-        PersistError::invalid_data(Operation::AutosaveOverride, "parsing", &path, reason)
+        let source = io::Error::new(io::ErrorKind::InvalidData, reason);
+        PersistError::new(Operation::AutosaveOverride, "parsing", &path, source)
     })
 }
 
 /// The cadence in the override file's text, or what is wrong with it.
-fn parse_override(text: &str) -> Result<Cadence, String> {
-    let doc: toml::Table = text.parse().map_err(|e| format!("not valid TOML: {e}"))?;
-    let duration = |key: &str| -> Result<Duration, String> {
+fn parse_override(text: &str) -> Result<Cadence, OverrideError> {
+    let doc: toml::Table = text.parse().map_err(OverrideError::Toml)?;
+    let duration = |key: &'static str| -> Result<Duration, OverrideError> {
         let value = doc
             .get(key)
             .and_then(|v| v.as_str())
-            .ok_or_else(|| format!("`{key}` is missing or not a string"))?;
-        humantime::parse_duration(value).map_err(|e| format!("`{key}` = {value:?}: {e}"))
+            .ok_or(OverrideError::Missing { key })?;
+        humantime::parse_duration(value).map_err(|source| OverrideError::Duration {
+            key,
+            value: value.to_owned(),
+            source,
+        })
     };
-    Cadence::new(duration("frequency")?, duration("warning")?)
+    Ok(Cadence::new(duration("frequency")?, duration("warning")?)?)
+}
+
+/// What is wrong with the text of [`OVERRIDE_FILE`]. [`read_override`] reports it as the
+/// `InvalidData` source of its [`PersistError`] (`source.get_ref()` downcasts to it); the
+/// text names the key at fault, not the file (the `PersistError` does).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OverrideError {
+    /// Not TOML at all.
+    Toml(toml::de::Error),
+    /// `frequency` or `warning` is not there, or not a string.
+    Missing { key: &'static str },
+    /// `frequency` or `warning` is not a duration (`"30m"`, `"1h"`).
+    Duration {
+        key: &'static str,
+        value: String,
+        source: humantime::DurationError,
+    },
+    /// Both are durations, but not a cadence [`Cadence::new`] accepts.
+    Cadence(CadenceError),
+}
+
+impl fmt::Display for OverrideError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OverrideError::Toml(e) => write!(f, "not valid TOML: {e}"),
+            OverrideError::Missing { key } => write!(f, "`{key}` is missing or not a string"),
+            OverrideError::Duration { key, value, source } => {
+                write!(f, "`{key}` = {value:?}: {source}")
+            }
+            OverrideError::Cadence(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for OverrideError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OverrideError::Toml(e) => Some(e),
+            OverrideError::Missing { .. } => None,
+            OverrideError::Duration { source, .. } => Some(source),
+            OverrideError::Cadence(e) => Some(e),
+        }
+    }
+}
+
+impl From<CadenceError> for OverrideError {
+    fn from(e: CadenceError) -> OverrideError {
+        OverrideError::Cadence(e)
+    }
 }
 
 #[cfg(test)]
@@ -262,19 +340,54 @@ mod tests {
         std::fs::write(override_path(dir.path()), "frequency = \"soon\"\n").unwrap();
         let e = read_override(dir.path()).unwrap_err();
         assert!(e.is_invalid_data(), "{e}");
+        let why = e
+            .source
+            .get_ref()
+            .and_then(|s| s.downcast_ref::<OverrideError>());
+        assert!(
+            matches!(
+                why,
+                Some(OverrideError::Duration {
+                    key: "frequency",
+                    ..
+                })
+            ),
+            "{why:?}"
+        );
         let e = e.to_string();
         assert!(e.contains("autosave.toml") && e.contains("soon"), "{e}");
+        std::fs::write(override_path(dir.path()), "frequency = \"1h\"\n").unwrap();
+        let e = read_override(dir.path()).unwrap_err().to_string();
+        assert!(e.ends_with("`warning` is missing or not a string"), "{e}");
+        let text = "frequency = \"1m\"\nwarning = \"1m\"\n";
+        std::fs::write(override_path(dir.path()), text).unwrap();
+        let e = read_override(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.ends_with("warning 1m must be shorter than the frequency 1m"),
+            "{e}"
+        );
     }
 
     #[test]
     fn a_cadence_must_make_sense() {
         let s = Duration::from_secs;
-        assert!(Cadence::new(s(60), s(60)).unwrap_err().contains("shorter"));
+        let e = Cadence::new(s(60), s(60)).unwrap_err();
+        assert_eq!(
+            e,
+            CadenceError::Warning {
+                warning: s(60),
+                every: s(60)
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "warning 1m must be shorter than the frequency 1m"
+        );
         assert!(Cadence::new(s(0), s(0)).is_err());
-        assert!(
-            Cadence::new(s(25 * 3600), s(0))
-                .unwrap_err()
-                .contains("24h")
+        let e = Cadence::new(s(25 * 3600), s(0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "frequency 1day 1h must be between 1s and 24h"
         );
         assert!(Cadence::new(s(3600), s(60)).is_ok());
     }

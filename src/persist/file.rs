@@ -167,69 +167,63 @@ impl Checked {
 /// stops one byte past `bytes` whatever the file does meanwhile: memory is bounded by the
 /// manifest's figure, checked against the disk. The error says what is wrong in operator
 /// words (the caller adds the path).
-pub fn read(path: &Path, kind: Kind, bytes: u64) -> Result<Checked, String> {
-    let cannot = |e: io::Error| format!("cannot read it: {e}");
-    let file = File::open(path).map_err(cannot)?;
-    let meta = file.metadata().map_err(cannot)?;
+pub fn read(path: &Path, kind: Kind, bytes: u64) -> Result<Checked, FileError> {
+    let file = File::open(path).map_err(FileError::Unreadable)?;
+    let meta = file.metadata().map_err(FileError::Unreadable)?;
     if !meta.is_file() {
-        return Err("not a regular file".into());
+        return Err(FileError::NotAFile);
     }
     check_size(meta.len(), bytes)?;
-    let capacity = usize::try_from(bytes).map_err(|_| format!("{bytes} bytes do not fit"))?;
+    let capacity = usize::try_from(bytes).map_err(|_| FileError::TooLarge { bytes })?;
     let mut data = Vec::with_capacity(capacity);
     file.take(bytes + 1)
         .read_to_end(&mut data)
-        .map_err(cannot)?;
+        .map_err(FileError::Unreadable)?;
     if data.len() as u64 != bytes {
-        return Err(format!(
-            "changed while being read ({} bytes read, {bytes} expected)",
-            data.len()
-        ));
+        return Err(FileError::Changed {
+            read: data.len() as u64,
+            expected: bytes,
+        });
     }
     check(data, kind)
 }
 
 /// The size on disk is the one the manifest names.
-pub fn check_size(on_disk: u64, listed: u64) -> Result<(), String> {
+pub fn check_size(on_disk: u64, listed: u64) -> Result<(), FileError> {
     if on_disk != listed {
-        return Err(format!(
-            "is {on_disk} bytes on disk; the manifest says {listed} bytes: it is truncated, \
-             comes from another save or was changed"
-        ));
+        return Err(FileError::SizeMismatch { on_disk, listed });
     }
     Ok(())
 }
 
-fn check(data: Vec<u8>, kind: Kind) -> Result<Checked, String> {
+fn check(data: Vec<u8>, kind: Kind) -> Result<Checked, FileError> {
     if data.len() < HEADER + TRAILER {
-        return Err(format!(
-            "truncated: {} bytes, shorter than an empty save file ({} bytes)",
-            data.len(),
-            HEADER + TRAILER
-        ));
+        return Err(FileError::Truncated {
+            bytes: data.len() as u64,
+        });
     }
     if &data[..8] != MAGIC {
-        return Err("not a shardloop save file (bad magic bytes)".into());
+        return Err(FileError::BadMagic);
     }
     let body = data.len() - TRAILER;
     let stored = u32::from_le_bytes(data[body..].try_into().expect("4 bytes"));
-    let actual = crc32fast::hash(&data[..body]);
-    if stored != actual {
-        return Err(format!(
-            "checksum mismatch (stored {stored:08x}, computed {actual:08x}): the file is \
-             truncated or corrupt"
-        ));
+    let computed = crc32fast::hash(&data[..body]);
+    if stored != computed {
+        return Err(FileError::Checksum { stored, computed });
     }
     let version = u16::from_le_bytes([data[8], data[9]]);
     if version != FILE_VERSION {
-        return Err(format!(
-            "file format version {version}; this build reads version {FILE_VERSION}"
-        ));
+        return Err(FileError::Version { found: version });
     }
     match Kind::from_tag(data[10]) {
         Some(k) if k == kind => {}
-        Some(k) => return Err(format!("holds {k}, not {kind}")),
-        None => return Err(format!("unknown entity type tag {}", data[10])),
+        Some(holds) => {
+            return Err(FileError::WrongKind {
+                holds,
+                expected: kind,
+            });
+        }
+        None => return Err(FileError::UnknownKind { tag: data[10] }),
     }
     Ok(Checked {
         record_version: u16::from_le_bytes([data[11], data[12]]),
@@ -238,6 +232,80 @@ fn check(data: Vec<u8>, kind: Kind) -> Result<Checked, String> {
         bytes: data.len() as u64,
         data,
     })
+}
+
+/// Why a save file is not the intact file of its type, of the size its manifest names
+/// ([`read`], [`check_size`]). Its text says what is wrong in operator words and leaves the
+/// path out: the caller names the file (`LoadError` does).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum FileError {
+    /// Opening, inspecting or reading the file failed: the operating system's error.
+    Unreadable(io::Error),
+    /// It is a directory, a device or anything but a regular file.
+    NotAFile,
+    /// The manifest's size for it does not fit in this process's address space.
+    TooLarge { bytes: u64 },
+    /// Its size on disk is not the size its manifest names.
+    SizeMismatch { on_disk: u64, listed: u64 },
+    /// It grew or shrank while being read: `read` bytes came, `expected` were checked on disk.
+    Changed { read: u64, expected: u64 },
+    /// `bytes` long: shorter than the header and checksum of an empty save file.
+    Truncated { bytes: u64 },
+    /// It does not start with [`MAGIC`]: not a shardloop save file.
+    BadMagic,
+    /// The CRC-32 it ends with is not the one of the bytes before it.
+    Checksum { stored: u32, computed: u32 },
+    /// A container layout other than [`FILE_VERSION`].
+    Version { found: u16 },
+    /// A save file of another entity type than the one asked for.
+    WrongKind { holds: Kind, expected: Kind },
+    /// An entity type tag no version of shardloop writes.
+    UnknownKind { tag: u8 },
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileError::Unreadable(e) => write!(f, "cannot read it: {e}"),
+            FileError::NotAFile => f.write_str("not a regular file"),
+            FileError::TooLarge { bytes } => write!(f, "{bytes} bytes do not fit"),
+            FileError::SizeMismatch { on_disk, listed } => write!(
+                f,
+                "is {on_disk} bytes on disk; the manifest says {listed} bytes: it is truncated, \
+                 comes from another save or was changed"
+            ),
+            FileError::Changed { read, expected } => write!(
+                f,
+                "changed while being read ({read} bytes read, {expected} expected)"
+            ),
+            FileError::Truncated { bytes } => write!(
+                f,
+                "truncated: {bytes} bytes, shorter than an empty save file ({OVERHEAD} bytes)"
+            ),
+            FileError::BadMagic => f.write_str("not a shardloop save file (bad magic bytes)"),
+            FileError::Checksum { stored, computed } => write!(
+                f,
+                "checksum mismatch (stored {stored:08x}, computed {computed:08x}): the file is \
+                 truncated or corrupt"
+            ),
+            FileError::Version { found } => write!(
+                f,
+                "file format version {found}; this build reads version {FILE_VERSION}"
+            ),
+            FileError::WrongKind { holds, expected } => write!(f, "holds {holds}, not {expected}"),
+            FileError::UnknownKind { tag } => write!(f, "unknown entity type tag {tag}"),
+        }
+    }
+}
+
+impl std::error::Error for FileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FileError::Unreadable(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -268,15 +336,34 @@ mod tests {
         let good = std::fs::read(sample(dir.path())).unwrap();
         let err = |data: Vec<u8>, kind| check(data, kind).unwrap_err();
 
-        assert!(err(good[..10].to_vec(), Kind::Items).contains("truncated"));
-        assert!(err(good[..good.len() - 1].to_vec(), Kind::Items).contains("checksum"));
+        let e = err(good[..10].to_vec(), Kind::Items);
+        assert!(matches!(e, FileError::Truncated { bytes: 10 }), "{e:?}");
+        assert!(e.to_string().starts_with("truncated: 10 bytes"), "{e}");
+        let e = err(good[..good.len() - 1].to_vec(), Kind::Items);
+        assert!(matches!(e, FileError::Checksum { .. }), "{e:?}");
         let mut flipped = good.clone();
         flipped[HEADER] ^= 0x40;
-        assert!(err(flipped, Kind::Items).contains("checksum"));
+        let e = err(flipped, Kind::Items);
+        assert!(
+            e.to_string().starts_with("checksum mismatch (stored "),
+            "{e}"
+        );
         let mut magic = good.clone();
         magic[0] = b'X';
-        assert!(err(magic, Kind::Items).contains("magic"));
-        assert!(err(good.clone(), Kind::Mobiles).contains("holds items, not mobiles"));
+        let e = err(magic, Kind::Items);
+        assert!(matches!(e, FileError::BadMagic), "{e:?}");
+        assert!(e.to_string().contains("magic"), "{e}");
+        let e = err(good.clone(), Kind::Mobiles);
+        assert_eq!(e.to_string(), "holds items, not mobiles");
+        let mut tag = good.clone();
+        tag[10] = 9;
+        let body = tag.len() - TRAILER;
+        let resealed = crc32fast::hash(&tag[..body]).to_le_bytes();
+        tag[body..].copy_from_slice(&resealed);
+        assert!(matches!(
+            err(tag, Kind::Items),
+            FileError::UnknownKind { tag: 9 }
+        ));
         assert!(write(&dir.path().join("items.bin"), Kind::Items, 0, []).is_err());
     }
 
@@ -286,11 +373,19 @@ mod tests {
         let path = sample(dir.path());
         let real = std::fs::metadata(&path).unwrap().len();
         let e = read(&path, Kind::Items, real - 1).unwrap_err();
-        assert!(e.contains(&format!("is {real} bytes on disk")), "{e}");
+        assert!(
+            e.to_string().contains(&format!("is {real} bytes on disk")),
+            "{e}"
+        );
         let e = read(&path, Kind::Items, u64::MAX).unwrap_err();
-        assert!(e.contains("the manifest says 18446744073709551615"), "{e}");
+        let says = "the manifest says 18446744073709551615";
+        assert!(e.to_string().contains(says), "{e}");
         let e = read(dir.path(), Kind::Items, 0).unwrap_err();
-        assert!(e.contains("not a regular file"), "{e}");
+        assert!(matches!(e, FileError::NotAFile), "{e:?}");
+        assert_eq!(e.to_string(), "not a regular file");
+        let e = read(&dir.path().join("absent.bin"), Kind::Items, 0).unwrap_err();
+        assert!(std::error::Error::source(&e).is_some(), "{e:?}");
+        assert!(e.to_string().starts_with("cannot read it: "), "{e}");
     }
 
     #[test]

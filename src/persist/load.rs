@@ -57,9 +57,9 @@ impl std::error::Error for LoadError {}
 pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
     let began = Instant::now();
     let manifest_path = dir.join(manifest::FILE_NAME);
-    let manifest = Manifest::read(dir).map_err(|reason| LoadError {
+    let manifest = Manifest::read(dir).map_err(|e| LoadError {
         file: manifest_path.clone(),
-        reason,
+        reason: e.to_string(),
     })?;
     for kind in Kind::ALL {
         check_claims(dir, &manifest, kind)?;
@@ -74,7 +74,7 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
             reason,
         };
         let bytes = manifest.file(kind).map_or(0, |w| w.bytes);
-        let checked = file::read(&path, kind, bytes).map_err(err)?;
+        let checked = file::read(&path, kind, bytes).map_err(|e| err(e.to_string()))?;
         vouch(&manifest, kind, &checked).map_err(err)?;
         add_records(&mut world, kind, &checked).map_err(err)?;
     }
@@ -106,11 +106,11 @@ fn check_claims(dir: &Path, manifest: &Manifest, kind: Kind) -> Result<(), LoadE
     })?;
     let on_disk = std::fs::metadata(&path).map_err(|e| LoadError {
         file: path.clone(),
-        reason: format!("cannot read it: {e}"),
+        reason: file::FileError::Unreadable(e).to_string(),
     })?;
-    file::check_size(on_disk.len(), listed.bytes).map_err(|reason| LoadError {
+    file::check_size(on_disk.len(), listed.bytes).map_err(|e| LoadError {
         file: path.clone(),
-        reason,
+        reason: e.to_string(),
     })?;
     let (count, most) = (manifest.count(kind), kind.max_records(listed.bytes));
     if count > most {

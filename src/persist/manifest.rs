@@ -12,9 +12,10 @@
 //!
 //! Owns the manifest's text form. Must never read or write data files.
 
-use std::fmt::Write as _;
-use std::io::Read as _;
+use std::fmt::{self, Write as _};
+use std::io::{self, Read as _};
 use std::path::Path;
+use std::sync::Arc;
 
 use jiff::Timestamp;
 
@@ -96,35 +97,35 @@ impl Manifest {
 
     /// Reads `dir/manifest.toml`, refusing one over [`MAX_BYTES`] without reading past the
     /// cap. The error says what is wrong (the caller names the file).
-    pub fn read(dir: &Path) -> Result<Manifest, String> {
-        let cannot = |e: std::io::Error| format!("cannot read it: {e}");
+    pub fn read(dir: &Path) -> Result<Manifest, ManifestError> {
+        let cannot = |e: io::Error| ManifestError::Unreadable(Arc::new(e));
         let file = std::fs::File::open(dir.join(FILE_NAME)).map_err(cannot)?;
         let mut text = String::new();
         file.take(MAX_BYTES + 1)
             .read_to_string(&mut text)
             .map_err(cannot)?;
         if text.len() as u64 > MAX_BYTES {
-            return Err(format!(
-                "larger than the {MAX_BYTES}-byte cap for a manifest (a real one is under 1 KiB)"
-            ));
+            return Err(ManifestError::TooLarge);
         }
         Manifest::parse(&text)
     }
 
-    pub fn parse(text: &str) -> Result<Manifest, String> {
-        let doc: toml::Table = text.parse().map_err(|e| format!("not valid TOML: {e}"))?;
+    /// The manifest in `text`; the error names the key at fault, if one is.
+    pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
+        let doc: toml::Table = text.parse().map_err(ManifestError::Toml)?;
         let format = int(&doc, "format")? as u32;
         if format != SAVE_FORMAT {
-            return Err(format!(
-                "save format {format}; this build reads format {SAVE_FORMAT}"
-            ));
+            return Err(ManifestError::Format { found: format });
         }
         let created = string(&doc, "created")?
             .parse::<Timestamp>()
-            .map_err(|e| format!("`created` is not a timestamp: {e}"))?;
+            .map_err(ManifestError::Created)?;
         let seed = string(&doc, "seed")?;
-        let seed = u64::from_str_radix(seed.trim_start_matches("0x"), 16)
-            .map_err(|_| format!("`seed` {seed:?} is not a hexadecimal number"))?;
+        let seed = u64::from_str_radix(seed.trim_start_matches("0x"), 16).map_err(|_| {
+            ManifestError::Seed {
+                value: seed.to_owned(),
+            }
+        })?;
         let counts = table(&doc, "counts")?;
         let files = table(&doc, "files")?;
         let sequence = match doc.get("sequence") {
@@ -149,8 +150,10 @@ impl Manifest {
         for kind in Kind::ALL {
             let entry = table(files, kind.file_name())?;
             let crc = string(entry, "crc32")?;
-            let crc32 = u32::from_str_radix(crc, 16)
-                .map_err(|_| format!("crc32 {crc:?} of {} is not hexadecimal", kind.file_name()))?;
+            let crc32 = u32::from_str_radix(crc, 16).map_err(|_| ManifestError::Crc32 {
+                file: kind.file_name(),
+                value: crc.to_owned(),
+            })?;
             let written = Written {
                 bytes: int(entry, "bytes")?,
                 crc32,
@@ -161,32 +164,113 @@ impl Manifest {
     }
 }
 
-fn field<'a>(t: &'a toml::Table, key: &str) -> Result<&'a toml::Value, String> {
-    t.get(key).ok_or_else(|| format!("`{key}` is missing"))
+fn field<'a>(t: &'a toml::Table, key: &'static str) -> Result<&'a toml::Value, ManifestError> {
+    t.get(key).ok_or(ManifestError::Missing { key })
 }
 
-fn int(t: &toml::Table, key: &str) -> Result<u64, String> {
+fn int(t: &toml::Table, key: &'static str) -> Result<u64, ManifestError> {
     match field(t, key)? {
         toml::Value::Integer(i) if *i >= 0 => Ok(*i as u64),
-        v => Err(format!("`{key}` = {v} is not a count")),
+        v => Err(ManifestError::NotACount {
+            key,
+            value: v.to_string(),
+        }),
     }
 }
 
-fn u32_field(t: &toml::Table, key: &str) -> Result<u32, String> {
-    let v = int(t, key)?;
-    u32::try_from(v).map_err(|_| format!("`{key}` = {v} is out of range"))
+fn u32_field(t: &toml::Table, key: &'static str) -> Result<u32, ManifestError> {
+    let value = int(t, key)?;
+    u32::try_from(value).map_err(|_| ManifestError::OutOfRange { key, value })
 }
 
-fn string<'a>(t: &'a toml::Table, key: &str) -> Result<&'a str, String> {
+fn string<'a>(t: &'a toml::Table, key: &'static str) -> Result<&'a str, ManifestError> {
     field(t, key)?
         .as_str()
-        .ok_or_else(|| format!("`{key}` is not a string"))
+        .ok_or(ManifestError::NotAString { key })
 }
 
-fn table<'a>(t: &'a toml::Table, key: &str) -> Result<&'a toml::Table, String> {
+fn table<'a>(t: &'a toml::Table, key: &'static str) -> Result<&'a toml::Table, ManifestError> {
     field(t, key)?
         .as_table()
-        .ok_or_else(|| format!("`[{key}]` is not a table"))
+        .ok_or(ManifestError::NotATable { key })
+}
+
+/// Why a manifest cannot be read ([`Manifest::read`]) or does not describe a save this build
+/// loads ([`Manifest::parse`]). It names the key at fault, if one is, but not the file: the
+/// caller does. `Clone` (the OS error is shared behind an [`Arc`]), so that a listing that
+/// holds one stays `Clone`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum ManifestError {
+    /// Opening or reading the file failed: the operating system's error (`InvalidData` for
+    /// text that is not UTF-8).
+    Unreadable(Arc<io::Error>),
+    /// Larger than [`MAX_BYTES`]: refused without being read whole.
+    TooLarge,
+    /// Not TOML at all.
+    Toml(toml::de::Error),
+    /// A save format other than [`SAVE_FORMAT`].
+    Format { found: u32 },
+    /// A key (or a `[table]`) that every manifest has is not there.
+    Missing { key: &'static str },
+    /// A count, size or serial that is not a non-negative integer: `value` as the file has it.
+    NotACount { key: &'static str, value: String },
+    /// A serial too large for one.
+    OutOfRange { key: &'static str, value: u64 },
+    /// A key that must hold a string holds something else.
+    NotAString { key: &'static str },
+    /// A key that must be a `[table]` is something else.
+    NotATable { key: &'static str },
+    /// `created` is not a timestamp.
+    Created(jiff::Error),
+    /// `seed` is not a hexadecimal number.
+    Seed { value: String },
+    /// The `crc32` of the data file `file` is not hexadecimal.
+    Crc32 { file: &'static str, value: String },
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ManifestError::Unreadable(e) => write!(f, "cannot read it: {e}"),
+            ManifestError::TooLarge => write!(
+                f,
+                "larger than the {MAX_BYTES}-byte cap for a manifest (a real one is under 1 KiB)"
+            ),
+            ManifestError::Toml(e) => write!(f, "not valid TOML: {e}"),
+            ManifestError::Format { found } => write!(
+                f,
+                "save format {found}; this build reads format {SAVE_FORMAT}"
+            ),
+            ManifestError::Missing { key } => write!(f, "`{key}` is missing"),
+            ManifestError::NotACount { key, value } => {
+                write!(f, "`{key}` = {value} is not a count")
+            }
+            ManifestError::OutOfRange { key, value } => {
+                write!(f, "`{key}` = {value} is out of range")
+            }
+            ManifestError::NotAString { key } => write!(f, "`{key}` is not a string"),
+            ManifestError::NotATable { key } => write!(f, "`[{key}]` is not a table"),
+            ManifestError::Created(e) => write!(f, "`created` is not a timestamp: {e}"),
+            ManifestError::Seed { value } => {
+                write!(f, "`seed` {value:?} is not a hexadecimal number")
+            }
+            ManifestError::Crc32 { file, value } => {
+                write!(f, "crc32 {value:?} of {file} is not hexadecimal")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ManifestError::Unreadable(e) => Some(&**e),
+            ManifestError::Toml(e) => Some(e),
+            ManifestError::Created(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -232,17 +316,27 @@ pub(crate) mod tests {
     fn a_damaged_manifest_says_what_is_wrong() {
         let text = sample().to_toml();
         let cut = &text[..text.find("[files").unwrap()];
+        let e = Manifest::parse(cut).unwrap_err();
         assert!(
-            Manifest::parse(cut)
-                .unwrap_err()
-                .contains("`files` is missing")
+            matches!(e, ManifestError::Missing { key: "files" }),
+            "{e:?}"
         );
+        assert_eq!(e.to_string(), "`files` is missing");
         let newer = text.replace("format = 1", "format = 7");
-        assert!(Manifest::parse(&newer).unwrap_err().contains("format 7"));
-        assert!(Manifest::parse("created = ").unwrap_err().contains("TOML"));
+        let e = Manifest::parse(&newer).unwrap_err();
+        assert_eq!(e.to_string(), "save format 7; this build reads format 1");
+        let e = Manifest::parse("created = ").unwrap_err();
+        assert!(e.to_string().starts_with("not valid TOML: "), "{e}");
+        assert!(std::error::Error::source(&e).is_some());
         let negative = text.replace("sequence = 41", "sequence = -1");
         let e = Manifest::parse(&negative).unwrap_err();
-        assert!(e.contains("`sequence` = -1 is not a count"), "{e}");
+        assert_eq!(e.to_string(), "`sequence` = -1 is not a count");
+        let crc = text.replace("crc32 = \"dead0001\"", "crc32 = \"xyz\"");
+        let e = Manifest::parse(&crc).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "crc32 \"xyz\" of mobiles.bin is not hexadecimal"
+        );
     }
 
     #[test]
@@ -260,6 +354,7 @@ pub(crate) mod tests {
         text.push_str(&"#".repeat(MAX_BYTES as usize));
         std::fs::write(dir.path().join(FILE_NAME), &text).unwrap();
         let e = Manifest::read(dir.path()).unwrap_err();
-        assert!(e.contains("65536-byte cap"), "{e}");
+        assert!(matches!(e, ManifestError::TooLarge), "{e:?}");
+        assert!(e.to_string().contains("65536-byte cap"), "{e}");
     }
 }

@@ -72,7 +72,7 @@ fn open_conns() -> usize {
     THREAD_RING.with(|r| {
         r.borrow()
             .upgrade()
-            .map_or(0, |ring| ring.borrow().conns.len)
+            .map_or(0, |ring| ring.borrow().conns.len())
     })
 }
 
@@ -215,15 +215,12 @@ fn user_data_round_trips_and_a_freed_slot_goes_stale() {
     for op in [Op::Recv, Op::Send, Op::Accept, Op::Cancel] {
         assert_eq!(decode(user_data(op, first)), Some((op, first)));
     }
-    let far = Key {
-        index: (MAX_SLOTS - 1) as u32,
-        generation: u32::MAX,
-    };
+    let far = Key::from_parts((MAX_SLOTS - 1) as u32, u32::MAX);
     assert_eq!(decode(user_data(Op::Send, far)), Some((Op::Send, far)));
     assert_eq!(decode(0), None);
     assert_eq!(slab.remove(first), Some("a"));
     let second = slab.insert("b");
-    assert_eq!(second.index, first.index);
+    assert_eq!(second.index(), first.index());
     assert!(slab.get_mut(first).is_none(), "a stale key finds nothing");
     assert_eq!(slab.remove(first), None);
     assert_eq!(slab.get_mut(second), Some(&mut "b"));
@@ -515,13 +512,9 @@ fn a_new_runtime_on_the_same_thread_gets_a_new_ring() {
 /// numbered 0.. in their slot index.
 fn queue_nops(ring: &mut Ring, n: u32) {
     for index in 0..n {
-        let entry = opcode::Nop::new().build().user_data(user_data(
-            Op::Cancel,
-            Key {
-                index,
-                generation: 0,
-            },
-        ));
+        let entry = opcode::Nop::new()
+            .build()
+            .user_data(user_data(Op::Cancel, Key::from_parts(index, 0)));
         // SAFETY: a no-op points to no buffer.
         unsafe { ring.push(&entry) }.expect("a no-op queued");
     }
@@ -529,13 +522,9 @@ fn queue_nops(ring: &mut Ring, n: u32) {
 
 /// A no-op the ring ignores on completion.
 fn nop() -> squeue::Entry {
-    opcode::Nop::new().build().user_data(user_data(
-        Op::Cancel,
-        Key {
-            index: 0,
-            generation: 0,
-        },
-    ))
+    opcode::Nop::new()
+        .build()
+        .user_data(user_data(Op::Cancel, Key::from_parts(0, 0)))
 }
 
 fn queued(ring: &mut Ring) -> usize {
@@ -549,7 +538,7 @@ fn completed_nops(ring: &mut Ring) -> Vec<u32> {
         .drain(..)
         .filter_map(|cqe| decode(cqe.user_data()))
         .filter(|(op, _)| *op == Op::Cancel)
-        .map(|(_, key)| key.index)
+        .map(|(_, key)| key.index())
         .collect()
 }
 

@@ -176,7 +176,7 @@ pub enum Flow {
 }
 
 /// Why a bounded walk stopped early: a limit, or an archive that does not read.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WalkError {
     /// A limit of [`Limits`] (the text names it).
     Limit(String),
@@ -192,6 +192,8 @@ impl fmt::Display for WalkError {
         }
     }
 }
+
+impl std::error::Error for WalkError {}
 
 impl From<io::Error> for WalkError {
     fn from(e: io::Error) -> WalkError {

@@ -13,17 +13,20 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
+use std::fmt;
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
+use std::sync::Arc;
 
 use super::bounded::{self, Flow, Kind, Limits, MAX_MANIFEST_BYTES, WalkError};
 use super::format::Format;
-use crate::persist::manifest::{self, Manifest};
+use crate::persist::file::Written;
+use crate::persist::manifest::{self, Manifest, ManifestError};
 
 /// The text of the archive's `manifest.toml`, at its root or inside one top folder; the
 /// error says why there is none (in operator words, without the path).
-pub fn manifest(path: &Path, format: Format, limits: Limits) -> Result<String, String> {
+pub fn manifest(path: &Path, format: Format, limits: Limits) -> Result<String, CheckError> {
     let mut found = None;
     let walked = bounded::each_entry(path, format, limits, |name, kind, declared, data| {
         if kind != Kind::File || !is_manifest_name(name.as_bytes()) {
@@ -32,20 +35,14 @@ pub fn manifest(path: &Path, format: Format, limits: Limits) -> Result<String, S
         found = Some(read_manifest(name, declared, data));
         Ok(Flow::Stop)
     });
-    walked.map_err(|e| e.to_string())?;
-    match found {
-        Some(text) => text,
-        None => Err(format!(
-            "no {} at its root or in a top folder",
-            manifest::FILE_NAME
-        )),
-    }
+    walked?;
+    found.unwrap_or(Err(CheckError::NoManifest))
 }
 
 /// Reads the whole archive at `path` within `limits` and checks it holds a complete save:
 /// its manifest parses and every data file it names is there with the recorded size and
 /// CRC-32. Returns the manifest; the error says what is wrong.
-pub fn verify(path: &Path, format: Format, limits: Limits) -> Result<Manifest, String> {
+pub fn verify(path: &Path, format: Format, limits: Limits) -> Result<Manifest, CheckError> {
     let mut files: BTreeMap<String, (u64, Option<u32>)> = BTreeMap::new();
     let mut manifest = None;
     let walked = bounded::each_entry(path, format, limits, |name, kind, declared, data| {
@@ -60,30 +57,124 @@ pub fn verify(path: &Path, format: Format, limits: Limits) -> Result<Manifest, S
         files.insert(normal(name), data_file_sum(data)?);
         Ok(Flow::Next)
     });
-    walked.map_err(|e: WalkError| e.to_string())?;
+    walked?;
     let Some((folder, text)) = manifest else {
-        return Err(format!(
-            "no {} at its root or in a top folder",
-            manifest::FILE_NAME
-        ));
+        return Err(CheckError::NoManifest);
     };
-    let manifest = Manifest::parse(&text?).map_err(|e| format!("{}: {e}", manifest::FILE_NAME))?;
+    let manifest = Manifest::parse(&text?).map_err(CheckError::Manifest)?;
     for (kind, written) in &manifest.files {
-        let name = normal(&format!("{folder}{}", kind.file_name()));
-        match files.get(&name) {
-            None => return Err(format!("{name} is missing")),
+        let entry = normal(&format!("{folder}{}", kind.file_name()));
+        match files.get(&entry) {
+            None => return Err(CheckError::Missing { entry }),
             Some(&(bytes, crc32)) if (bytes, crc32) != (written.bytes, Some(written.crc32)) => {
-                let crc32 = crc32.map_or("no valid CRC-32".to_owned(), |c| format!("{c:08x}"));
-                return Err(format!(
-                    "{name} has {bytes} bytes ending in {crc32}; the manifest records {} \
-                     bytes ending in {:08x}",
-                    written.bytes, written.crc32
-                ));
+                return Err(CheckError::Mismatch {
+                    entry,
+                    bytes,
+                    crc32,
+                    listed: *written,
+                });
             }
             Some(_) => {}
         }
     }
     Ok(manifest)
+}
+
+/// Why an archive is not an archive of a save ([`verify`]), or has no manifest that can be
+/// read ([`manifest()`]). Its text says what is wrong in operator words and names the entry
+/// at fault, if one is, but not the archive: the caller does. `Clone`, so that the reports
+/// and listings that hold one stay `Clone`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum CheckError {
+    /// The walk through the archive stopped: a limit of [`Limits`], or not a readable
+    /// archive of its format.
+    Walk(WalkError),
+    /// No `manifest.toml` at its root or in a top folder.
+    NoManifest,
+    /// The manifest entry is larger than [`MAX_MANIFEST_BYTES`]: by the size its header
+    /// declares (`Some`), or by what it holds (`None`, a zip entry's declared size can lie).
+    ManifestTooLarge {
+        entry: String,
+        declared: Option<u64>,
+    },
+    /// Reading the manifest entry failed (a damaged stream, a limit).
+    ManifestUnreadable {
+        entry: String,
+        source: Arc<io::Error>,
+    },
+    /// The manifest entry is not UTF-8 text.
+    ManifestNotText { entry: String },
+    /// The manifest does not parse, or describes no save this build loads.
+    Manifest(ManifestError),
+    /// A data file the manifest names is not in the archive beside it.
+    Missing { entry: String },
+    /// A data file whose size, or CRC-32 (`None`: it does not end in a valid one), is not
+    /// what the manifest records for it (`listed`).
+    Mismatch {
+        entry: String,
+        bytes: u64,
+        crc32: Option<u32>,
+        listed: Written,
+    },
+}
+
+impl fmt::Display for CheckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CheckError::Walk(e) => e.fmt(f),
+            CheckError::NoManifest => write!(
+                f,
+                "no {} at its root or in a top folder",
+                manifest::FILE_NAME
+            ),
+            CheckError::ManifestTooLarge { entry, declared } => {
+                let bytes = declared.map_or("over".to_owned(), |b| b.to_string());
+                write!(
+                    f,
+                    "{entry} is {bytes} bytes, more than the {MAX_MANIFEST_BYTES} a manifest \
+                     may have"
+                )
+            }
+            CheckError::ManifestUnreadable { entry, source } => {
+                write!(f, "{entry} cannot be read: {source}")
+            }
+            CheckError::ManifestNotText { entry } => write!(f, "{entry} is not UTF-8 text"),
+            CheckError::Manifest(e) => write!(f, "{}: {e}", manifest::FILE_NAME),
+            CheckError::Missing { entry } => write!(f, "{entry} is missing"),
+            CheckError::Mismatch {
+                entry,
+                bytes,
+                crc32,
+                listed,
+            } => {
+                let crc32 = crc32.map_or("no valid CRC-32".to_owned(), |c| format!("{c:08x}"));
+                write!(
+                    f,
+                    "{entry} has {bytes} bytes ending in {crc32}; the manifest records {} \
+                     bytes ending in {:08x}",
+                    listed.bytes, listed.crc32
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for CheckError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CheckError::Walk(e) => Some(e),
+            CheckError::ManifestUnreadable { source, .. } => Some(&**source),
+            CheckError::Manifest(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<WalkError> for CheckError {
+    fn from(e: WalkError) -> CheckError {
+        CheckError::Walk(e)
+    }
 }
 
 /// A data file's size and, if its last four bytes are the CRC-32 of every byte before them
@@ -152,21 +243,27 @@ fn folder(name: &str) -> String {
 
 /// Reads a manifest entry of `declared` bytes: refused above [`MAX_MANIFEST_BYTES`], by its
 /// declared size first and by what it holds (a zip entry's declared size can lie).
-fn read_manifest(name: &str, declared: u64, data: &mut dyn Read) -> Result<String, String> {
-    let too_big = |bytes: &str| {
-        format!("{name} is {bytes} bytes, more than the {MAX_MANIFEST_BYTES} a manifest may have")
+fn read_manifest(name: &str, declared: u64, data: &mut dyn Read) -> Result<String, CheckError> {
+    let too_big = |declared| CheckError::ManifestTooLarge {
+        entry: name.to_owned(),
+        declared,
     };
     if declared > MAX_MANIFEST_BYTES {
-        return Err(too_big(&declared.to_string()));
+        return Err(too_big(Some(declared)));
     }
     let mut bytes = Vec::new();
     data.take(MAX_MANIFEST_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e: io::Error| format!("{name} cannot be read: {e}"))?;
+        .map_err(|e| CheckError::ManifestUnreadable {
+            entry: name.to_owned(),
+            source: Arc::new(e),
+        })?;
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(too_big("over"));
+        return Err(too_big(None));
     }
-    String::from_utf8(bytes).map_err(|_| format!("{name} is not UTF-8 text"))
+    String::from_utf8(bytes).map_err(|_| CheckError::ManifestNotText {
+        entry: name.to_owned(),
+    })
 }
 
 #[cfg(test)]
@@ -211,7 +308,12 @@ mod tests {
                 std::fs::remove_file(&path).unwrap();
                 format::write(&path, format, 3, &files[..3]).unwrap();
                 let why = verify(&path, format, Limits::default()).unwrap_err();
-                assert!(why.contains("spawners.bin is missing"), "{format:?}: {why}");
+                let missing = format!("{folder}spawners.bin");
+                assert!(
+                    matches!(&why, CheckError::Missing { entry } if *entry == missing),
+                    "{format:?}: {why:?}"
+                );
+                assert_eq!(why.to_string(), format!("{missing} is missing"));
             }
         }
     }
@@ -224,14 +326,21 @@ mod tests {
             let empty = dir.path().join(format!("empty{}", format.extension()));
             std::fs::write(&empty, b"").unwrap();
             let why = verify(&empty, format, limits).unwrap_err();
-            assert!(!why.is_empty(), "{format:?}");
+            assert!(!why.to_string().is_empty(), "{format:?}");
             // An archive that holds a big manifest: refused by its size, not read whole.
             let text = dir.path().join("manifest.toml");
             std::fs::write(&text, vec![b'#'; MAX_MANIFEST_BYTES as usize + 1]).unwrap();
             let big = dir.path().join(format!("big{}", format.extension()));
             format::write(&big, format, 3, &[("manifest.toml".into(), &text)]).unwrap();
             let why = manifest(&big, format, limits).unwrap_err();
-            assert!(why.contains("more than the 65536"), "{format:?}: {why}");
+            assert!(
+                matches!(why, CheckError::ManifestTooLarge { .. }),
+                "{format:?}: {why:?}"
+            );
+            assert!(
+                why.to_string().contains("more than the 65536"),
+                "{format:?}: {why}"
+            );
             assert!(verify(&big, format, limits).is_err(), "{format:?}");
         }
     }

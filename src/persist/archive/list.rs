@@ -16,14 +16,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::bounded::Limits;
-use super::check;
+use super::check::{self, CheckError};
 use super::format::Format;
 use super::restore::{RESTORED_ARCHIVES, RESTORED_BACKUP_PREFIX, restored_backups_dir};
 use crate::persist::layout::{self, Layout};
-use crate::persist::manifest::Manifest;
+use crate::persist::manifest::{Manifest, ManifestError};
 
 /// A backup or archive that `restore --list` shows.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Listed {
     pub kind: ListedKind,
     /// `Automatic` or `Restored` for backups; `Hourly`, `Daily`, `Monthly` or `Restored`
@@ -35,7 +35,36 @@ pub struct Listed {
     /// Bytes on disk (every file of a backup).
     pub bytes: u64,
     /// Its manifest, or why it cannot be read.
-    pub manifest: Result<Manifest, String>,
+    pub manifest: Result<Manifest, UnreadableManifest>,
+}
+
+/// Why a listed backup's or archive's manifest cannot be read: what [`Manifest::read`] says
+/// of a backup's `manifest.toml`, or what [`check::manifest`] (or parsing the text it found)
+/// says of an archive's. `restore --list` shows it after `unreadable: `.
+#[derive(Debug, Clone)]
+pub enum UnreadableManifest {
+    /// A backup's `manifest.toml` does not read or parse.
+    Backup(ManifestError),
+    /// An archive holds no manifest that reads and parses, or cannot be walked to it.
+    Archive(CheckError),
+}
+
+impl fmt::Display for UnreadableManifest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnreadableManifest::Backup(e) => e.fmt(f),
+            UnreadableManifest::Archive(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for UnreadableManifest {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            UnreadableManifest::Backup(e) => Some(e),
+            UnreadableManifest::Archive(e) => Some(e),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -81,7 +110,7 @@ fn backup(data_dir: &Path, group: &str, path: PathBuf) -> Listed {
         group: group.to_owned(),
         name: relative_name(data_dir, &path),
         bytes: tree_bytes(&path),
-        manifest: Manifest::read(&path),
+        manifest: Manifest::read(&path).map_err(UnreadableManifest::Backup),
         path,
     }
 }
@@ -94,7 +123,8 @@ fn archive(data_dir: &Path, group: &str, path: PathBuf, limits: Limits) -> Liste
         name: relative_name(data_dir, &path),
         bytes: fs::metadata(&path).map_or(0, |m| m.len()),
         manifest: check::manifest(&path, format, limits)
-            .and_then(|text| Manifest::parse(&text).map_err(|e| format!("manifest.toml: {e}"))),
+            .and_then(|text| Manifest::parse(&text).map_err(CheckError::Manifest))
+            .map_err(UnreadableManifest::Archive),
         path,
     }
 }

@@ -29,7 +29,7 @@ use jiff::Timestamp;
 use super::extract::{self, Refusal};
 pub use super::extract::{DEFAULT_MAX_ENTRIES, Limits};
 use super::format::Format;
-pub use super::list::{Listed, ListedKind, Table, list};
+pub use super::list::{Listed, ListedKind, Table, UnreadableManifest, list};
 use crate::persist::fsio::{self, sync_dir};
 use crate::persist::layout::{self, Layout, TEMP_PREFIX};
 use crate::persist::load;

@@ -41,7 +41,7 @@ use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
 
 use super::bounded::Limits;
-use super::check;
+use super::check::{self, CheckError};
 use super::format::{self, Entry, Format};
 use crate::persist::error::{Operation, PersistError};
 use crate::persist::file::Kind;
@@ -153,7 +153,7 @@ pub struct Report {
     pub pruned: Vec<PathBuf>,
     pub deleted_backups: Vec<PathBuf>,
     /// Archive files that did not verify, renamed out of the way: (new path, why).
-    pub set_aside: Vec<(PathBuf, String)>,
+    pub set_aside: Vec<(PathBuf, CheckError)>,
     pub took: Duration,
 }
 
@@ -373,7 +373,7 @@ pub const UNVERIFIED: &str = ".unverified";
 fn set_aside_unverified(
     plan: &Plan,
     backups: &[Backup],
-    set_aside: &mut Vec<(PathBuf, String)>,
+    set_aside: &mut Vec<(PathBuf, CheckError)>,
 ) -> io::Result<()> {
     for period in Period::ALL {
         if plan.retention(period) == 0 {
