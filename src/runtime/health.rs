@@ -15,7 +15,7 @@
 
 use tokio::time::{Duration, Instant};
 
-use super::stats::Verdict;
+use super::verdict::Verdict;
 
 const SAMPLE: Duration = Duration::from_secs(1);
 const FIRST_SUSPENSION: Duration = Duration::from_secs(5);

@@ -20,6 +20,7 @@ pub(crate) mod profile;
 mod stats;
 pub mod telemetry;
 mod thread_wakes;
+mod verdict;
 
 pub use context::{LoopClosed, LoopContext};
 pub use event_loop::{
@@ -31,8 +32,9 @@ pub use fault::{Fault, faulted, report_fault};
 pub use keyed::{Cancel, Keyed};
 pub use panic::{catch, panic_text};
 pub use phase::{Account, Phase, PhaseInfo};
-pub use stats::{LagHistogram, Verdict};
+pub use stats::LagHistogram;
 pub use telemetry::LoopStats;
+pub use verdict::Verdict;
 
 /// The counters of this thread's loop, from code running on it (a console command, a status
 /// timer); `EventLoop::stats` is the same from outside.

@@ -25,7 +25,7 @@ use std::cell::Cell;
 use std::fmt;
 use std::time::Duration;
 
-use super::stats::Verdict;
+use super::verdict::Verdict;
 
 /// How a counter adds up, and how it is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
