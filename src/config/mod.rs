@@ -89,6 +89,9 @@ pub struct Config {
     sections: section::Sections,
 }
 
+/// Default of `server.watchdog`: an iteration stuck this long is logged with its site.
+pub const DEFAULT_WATCHDOG: Duration = Duration::from_secs(10);
+
 /// `[server]`: the event loop.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -114,12 +117,21 @@ pub struct ServerConfig {
     pub loop_stats_interval: Duration,
     /// Run the startup host probe (25 short sleeps) before the loop first parks.
     pub probe_host: bool,
+    /// How long the loop may stay in one iteration before the watchdog logs, at ERROR, the
+    /// phase and the code it is stuck in; zero turns the watchdog off.
+    #[serde(with = "duration")]
+    pub watchdog: Duration,
     /// Not a configuration key: FAULT INJECTION for tests. When set (only through the
     /// binary's hidden `--fault-inject-phase-panic` flag, or directly by a test), a loop
     /// phase panics this long after "ready", as a bug would, so that the fault exit (final
     /// save, exit code 70) can be tested on the real binary. No file or variable sets it.
     #[serde(skip)]
     pub fault_inject_phase_panic: Option<Duration>,
+    /// Not a configuration key: set for one start by the `--new-world` flag. With no save in
+    /// `Saves/` but backups or archives beside it, the shard refuses to start (a missing
+    /// world is not a new one) unless this is set.
+    #[serde(skip)]
+    pub new_world: bool,
 }
 
 impl Default for ServerConfig {
@@ -133,7 +145,9 @@ impl Default for ServerConfig {
             tick: DEFAULT_TICK,
             loop_stats_interval: Duration::from_secs(60),
             probe_host: true,
+            watchdog: DEFAULT_WATCHDOG,
             fault_inject_phase_panic: None,
+            new_world: false,
         }
     }
 }
@@ -149,6 +163,11 @@ impl ServerConfig {
             .late_wake_threshold(self.late_wake_threshold)
             .late_wake_percent(self.late_wake_percent)
             .probe_host(self.probe_host)
+    }
+
+    /// `None` when the watchdog is off (`watchdog = "0s"`).
+    pub fn watchdog(&self) -> Option<Duration> {
+        (!self.watchdog.is_zero()).then_some(self.watchdog)
     }
 
     /// `None` when the status line is off (`loop_stats_interval = "0s"`).
@@ -546,6 +565,12 @@ impl ServerConfig {
         }
         if self.late_wake_percent > 100 {
             return invalid("server.late_wake_percent", "must be between 0 and 100");
+        }
+        if !self.watchdog.is_zero() && self.watchdog < Duration::from_millis(100) {
+            return invalid(
+                "server.watchdog",
+                "must be 0 (off) or at least 100ms (an iteration that long is already a stall)",
+            );
         }
         if self.spin_before_park > Duration::from_millis(10) {
             return invalid(

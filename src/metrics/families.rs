@@ -86,6 +86,8 @@ pub struct Readings<'a> {
     pub phases: &'a PhaseTotals,
     /// How long the loop's heartbeat has been still.
     pub heartbeat_still: Duration,
+    /// Times the loop's watchdog found it stuck (`server.watchdog`).
+    pub watchdog_stalls: u64,
     /// How old the loop's published copy (the snapshot) is.
     pub snapshot_age: Duration,
     /// When the endpoint started, Unix seconds.
@@ -196,6 +198,12 @@ fn register_loop(registry: &mut Registry, snapshot: &Snapshot, readings: &Readin
         "Time since the loop last started an iteration, as /healthz sees it",
         Unit::Seconds,
         readings.heartbeat_still.as_secs_f64(),
+    );
+    counter(
+        registry,
+        "loop_watchdog_stalls",
+        "Times the watchdog found the loop stuck in one iteration for server.watchdog or longer (read live, not from the snapshot)",
+        readings.watchdog_stalls,
     );
     unit_gauge(
         registry,
@@ -556,6 +564,7 @@ mod tests {
             saves: &SaveMetrics::default(),
             phases: &phases,
             heartbeat_still: Duration::ZERO,
+            watchdog_stalls: 0,
             snapshot_age: Duration::ZERO,
             start_time: 0.0,
         };

@@ -101,6 +101,11 @@ impl Watch {
         }
     }
 
+    /// Times the loop's watchdog found it stuck (for `/metrics`).
+    pub fn watchdog_stalls(&self) -> u64 {
+        self.context.watchdog_stalls()
+    }
+
     /// How long the heartbeat has been still (for `/metrics`).
     pub fn still_for(&self) -> Duration {
         self.seen

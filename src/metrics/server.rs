@@ -292,6 +292,7 @@ async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         saves: &app.saves,
         phases: &published.phases,
         heartbeat_still: app.watch.still_for(),
+        watchdog_stalls: app.watch.watchdog_stalls(),
         snapshot_age: published.age(),
         start_time: app.start_time,
     };

@@ -35,9 +35,9 @@ use super::reason;
 use super::session::{Disconnect, NetState, Sessions};
 use super::throttle::Throttle;
 use crate::LoopContext;
-use crate::runtime::catch;
 use crate::runtime::history::Offender;
 use crate::runtime::profile::ENABLED as PROFILING;
+use crate::runtime::{Doing, catch};
 use crate::timer::{self, TimerToken};
 
 /// Connections accepted per listener per iteration; a login rush takes a few iterations
@@ -152,6 +152,8 @@ struct Server {
     /// Every disconnect hook, in the order added.
     on_disconnect: Vec<DisconnectHook>,
     signal: Option<Signal>,
+    /// The loop the server runs on (from `start`), told which handler runs, for a watchdog.
+    on_loop: Option<LoopContext>,
     acceptors: Vec<Box<dyn Acceptor>>,
     /// Tokens taken from the signal, being processed.
     ready: Vec<Token>,
@@ -195,6 +197,7 @@ impl Net {
                 table,
                 on_disconnect: Vec::new(),
                 signal: None,
+                on_loop: None,
                 acceptors: Vec::new(),
                 ready: Vec::new(),
                 to_read: VecDeque::new(),
@@ -266,6 +269,7 @@ impl Net {
         server.to_accept = (0..acceptors.len()).collect();
         server.acceptors = acceptors;
         server.signal = Some(signal);
+        server.on_loop = Some(LoopContext::current());
         LoopContext::current().wake();
         Ok(bound)
     }
@@ -723,7 +727,10 @@ impl Server {
             }
             let sessions = &mut self.sessions;
             let began = PROFILING.then(std::time::Instant::now);
+            let on_loop = self.on_loop.as_ref();
+            on_loop.inspect(|l| l.publish(Doing::Handler(frame.id)));
             let handled = catch(|| (entry.handler)(sessions, conn, frame.payload()));
+            on_loop.inspect(|l| l.publish(Doing::Nothing));
             if let Some(began) = began {
                 Offender::offer(&mut self.worst_handler, began.elapsed(), frame.id);
             }

@@ -32,6 +32,8 @@ use futures::task::AtomicWaker;
 use tokio::time::{Duration, Instant};
 
 use super::job::Job;
+use super::phase::Phase;
+use super::watch::{Doing, Now};
 use crate::slab::Key;
 use crate::timer::wheel::Wheel;
 
@@ -84,6 +86,8 @@ struct LoopSide {
     /// Bumped at the start of every iteration (loop thread only): how a watcher on another
     /// thread tells a loop that iterates from one that hangs.
     heartbeat: AtomicU64,
+    /// The phase and the code running now, for a watchdog (loop thread writes only).
+    now: Now,
 }
 
 /// The loop's half that other threads may touch.
@@ -94,6 +98,8 @@ pub(crate) struct Shared {
     side: Padded<LoopSide>,
     /// Tasks woken from other threads, in wake order (rare: off the hot paths' lines).
     remote_ready: Mutex<Vec<Arc<TaskWaker>>>,
+    /// Times a watchdog found this loop stuck (written by the watchdog's thread).
+    stalls: AtomicU64,
 }
 
 /// A posted job could not be delivered: the loop has shut down (or was dropped).
@@ -123,8 +129,10 @@ impl Shared {
                 closed: AtomicBool::new(false),
                 running: AtomicBool::new(false),
                 heartbeat: AtomicU64::new(0),
+                now: Now::default(),
             }),
             remote_ready: Mutex::new(Vec::new()),
+            stalls: AtomicU64::new(0),
         }
     }
 
@@ -234,7 +242,8 @@ impl Shared {
         )
     }
 
-    /// True while the loop thread is inside an iteration (meaningful on the loop thread).
+    /// True while the loop thread is inside an iteration (from another thread: as last
+    /// written, a moment ago).
     pub(crate) fn is_running(&self) -> bool {
         self.side.running.load(Ordering::Relaxed)
     }
@@ -247,6 +256,19 @@ impl Shared {
             side.heartbeat.store(beat, Ordering::Relaxed);
         }
         side.running.store(running, Ordering::Relaxed);
+        if !running {
+            side.now.enter(None);
+        }
+    }
+
+    /// The phase and the code running now (the loop writes it; a watchdog reads it).
+    pub(crate) fn now(&self) -> &Now {
+        &self.side.now
+    }
+
+    /// A watchdog found the loop stuck once more.
+    pub(crate) fn count_stall(&self) {
+        self.stalls.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Called by the loop before it drains the cross-thread queues: anything pushed after
@@ -539,6 +561,32 @@ impl LoopContext {
     #[must_use]
     pub fn heartbeat(&self) -> u64 {
         self.shared.side.heartbeat.load(Ordering::Relaxed)
+    }
+
+    /// Whether the loop is inside an iteration (not parked, not between iterations): with
+    /// [`LoopContext::heartbeat`], how a watchdog tells a busy loop from an idle one.
+    #[must_use]
+    pub fn in_iteration(&self) -> bool {
+        self.shared.is_running()
+    }
+
+    /// The phase the loop is in and the code it is running, as the loop last published them
+    /// (`None`: between iterations). Cheap; meant for a watchdog on another thread.
+    #[must_use]
+    pub fn running_now(&self) -> (Option<Phase>, Doing) {
+        self.shared.now().read()
+    }
+
+    /// Publishes the code the loop starts running (or, [`Doing::Nothing`], finished), for a
+    /// watchdog. On the loop thread.
+    pub(crate) fn publish(&self, doing: Doing) {
+        self.shared.now().run(doing);
+    }
+
+    /// Times a watchdog found this loop stuck ([`super::Watchdog`]).
+    #[must_use]
+    pub fn watchdog_stalls(&self) -> u64 {
+        self.shared.stalls.load(Ordering::Relaxed)
     }
 
     /// True once [`LoopContext::shutdown`] was called.

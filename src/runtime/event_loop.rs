@@ -46,6 +46,7 @@ use super::profile::{ENABLED as PROFILING, Kind};
 use super::stats::{Counters, LagHistogram};
 use super::telemetry::LoopStats;
 use super::thread_wakes;
+use super::watch::Doing;
 
 /// Default longest idle block when no timer is due. The loop wakes for due ticks, posts and
 /// I/O anyway; this cap only bounds how long an entirely idle loop stays asleep.
@@ -436,6 +437,7 @@ impl EventLoop {
     /// Runs one phase; a panic that escapes it becomes the loop's [`Fault`], logged with its
     /// site and counted.
     fn guarded<T>(&mut self, phase: Phase, run: impl FnOnce(&mut Self) -> T) -> Result<T, Fault> {
+        self.core.shared.now().enter(Some(phase));
         catch(|| run(self)).map_err(|message| {
             self.core.counters.count_panic();
             let fault = Fault::Panic {
@@ -531,7 +533,11 @@ impl EventLoop {
 
     /// Runs one posted closure; returns where it was posted.
     fn run_posted_job(&self, (job, site): Posted) -> &'static std::panic::Location<'static> {
-        if let Err(why) = catch(job) {
+        let now = self.core.shared.now();
+        now.run(Doing::Posted(site));
+        let ran = catch(job);
+        now.run(Doing::Nothing);
+        if let Err(why) = ran {
             self.core.counters.count_panic();
             tracing::error!(posted_at = %site, "a posted closure panicked: {why}; the loop goes on");
         }

@@ -42,6 +42,7 @@ use super::history::Site;
 use super::panic::catch;
 use super::profile::{ENABLED as PROFILING, Kind};
 use super::stats::Counters;
+use super::watch::Doing;
 
 type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
 
@@ -324,7 +325,9 @@ impl Executor {
         let mut cx = Context::from_waker(&waker);
         self.polling
             .set(Some((id, waker.data(), std::ptr::from_ref(waker.vtable()))));
+        core.shared.now().run(Doing::Task(site));
         let polled = catch(|| future.as_mut().poll(&mut cx));
+        core.shared.now().run(Doing::Nothing);
         self.polling.set(None);
         match polled {
             Ok(Poll::Pending) => {

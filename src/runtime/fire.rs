@@ -11,6 +11,7 @@ use std::task::Waker;
 use super::context::Core;
 use super::job::{Job, WakeTarget};
 use super::panic::catch;
+use super::watch::Doing;
 use crate::slab::Key;
 
 impl WakeTarget {
@@ -60,7 +61,9 @@ pub(crate) fn fire(core: &Core, key: Key) -> Option<&'static Location<'static>> 
 
     let mut callback = callback?;
     core.current_timer.set(Some(key));
+    core.shared.now().run(Doing::Timer(site));
     let outcome = catch(&mut callback);
+    core.shared.now().run(Doing::Nothing);
     core.current_timer.set(None);
 
     let mut wheel = core.wheel.borrow_mut();

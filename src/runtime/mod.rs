@@ -21,6 +21,8 @@ mod stats;
 pub mod telemetry;
 mod thread_wakes;
 mod verdict;
+mod watch;
+mod watchdog;
 
 pub use context::{LoopClosed, LoopContext};
 pub use event_loop::{
@@ -35,6 +37,8 @@ pub use phase::{Account, Phase, PhaseInfo};
 pub use stats::LagHistogram;
 pub use telemetry::LoopStats;
 pub use verdict::Verdict;
+pub use watch::Doing;
+pub use watchdog::Watchdog;
 
 /// The counters of this thread's loop, from code running on it (a console command, a status
 /// timer); `EventLoop::stats` is the same from outside.

@@ -33,6 +33,11 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = LogFormat::Pretty, global = true)]
     log_format: LogFormat,
 
+    /// Start a new world even though `Saves/` holds no save while backups or archives do
+    /// (without it the shard refuses: the data directory may be the wrong one, or unmounted).
+    #[arg(long, global = true)]
+    new_world: bool,
+
     /// For tests: the wall clock reads this instant (RFC 3339) at startup and advances from
     /// there, so autosave and archive periods do not depend on when a test runs.
     #[arg(long, hide = true, value_name = "TIMESTAMP")]
@@ -122,6 +127,9 @@ fn shard_command(builder: ShardBuilder, cli: Cli) -> ExitCode {
             if let Some(start) = cli.clock_start {
                 tracing::warn!(%start, "--clock-start: the wall clock is pinned (a test flag)");
                 config.time.clock_start = Some(start);
+            }
+            if cli.new_world {
+                config.server.new_world = true;
             }
             if let Some(after) = cli.fault_inject_phase_panic {
                 tracing::warn!(

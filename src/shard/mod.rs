@@ -110,6 +110,8 @@ pub enum ShardError {
     DataDir { path: PathBuf, source: io::Error },
     /// The console's threads could not be started.
     Console(io::Error),
+    /// The watchdog's thread could not be started.
+    Watchdog(io::Error),
     /// A `network.listen` address could not be bound (the error names it).
     Listen(io::Error),
     /// The `metrics.listen` address could not be bound, or the endpoint not started (the
@@ -123,6 +125,21 @@ pub enum ShardError {
     Load(persist::LoadError),
     /// An archive dropped into `Saves/` cannot be restored (names it and the reason).
     Restore(archive::restore::RestoreError),
+    /// There is no save in `Saves/`, but backups or archives are there: a volume that did
+    /// not mount or a wrong `--data-dir`, not a new world. Nothing was changed; `--new-world`
+    /// starts one anyway.
+    MissingWorld {
+        /// The directory that holds no save.
+        saves: PathBuf,
+        /// Backups found (`Backups/`).
+        backups: usize,
+        /// Archives found.
+        archives: usize,
+        /// The newest of them, relative to the data directory.
+        newest: String,
+    },
+    /// The backups and archives could not be listed to tell a missing world from a new one.
+    Survey(io::Error),
     /// `network.max_connections` does not fit the open-file limit with the descriptors the
     /// shard keeps for itself (the text says both numbers and what to change).
     Descriptors(String),
@@ -149,6 +166,7 @@ impl ShardError {
         match self {
             ShardError::Load(_)
             | ShardError::Restore(_)
+            | ShardError::MissingWorld { .. }
             | ShardError::Descriptors(_)
             | ShardError::Metrics(_) => 2,
             ShardError::Fault { .. } => Self::FAULT_EXIT_CODE,
@@ -166,6 +184,9 @@ impl fmt::Display for ShardError {
                 path.display()
             ),
             ShardError::Console(e) => write!(f, "cannot start the console: {e}"),
+            ShardError::Watchdog(e) => {
+                write!(f, "cannot start the watchdog (server.watchdog): {e}")
+            }
             ShardError::Listen(e) => write!(f, "{e} (network.listen, --listen)"),
             ShardError::Metrics(e) => write!(f, "{e}"),
             ShardError::Locked(e) => write!(f, "{e}"),
@@ -176,6 +197,24 @@ impl fmt::Display for ShardError {
             ),
             ShardError::Load(e) => write!(f, "{e}"),
             ShardError::Restore(e) => write!(f, "{e}"),
+            ShardError::MissingWorld {
+                saves,
+                backups,
+                archives,
+                newest,
+            } => write!(
+                f,
+                "no save in {} but {backups} backup(s) and {archives} archive(s) beside it \
+                 (newest: {newest}): is the data directory the right one, and mounted \
+                 (server.data_dir, --data-dir)? Nothing was changed or deleted. To put a backup or archive \
+                 in place: `shardloop restore --list`, then `shardloop restore <name>`; to start \
+                 a new world anyway: --new-world",
+                saves.display()
+            ),
+            ShardError::Survey(e) => write!(
+                f,
+                "cannot list the backups and archives to tell a missing world from a new one: {e}"
+            ),
             ShardError::Descriptors(why) => f.write_str(why),
             ShardError::Fault { fault, final_save } => {
                 write!(f, "the shard stopped on a fault: {fault}; ")?;
@@ -196,13 +235,17 @@ impl std::error::Error for ShardError {
         match self {
             ShardError::DataDir { source, .. }
             | ShardError::Console(source)
+            | ShardError::Survey(source)
+            | ShardError::Watchdog(source)
             | ShardError::Recover { source, .. }
             | ShardError::Locked(source)
             | ShardError::Listen(source)
             | ShardError::Metrics(source) => Some(source),
             ShardError::Load(e) => Some(e),
             ShardError::Restore(e) => Some(e),
-            ShardError::Descriptors(_) | ShardError::Fault { .. } => None,
+            ShardError::Descriptors(_)
+            | ShardError::MissingWorld { .. }
+            | ShardError::Fault { .. } => None,
         }
     }
 }
@@ -250,6 +293,9 @@ async fn run_shard(
         .map_err(ShardError::Restore)?
     {
         tracing::info!("restored the archive dropped into Saves/: {restored}");
+    }
+    if !layout.saves.exists() && !config.server.new_world {
+        refuse_a_missing_world(config, &layout, &archives_dir)?;
     }
     let mut world = match (layout.saves.exists(), games.generator.take()) {
         (true, _) => load_world(&layout)?,
@@ -324,6 +370,40 @@ async fn run_shard(
         startup: serving.startup,
         uptime: serving.uptime,
         final_save: serving.final_save,
+    })
+}
+
+/// With no save in `Saves/`, a new world is only right when there is nothing to lose: any
+/// backup or archive means the save went missing (an unmounted volume, a wrong directory),
+/// and a new world would soon be saved over it while retention aged the real ones out.
+fn refuse_a_missing_world(
+    config: &Config,
+    layout: &persist::Layout,
+    archives_dir: &std::path::Path,
+) -> Result<(), ShardError> {
+    let limits = config.archive.restore_limits();
+    let found = archive::list::list(&config.server.data_dir, layout, archives_dir, limits)
+        .map_err(ShardError::Survey)?;
+    let newest = found
+        .iter()
+        .filter_map(|listed| {
+            let manifest = listed.manifest.as_ref().ok()?;
+            Some((manifest.created, listed.name.clone()))
+        })
+        .max()
+        .map(|(_, name)| name);
+    let Some(newest) = newest.or_else(|| found.first().map(|l| l.name.clone())) else {
+        return Ok(());
+    };
+    let backups = found
+        .iter()
+        .filter(|l| l.kind == archive::list::ListedKind::Backup)
+        .count();
+    Err(ShardError::MissingWorld {
+        saves: layout.saves.clone(),
+        backups,
+        archives: found.len() - backups,
+        newest,
     })
 }
 
@@ -482,6 +562,13 @@ async fn serve(
         .server
         .loop_stats_interval()
         .map(|every| status::start_status_line(every, &status));
+    // Held until the shard returns: dropping it stops the thread.
+    let _watchdog = config
+        .server
+        .watchdog()
+        .map(|limit| runtime::Watchdog::start(crate::LoopContext::current(), limit))
+        .transpose()
+        .map_err(ShardError::Watchdog)?;
     let console_shutdown = Rc::new(Notify::new());
     let mut printer = None;
     if let Some((input, output)) = console.io {
