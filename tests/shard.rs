@@ -380,3 +380,61 @@ async fn loopstats_shows_the_last_minute_and_csv_writes_the_history_and_its_char
         "{text}"
     );
 }
+
+/// `savefrequency` writes its file off the loop (issue 32): the answer comes at once, a file
+/// that cannot be written is said afterwards (the cadence still applies), and of several quick
+/// changes the last one is what the file keeps.
+#[tokio::test]
+async fn savefrequency_writes_off_the_loop_says_when_it_cannot_and_the_last_change_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(dir.path());
+    let stored = config.server.data_dir.join("autosave.toml");
+    std::fs::create_dir_all(&stored).unwrap(); // a directory where the file goes: unwritable
+    let (commands, lines) = std::sync::mpsc::channel();
+    let screen = Screen::default();
+    let console = Console::new(
+        std::io::BufReader::new(Lines(lines, Vec::new())),
+        screen.clone(),
+    );
+    let (ended, operator_ended) = tokio::sync::oneshot::channel::<()>();
+    let (seen, path) = (screen.clone(), stored.clone());
+    let operator = std::thread::spawn(move || {
+        let _ended = ended;
+        commands.send("savefrequency 30m 1m".to_owned()).unwrap();
+        wait_for(&seen, "NOT kept across restarts", Duration::from_secs(30));
+        std::fs::remove_dir(&path).unwrap();
+        for every in ["20m", "40m", "50m", "45m"] {
+            commands.send(format!("savefrequency {every} 1m")).unwrap();
+        }
+        commands.send("autosave".to_owned()).unwrap();
+        wait_for(&seen, "autosave every 45m", Duration::from_secs(30));
+        commands.send("shutdown".to_owned()).unwrap();
+    });
+    let stop = async {
+        let _ = operator_ended.await;
+    };
+    run(&config, console, stop, REAL_TIME_LIMIT)
+        .await
+        .expect("the shard runs");
+    operator.join().expect("the operator thread");
+    let text = screen.text();
+    assert!(
+        text.contains("autosave every 30m (players warned 1m before)"),
+        "{text}"
+    );
+    // The writes end before the next start reads the file; give the pool a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&stored).is_ok_and(|t| t.contains("45m")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the last cadence never reached the file"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let kept = std::fs::read_to_string(&stored).unwrap();
+    assert!(
+        kept.contains("\"45m\""),
+        "no older write lands after it: {kept}"
+    );
+}

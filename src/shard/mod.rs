@@ -587,6 +587,7 @@ async fn serve(
             backend: wired.backend.name(),
             printer: Rc::default(),
             loop_csv: console::loopstats::CsvWriter::default(),
+            cadence_file: console::cadence_file::CadenceFile::default(),
         };
         let later = shell.printer.clone();
         let started = console::start(input, output, move |line| shell.answer(line))

@@ -20,7 +20,7 @@ use super::loopstats::{self, CsvWriter};
 use crate::game::Players;
 use crate::net::Net;
 use crate::persist::archive::{self, Archiver};
-use crate::persist::{self, Autosave, Cadence, Request, Saver};
+use crate::persist::{Autosave, Cadence, Request, Saver};
 use crate::runtime;
 use crate::shard::StartedGames;
 use crate::shard::status::StatusState;
@@ -127,6 +127,7 @@ pub(in crate::shard) struct Shell {
     /// runs.
     pub(in crate::shard) printer: Rc<std::cell::OnceCell<Printer>>,
     pub(in crate::shard) loop_csv: CsvWriter,
+    pub(in crate::shard) cadence_file: super::cadence_file::CadenceFile,
 }
 
 impl Shell {
@@ -301,11 +302,15 @@ impl Shell {
             Err(e) => return format!("error: savefrequency: {e}; nothing changed"),
         };
         self.autosave.set_cadence(cadence);
-        let stored = match persist::autosave::store_override(&self.data_dir, cadence) {
-            Ok(path) => format!("kept across restarts in {}", path.display()),
-            Err(e) => format!("NOT kept across restarts (cannot write the override file: {e})"),
-        };
-        format!("{}; {stored}", self.autosave_report())
+        let printer = self.printer.get().cloned();
+        let path = self
+            .cadence_file
+            .keep(self.data_dir.clone(), cadence, printer);
+        format!(
+            "{}; kept across restarts in {} (written off the loop; a failure is said here)",
+            self.autosave_report(),
+            path.display()
+        )
     }
 
     fn autosave_report(&self) -> String {

@@ -13,6 +13,7 @@
 //! This module owns the console's threads and its plumbing; what the commands are is
 //! `commands`' business. It must never block the loop thread.
 
+pub(super) mod cadence_file;
 pub(super) mod commands;
 pub mod language;
 pub(super) mod loopstats;
