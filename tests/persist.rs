@@ -225,6 +225,48 @@ fn startup_recovery_removes_unfinished_saves_and_keeps_finished_ones() {
     );
 }
 
+/// A temp directory whose manifest reads but whose files are not the sizes it names is not a
+/// complete save: recovery never puts it in place of a good one (load would refuse it), it
+/// removes it as unfinished, saying why.
+#[test]
+fn startup_recovery_never_promotes_a_temp_save_whose_files_disagree_with_its_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let world = small_world();
+    save(&layout, &world, CREATED);
+    // A newer save in a temp directory (as a swap interrupted by a crash leaves it), but with
+    // a data file cut short.
+    let elsewhere = tempfile::tempdir().unwrap();
+    save(
+        &self::layout(elsewhere.path()),
+        &world,
+        "2026-12-03T11:00:00Z",
+    );
+    let newer = layout.create_temp_dir("save").unwrap();
+    std::fs::remove_dir(&newer).unwrap();
+    std::fs::rename(elsewhere.path().join("Saves"), &newer).unwrap();
+    assert_eq!(layout.order_after_current(&newer).unwrap().sequence, 2);
+    let items = newer.join("items.bin");
+    let len = std::fs::metadata(&items).unwrap().len();
+    std::fs::File::options()
+        .write(true)
+        .open(&items)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+
+    let done = layout.recover().unwrap();
+    assert_eq!(temp_dirs(dir.path()), Vec::<PathBuf>::new(), "{done:?}");
+    assert!(
+        matches!(done.as_slice(), [line] if line.starts_with("removed unfinished")
+            && line.contains("items.bin: is")),
+        "{done:?}"
+    );
+    let loaded = persist::load(&layout.saves).expect("the good save, still in place");
+    assert_eq!(loaded.manifest.sequence, 1);
+    assert!(!layout.backups.exists(), "nothing was moved to Backups/");
+}
+
 #[test]
 fn startup_recovery_puts_a_finished_save_in_place_when_saves_is_missing() {
     let dir = tempfile::tempdir().unwrap();

@@ -154,28 +154,37 @@ impl Layout {
     /// Puts the complete save in `staged` in place as `Saves/`, and the save it replaces
     /// (if any) in `Backups/Automatic/`.
     ///
-    /// An error means the new save is *not* in place (`Saves/` is as before, or, if even
-    /// that could not be restored, missing with the new save still complete in `staged`
-    /// for [`recover`](Self::recover)). Once the new save is in place, trouble with the old
-    /// one is no failure of the save: it is reported in [`Replaced::LeftAt`], and the old
-    /// save is never deleted.
-    pub fn swap_in(&self, staged: &Path) -> io::Result<Replaced> {
+    /// [`SwapFailed::NotInPlace`] means the new save is *not* in place (`Saves/` is as
+    /// before, or, if even that could not be restored, missing with the new save still
+    /// complete in `staged` for [`recover`](Self::recover)). [`SwapFailed::NotDurable`]
+    /// means it is, but the directory holding it could not be synced, so a crash or a power
+    /// cut may still undo the rename: the save has failed, and the save it replaced stays
+    /// where the swap left it, complete, for recovery to sort out against the new one.
+    /// Once the new save is in place and durable, trouble with the old one is no failure of
+    /// the save: it is reported in [`Replaced::LeftAt`], and the old save is never deleted.
+    pub fn swap_in(&self, staged: &Path) -> Result<Replaced, SwapFailed> {
         if !self.saves.exists() {
-            std::fs::rename(staged, &self.saves)?;
-            return Ok(match sync_dir(self.root()) {
-                Ok(()) => Replaced::Nothing,
-                Err(e) => left_at(&self.saves, &e),
-            });
+            std::fs::rename(staged, &self.saves).map_err(SwapFailed::NotInPlace)?;
+            return match sync_dir(self.root()) {
+                Ok(()) => Ok(Replaced::Nothing),
+                Err(source) => Err(SwapFailed::NotDurable {
+                    source,
+                    replaced: None,
+                }),
+            };
         }
         let old = match exchange(staged, &self.saves) {
             Ok(()) => staged.to_owned(),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
-                self.two_renames(staged)?
+                self.two_renames(staged).map_err(SwapFailed::NotInPlace)?
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(SwapFailed::NotInPlace(e)),
         };
-        if let Err(e) = sync_dir(self.root()) {
-            return Ok(left_at(&old, &e));
+        if let Err(source) = sync_dir(self.root()) {
+            return Err(SwapFailed::NotDurable {
+                source,
+                replaced: Some(old),
+            });
         }
         Ok(self.back_up(&old))
     }
@@ -230,21 +239,23 @@ impl Layout {
 
     /// Startup: finishes or cleans what a crash left behind, before anything loads.
     ///
-    /// A temp directory with a readable manifest is a complete save (the manifest is written
-    /// last): if `Saves/` is missing it becomes `Saves/` (the newest such one); if it is
-    /// newer than `Saves/` the interrupted swap is finished; otherwise it is a replaced save
-    /// that had not reached `Backups/` yet, and goes there. Newer means a higher sequence
-    /// number, and only at equal sequence a later `created` ([`order`]). A temp directory without one was
-    /// never finished and is deleted. Returns what it did, one line each, for the log.
+    /// A temp directory with a readable manifest, and data files of the sizes it names (the
+    /// check load makes first), is a complete save (the manifest is written last): if
+    /// `Saves/` is missing it becomes `Saves/` (the newest such one); if it is newer than
+    /// `Saves/` the interrupted swap is finished; otherwise it is a replaced save that had
+    /// not reached `Backups/` yet, and goes there. Newer means a higher sequence number, and
+    /// only at equal sequence a later `created` ([`order`]). Any other temp directory was
+    /// never finished (or is not one load would take) and is deleted. Returns what it did,
+    /// one line each, for the log.
     pub fn recover(&self) -> io::Result<Vec<String>> {
         let mut done = Vec::new();
         let mut complete = Vec::new();
         for path in self.temp_dirs()? {
-            match Manifest::read(&path) {
+            match complete_save(&path) {
                 Ok(m) => complete.push((order(&m), path)),
-                Err(_) => {
+                Err(why) => {
                     std::fs::remove_dir_all(&path)?;
-                    done.push(format!("removed unfinished {}", path.display()));
+                    done.push(format!("removed unfinished {}{why}", path.display()));
                 }
             }
         }
@@ -264,7 +275,7 @@ impl Layout {
         for ((sequence, created), path) in complete {
             let current = Manifest::read(&self.saves).ok().map(|m| order(&m));
             let replaced = if current.is_none_or(|c| (sequence, created) > c) {
-                let replaced = self.swap_in(&path)?;
+                let replaced = self.swap_in(&path).map_err(|e| e.into_io(&self.saves))?;
                 done.push(format!(
                     "finished putting the save of {created} (sequence {sequence}) in place"
                 ));
@@ -318,6 +329,89 @@ impl Layout {
         }
         dirs.sort();
         Ok(dirs)
+    }
+}
+
+/// The manifest of the complete save in `dir`, a temp directory: one whose manifest reads and
+/// whose data files are the sizes it names (the check load makes before reading anything).
+/// Otherwise it was never finished, and the error says why, for the log (empty when there
+/// is no manifest at all).
+fn complete_save(dir: &Path) -> Result<Manifest, String> {
+    let m = Manifest::read(dir).map_err(|e| match e {
+        manifest::ManifestError::Unreadable(io) if io.kind() == io::ErrorKind::NotFound => {
+            String::new()
+        }
+        e => format!(" (its manifest: {e})"),
+    })?;
+    super::load::check_claims(dir, &m).map_err(|e| {
+        let file = e.file.strip_prefix(dir).unwrap_or(&e.file);
+        format!(" ({}: {})", file.display(), e.reason)
+    })?;
+    Ok(m)
+}
+
+/// Why [`Layout::swap_in`] failed: whether the new save is in place decides what is on disk.
+#[derive(Debug)]
+pub enum SwapFailed {
+    /// The new save is not in place; `Saves/` holds what it held before (see `swap_in`).
+    NotInPlace(io::Error),
+    /// The new save is in `Saves/`, but syncing the directory that holds it failed: a crash
+    /// or a power cut may still undo the rename. The save it replaced is complete at
+    /// `replaced` (`None`: there was none), where startup recovery keeps whichever of the
+    /// two is newer as `Saves/` and moves the other to `Backups/`.
+    NotDurable {
+        /// Why the directory could not be synced.
+        source: io::Error,
+        /// Where the save the new one replaced is; `None` if there was none.
+        replaced: Option<PathBuf>,
+    },
+}
+
+impl SwapFailed {
+    /// The OS error.
+    pub fn source(&self) -> &io::Error {
+        match self {
+            SwapFailed::NotInPlace(source) | SwapFailed::NotDurable { source, .. } => source,
+        }
+    }
+
+    /// What is on disk when the new save went in place as `saves` but is not durable, for the
+    /// operator; `None` when it is not in place (the previous save is).
+    pub fn on_disk(&self, saves: &Path) -> Option<String> {
+        let SwapFailed::NotDurable { replaced, .. } = self else {
+            return None;
+        };
+        let replaced = match replaced {
+            Some(old) => format!(
+                "the save it replaced is intact in {}, and the next start keeps the newer of \
+                 the two as the save and moves the other to Backups/",
+                old.display()
+            ),
+            None => "there was no save before it".to_owned(),
+        };
+        Some(format!(
+            "the new save is in {}, but a crash or a power cut may still undo that (the \
+             directory holding it could not be synced); {replaced}",
+            saves.display()
+        ))
+    }
+
+    /// The OS error, taken out.
+    pub fn into_source(self) -> io::Error {
+        match self {
+            SwapFailed::NotInPlace(source) | SwapFailed::NotDurable { source, .. } => source,
+        }
+    }
+
+    /// As one `io::Error` of the same kind, saying what is on disk.
+    fn into_io(self, saves: &Path) -> io::Error {
+        match self.on_disk(saves) {
+            Some(on_disk) => {
+                let kind = self.source().kind();
+                io::Error::new(kind, format!("{}; {on_disk}", self.into_source()))
+            }
+            None => self.into_source(),
+        }
     }
 }
 
@@ -401,10 +495,85 @@ mod tests {
     use super::*;
     use crate::persist::{Snapshot, save};
 
-    fn save_at(layout: &Layout, created: &str) -> Manifest {
+    fn try_save_at(
+        layout: &Layout,
+        created: &str,
+    ) -> Result<save::Saved, crate::persist::PersistError> {
         let world = crate::world::generate(4, 200, 20);
         let snapshot = Snapshot::take(&world, created.parse().unwrap(), |_| true);
-        save::write(layout, snapshot, 1).unwrap().manifest
+        save::write(layout, snapshot, 1)
+    }
+
+    fn save_at(layout: &Layout, created: &str) -> Manifest {
+        try_save_at(layout, created).unwrap().manifest
+    }
+
+    fn temp_dirs_in(layout: &Layout) -> Vec<PathBuf> {
+        layout.temp_dirs().unwrap()
+    }
+
+    /// An fsync of the directory after the swap that fails is a failed save (the shard must
+    /// not say "world saved"), and the error says what is on disk: the new save in `Saves/`,
+    /// the one it replaced intact where the swap left it, both kept by the next start.
+    #[test]
+    fn a_failed_sync_after_the_swap_fails_the_save_and_says_what_is_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path(), dir.path().join("Saves"));
+        let first = save_at(&layout, "2026-12-03T10:00:00Z");
+
+        fsio::fail_next_sync_of(layout.root());
+        let e = try_save_at(&layout, "2026-12-03T11:00:00Z").unwrap_err();
+        assert_eq!(
+            (e.step, e.source.raw_os_error()),
+            ("syncing", Some(libc::EIO))
+        );
+        let text = e.to_string();
+        let [old] = temp_dirs_in(&layout)
+            .try_into()
+            .expect("the replaced save, kept");
+        assert_eq!(Manifest::read(&old).unwrap(), first, "intact");
+        assert!(
+            text.starts_with("world save failed while syncing")
+                && text.contains(&format!("the new save is in {}", layout.saves.display()))
+                && text.contains(&format!(
+                    "the save it replaced is intact in {}",
+                    old.display()
+                ))
+                && !text.contains("the previous save is intact"),
+            "{text}"
+        );
+        assert_eq!(layout.current_sequence(), 2, "the new save is in place");
+        assert!(
+            entries(&layout.backups).unwrap().is_empty(),
+            "no backup yet"
+        );
+
+        // The next start sorts them out: the newer stays, the other is backed up.
+        let done = layout.recover().unwrap();
+        assert_eq!(layout.current_sequence(), 2, "{done:?}");
+        assert!(temp_dirs_in(&layout).is_empty(), "{done:?}");
+        let [backup] = entries(&layout.backups).unwrap().try_into().unwrap();
+        assert_eq!(Manifest::read(&backup.path()).unwrap(), first);
+    }
+
+    /// The same for a first save: failed, and no "replaced save" is named, least of all
+    /// `Saves/` itself.
+    #[test]
+    fn a_failed_sync_after_a_first_save_fails_it_and_names_no_replaced_save() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path(), dir.path().join("Saves"));
+        fsio::fail_next_sync_of(layout.root());
+        let e = try_save_at(&layout, "2026-12-03T10:00:00Z").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("the new save is in {}", layout.saves.display()))
+                && text.ends_with("there was no save before it")
+                && !text.contains("replaced"),
+            "{text}"
+        );
+        assert!(crate::persist::load(&layout.saves).is_ok(), "in place");
+        assert!(layout.recover().unwrap().is_empty());
+        assert!(temp_dirs_in(&layout).is_empty());
     }
 
     #[test]
