@@ -283,6 +283,126 @@ fn startup_recovery_puts_a_finished_save_in_place_when_saves_is_missing() {
     assert_eq!(temp_dirs(dir.path()), Vec::<PathBuf>::new());
 }
 
+/// What an operator may drop into `Saves/`: an archive to restore at the next start, a folder
+/// of notes. Returns each entry's path relative to `Saves/` with its bytes.
+fn drop_into(saves: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    std::fs::write(saves.join("w.tar.zst"), b"an archive to restore").unwrap();
+    std::fs::create_dir(saves.join("notes")).unwrap();
+    std::fs::write(saves.join("notes/why.txt"), b"kept on purpose").unwrap();
+    vec![
+        (PathBuf::from("notes/why.txt"), b"kept on purpose".to_vec()),
+        (
+            PathBuf::from("w.tar.zst"),
+            b"an archive to restore".to_vec(),
+        ),
+    ]
+}
+
+/// The files of a save (with a backup's marker), and nothing else.
+fn only_save_files(dir: &Path) {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            persist::layout::BACKUP_MARKER,
+            "items.bin",
+            "manifest.toml",
+            "mobiles.bin",
+            "spawners.bin"
+        ],
+        "{}",
+        dir.display()
+    );
+}
+
+/// Files dropped into `Saves/` are not the save's: a save leaves them in `Saves/` instead of
+/// sending them to `Backups/` with the save they sat beside (where retention would delete them
+/// one day), save after save.
+#[test]
+fn files_dropped_into_saves_stay_there_and_never_reach_a_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let world = small_world();
+    save(&layout, &world, CREATED);
+    let dropped = drop_into(&layout.saves);
+
+    let mut backups = Vec::new();
+    for created in ["2026-12-03T11:00:00Z", "2026-12-03T12:00:00Z"] {
+        let saved = save(&layout, &world, created);
+        backups.push(saved.replaced.backup().expect("backed up").to_owned());
+        let kept: Vec<_> = tree(&layout.saves)
+            .into_iter()
+            .filter(|(name, _)| dropped.iter().any(|(d, _)| d == name))
+            .collect();
+        assert_eq!(kept, dropped, "still in Saves/ after the save of {created}");
+        assert_eq!(persist::load(&layout.saves).unwrap().world, world);
+    }
+    for backup in &backups {
+        only_save_files(backup);
+    }
+    // Retention deletes backups: what was dropped is not in them.
+    std::fs::remove_dir_all(&layout.backups).unwrap();
+    assert_eq!(tree(&layout.saves).len(), 4 + dropped.len());
+}
+
+/// A crash right after the swap leaves the replaced save, with what was dropped beside it, in
+/// a temp directory: the next start sends the save to `Backups/` and what was dropped back to
+/// `Saves/`, beside a file of the same name dropped since (nothing is overwritten).
+#[test]
+fn startup_recovery_sends_files_left_in_a_replaced_save_back_to_saves() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let world = small_world();
+    save(&layout, &world, CREATED);
+    let dropped = drop_into(&layout.saves);
+    // The exchange done, the crash before the replaced save moved: it is in a temp directory
+    // (older), the newer save in `Saves/`.
+    let old = layout.create_temp_dir("save").unwrap();
+    std::fs::remove_dir(&old).unwrap();
+    std::fs::rename(&layout.saves, &old).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    save(
+        &self::layout(elsewhere.path()),
+        &world,
+        "2026-12-03T11:00:00Z",
+    );
+    std::fs::rename(elsewhere.path().join("Saves"), &layout.saves).unwrap();
+    layout.order_after_current(&layout.saves).unwrap();
+    assert_eq!(layout.current_sequence(), 2, "after the old save's 1");
+    // Dropped again meanwhile, under the same name.
+    std::fs::write(layout.saves.join("w.tar.zst"), b"dropped again").unwrap();
+
+    let done = layout.recover().unwrap();
+    assert_eq!(temp_dirs(dir.path()), Vec::<PathBuf>::new(), "{done:?}");
+    let [backup] = std::fs::read_dir(&layout.backups)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap();
+    only_save_files(&backup);
+    let in_saves = tree(&layout.saves);
+    for (name, bytes) in dropped {
+        let name = match name.to_str() {
+            Some("w.tar.zst") => PathBuf::from("w.tar.zst.2"),
+            _ => name,
+        };
+        assert!(
+            in_saves.contains(&(name.clone(), bytes)),
+            "{name:?}: {done:?}"
+        );
+    }
+    assert!(in_saves.contains(&(PathBuf::from("w.tar.zst"), b"dropped again".to_vec())));
+    assert_eq!(
+        persist::load(&layout.saves).unwrap().manifest.created,
+        "2026-12-03T11:00:00Z".parse::<Timestamp>().unwrap()
+    );
+}
+
 fn saver_on(world: Rc<RefCell<World>>, root: &Path, notices: Rc<RefCell<Vec<String>>>) -> Saver {
     Saver::new(
         world,

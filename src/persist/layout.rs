@@ -10,8 +10,10 @@
 //! Temp directories sit next to `Saves/` so that putting one in place is a rename inside one
 //! filesystem. The swap itself is one `renameat2(RENAME_EXCHANGE)` where the filesystem has
 //! it: `Saves/` never stops existing, and the old save comes out under the temp name, from
-//! where it moves to `Backups/`. Elsewhere it is two renames with a gap that startup
-//! recovery ([`Layout::recover`]) closes.
+//! where it moves to `Backups/`: its own files only, anything else that was in `Saves/` (an
+//! archive dropped there to restore) goes back into `Saves/` first, so retention never
+//! deletes it with a backup. Elsewhere it is two renames with a gap that startup recovery
+//! ([`Layout::recover`]) closes.
 //!
 //! Which of two complete saves is newer is decided by the manifest's `sequence` (one more
 //! than the save it replaced), never by its wall-clock `created` time: a clock stepped
@@ -32,6 +34,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 
 use jiff::Timestamp;
 
+use super::file::Kind;
 use super::fsio::{self, sync_dir};
 use super::manifest::{self, Manifest};
 
@@ -205,8 +208,13 @@ impl Layout {
     }
 
     /// Moves a complete replaced save to `Backups/Automatic/<its creation time, UTC>/` and
-    /// marks it complete.
+    /// marks it complete. Anything in it that is not the save's own (an archive dropped into
+    /// `Saves/` to restore at the next start, an operator's notes) goes back to `Saves/`
+    /// first: only the save's files become a backup, which retention deletes one day.
     fn back_up(&self, old: &Path) -> Replaced {
+        if let Err(e) = self.keep_in_saves(old) {
+            return left_at(old, &e);
+        }
         let created = Manifest::read(old).map_or_else(|_| Timestamp::now(), |m| m.created);
         let moved = std::fs::create_dir_all(&self.backups).and_then(|()| {
             let target = self.free_backup_name(created);
@@ -224,6 +232,41 @@ impl Layout {
             Ok(()) => Replaced::BackedUp(target),
             Err(e) => left_at(&target, &e),
         }
+    }
+
+    /// Moves every entry of the replaced save `old` that is not one of a save's files into
+    /// `Saves/` (which holds the new save), each under its own name, or `<name>.<n>` if that
+    /// is taken there. Each is a rename: a crash leaves it in one place or the other, and if
+    /// it is still in `old`, recovery backs `old` up through here again.
+    fn keep_in_saves(&self, old: &Path) -> io::Result<()> {
+        let mut kept = 0;
+        for entry in entries(old)? {
+            let name = entry.file_name();
+            if is_save_file(&name) {
+                continue;
+            }
+            let mut target = self.saves.join(&name);
+            let mut n = 1;
+            while std::fs::symlink_metadata(&target).is_ok() {
+                n += 1;
+                let mut numbered = name.clone();
+                numbered.push(format!(".{n}"));
+                target = self.saves.join(numbered);
+            }
+            std::fs::rename(entry.path(), &target)?;
+            tracing::info!(
+                "kept {}: not part of the save, it stays in {} rather than going to Backups/ \
+                 with the replaced save",
+                target.display(),
+                self.saves.display()
+            );
+            kept += 1;
+        }
+        if kept > 0 {
+            sync_dir(&self.saves)?;
+            sync_dir(old)?;
+        }
+        Ok(())
     }
 
     fn free_backup_name(&self, created: Timestamp) -> PathBuf {
@@ -448,6 +491,14 @@ fn left_at(path: &Path, e: &io::Error) -> Replaced {
         path: path.to_owned(),
         error: e.to_string(),
     }
+}
+
+/// Is `name` one of the files a save consists of (in `Saves/` or a backup)? Anything else in
+/// `Saves/` is the operator's.
+fn is_save_file(name: &std::ffi::OsStr) -> bool {
+    name == manifest::FILE_NAME
+        || name == BACKUP_MARKER
+        || Kind::ALL.iter().any(|kind| name == kind.file_name())
 }
 
 fn is_empty_dir(dir: &Path) -> bool {
