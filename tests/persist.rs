@@ -267,6 +267,50 @@ fn startup_recovery_never_promotes_a_temp_save_whose_files_disagree_with_its_man
     assert!(!layout.backups.exists(), "nothing was moved to Backups/");
 }
 
+/// With an absolute `world.save_dir` (`/var/lib/world`), the directory holding `Saves/` is
+/// shared with other programs: recovery finishes or removes only the temp directories a shard
+/// makes, never another program's `.tmp-*`, finished or not.
+#[test]
+fn startup_recovery_leaves_other_programs_temp_directories_alone() {
+    let shared = tempfile::tempdir().unwrap(); // `/var/lib`
+    let layout = Layout::new(&shared.path().join("data"), shared.path().join("world"));
+    let world = small_world();
+    save(&layout, &world, CREATED);
+    let theirs: Vec<PathBuf> = [
+        ".tmp-apt-1a2b3c",
+        ".tmp-12345",
+        ".tmp-save-build",
+        ".tmp-restored-1-2",
+        ".tmp-saves-1-2-3",
+    ]
+    .iter()
+    .map(|name| shared.path().join(name))
+    .collect();
+    for dir in &theirs {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("state"), b"someone else's").unwrap();
+    }
+    // One with a manifest, as a save of ours would have.
+    std::fs::copy(
+        layout.saves.join("manifest.toml"),
+        theirs[0].join("manifest.toml"),
+    )
+    .unwrap();
+    let ours = layout.create_temp_dir("save").unwrap();
+
+    let done = layout.recover().unwrap();
+    assert_eq!(done, [format!("removed unfinished {}", ours.display())]);
+    for dir in &theirs {
+        assert_eq!(
+            std::fs::read(dir.join("state")).unwrap(),
+            b"someone else's",
+            "{}",
+            dir.display()
+        );
+    }
+    assert_eq!(persist::load(&layout.saves).unwrap().world, world);
+}
+
 #[test]
 fn startup_recovery_puts_a_finished_save_in_place_when_saves_is_missing() {
     let dir = tempfile::tempdir().unwrap();

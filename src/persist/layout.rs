@@ -67,8 +67,13 @@ impl Drop for WriteGuard {
     }
 }
 
-/// Prefix of every temp directory; anything with it is cleaned (or finished) at startup.
+/// Prefix of every temp directory. Startup finishes or cleans those of its own making only:
+/// `<prefix><purpose>-<pid>-<n>-<ns>`, `purpose` one of [`TEMP_PURPOSES`] ([`is_own_temp`]).
+/// Others are left alone, as the directory holding `Saves/` may be shared (`/var/lib`).
 pub const TEMP_PREFIX: &str = ".tmp-";
+/// What temp directories are made for: a save being written, the save a swap without the
+/// exchange moved aside, a restore unpacking, a checked restore waiting to go in place.
+pub const TEMP_PURPOSES: [&str; 4] = ["save", "old", "restore", "restored"];
 /// How a backup's directory names its creation time (UTC), e.g. `2026-12-03-10-00-00`.
 pub const BACKUP_TIME_FORMAT: &str = "%Y-%m-%d-%H-%M-%S";
 /// Written into a backup once it is fully in place.
@@ -137,8 +142,8 @@ impl Layout {
         Ok(m)
     }
 
-    /// A new, empty temp directory for `purpose` ("save", ...), with a name no other run or
-    /// writer uses.
+    /// A new, empty temp directory for `purpose` (one of [`TEMP_PURPOSES`]: startup recovery
+    /// touches no other), with a name no other run or writer uses.
     pub fn create_temp_dir(&self, purpose: &str) -> io::Result<PathBuf> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         std::fs::create_dir_all(self.root())?;
@@ -366,7 +371,7 @@ impl Layout {
         let mut dirs = Vec::new();
         for entry in entries {
             let name = entry.file_name();
-            if name.as_bytes().starts_with(TEMP_PREFIX.as_bytes()) && entry.file_type()?.is_dir() {
+            if is_own_temp(&name) && entry.file_type()?.is_dir() {
                 dirs.push(entry.path());
             }
         }
@@ -491,6 +496,27 @@ fn left_at(path: &Path, e: &io::Error) -> Replaced {
         path: path.to_owned(),
         error: e.to_string(),
     }
+}
+
+/// Is `name` that of a temp directory this shard makes (see [`TEMP_PREFIX`])? Only those are
+/// finished or removed at startup: a `.tmp-*` of another program's, next to `Saves/`, is not.
+pub fn is_own_temp(name: &std::ffi::OsStr) -> bool {
+    let Some(rest) = name.as_bytes().strip_prefix(TEMP_PREFIX.as_bytes()) else {
+        return false;
+    };
+    TEMP_PURPOSES.iter().any(|purpose| {
+        let ids = rest
+            .strip_prefix(purpose.as_bytes())
+            .and_then(|ids| ids.strip_prefix(b"-"));
+        // `<pid>-<n>-<ns>`: three numbers.
+        ids.is_some_and(|ids| {
+            let numbers: Vec<&[u8]> = ids.split(|&b| b == b'-').collect();
+            numbers.len() == 3
+                && numbers
+                    .iter()
+                    .all(|n| !n.is_empty() && n.iter().all(u8::is_ascii_digit))
+        })
+    })
 }
 
 /// Is `name` one of the files a save consists of (in `Saves/` or a backup)? Anything else in
