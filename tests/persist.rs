@@ -225,6 +225,24 @@ fn startup_recovery_removes_unfinished_saves_and_keeps_finished_ones() {
     );
 }
 
+/// `world` saved as created at `created` in a data directory of its own (kept while the
+/// first value lives); returns its `Saves/`.
+fn save_elsewhere(world: &World, created: &str) -> (tempfile::TempDir, PathBuf) {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let layout = layout(elsewhere.path());
+    save(&layout, world, created);
+    (elsewhere, layout.saves)
+}
+
+/// Moves the save in `dir` into a new temp directory of `layout`'s, as a crash during a swap
+/// leaves one; returns where.
+fn into_temp_dir(layout: &Layout, dir: &Path) -> PathBuf {
+    let temp = layout.create_temp_dir("save").unwrap();
+    std::fs::remove_dir(&temp).unwrap();
+    std::fs::rename(dir, &temp).unwrap();
+    temp
+}
+
 /// A temp directory whose manifest reads but whose files are not the sizes it names is not a
 /// complete save: recovery never puts it in place of a good one (load would refuse it), it
 /// removes it as unfinished, saying why.
@@ -236,15 +254,8 @@ fn startup_recovery_never_promotes_a_temp_save_whose_files_disagree_with_its_man
     save(&layout, &world, CREATED);
     // A newer save in a temp directory (as a swap interrupted by a crash leaves it), but with
     // a data file cut short.
-    let elsewhere = tempfile::tempdir().unwrap();
-    save(
-        &self::layout(elsewhere.path()),
-        &world,
-        "2026-12-03T11:00:00Z",
-    );
-    let newer = layout.create_temp_dir("save").unwrap();
-    std::fs::remove_dir(&newer).unwrap();
-    std::fs::rename(elsewhere.path().join("Saves"), &newer).unwrap();
+    let (_elsewhere, saved) = save_elsewhere(&world, "2026-12-03T11:00:00Z");
+    let newer = into_temp_dir(&layout, &saved);
     assert_eq!(layout.order_after_current(&newer).unwrap().sequence, 2);
     let items = newer.join("items.bin");
     let len = std::fs::metadata(&items).unwrap().len();
@@ -405,16 +416,9 @@ fn startup_recovery_sends_files_left_in_a_replaced_save_back_to_saves() {
     let dropped = drop_into(&layout.saves);
     // The exchange done, the crash before the replaced save moved: it is in a temp directory
     // (older), the newer save in `Saves/`.
-    let old = layout.create_temp_dir("save").unwrap();
-    std::fs::remove_dir(&old).unwrap();
-    std::fs::rename(&layout.saves, &old).unwrap();
-    let elsewhere = tempfile::tempdir().unwrap();
-    save(
-        &self::layout(elsewhere.path()),
-        &world,
-        "2026-12-03T11:00:00Z",
-    );
-    std::fs::rename(elsewhere.path().join("Saves"), &layout.saves).unwrap();
+    into_temp_dir(&layout, &layout.saves);
+    let (_elsewhere, saved) = save_elsewhere(&world, "2026-12-03T11:00:00Z");
+    std::fs::rename(saved, &layout.saves).unwrap();
     layout.order_after_current(&layout.saves).unwrap();
     assert_eq!(layout.current_sequence(), 2, "after the old save's 1");
     // Dropped again meanwhile, under the same name.
