@@ -225,6 +225,103 @@ fn startup_recovery_removes_unfinished_saves_and_keeps_finished_ones() {
     );
 }
 
+/// `world` saved as created at `created` in a data directory of its own (kept while the
+/// first value lives); returns its `Saves/`.
+fn save_elsewhere(world: &World, created: &str) -> (tempfile::TempDir, PathBuf) {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let layout = layout(elsewhere.path());
+    save(&layout, world, created);
+    (elsewhere, layout.saves)
+}
+
+/// Moves the save in `dir` into a new temp directory of `layout`'s, as a crash during a swap
+/// leaves one; returns where.
+fn into_temp_dir(layout: &Layout, dir: &Path) -> PathBuf {
+    let temp = layout.create_temp_dir("save").unwrap();
+    std::fs::remove_dir(&temp).unwrap();
+    std::fs::rename(dir, &temp).unwrap();
+    temp
+}
+
+/// A temp directory whose manifest reads but whose files are not the sizes it names is not a
+/// complete save: recovery never puts it in place of a good one (load would refuse it), it
+/// removes it as unfinished, saying why.
+#[test]
+fn startup_recovery_never_promotes_a_temp_save_whose_files_disagree_with_its_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let world = small_world();
+    save(&layout, &world, CREATED);
+    // A newer save in a temp directory (as a swap interrupted by a crash leaves it), but with
+    // a data file cut short.
+    let (_elsewhere, saved) = save_elsewhere(&world, "2026-12-03T11:00:00Z");
+    let newer = into_temp_dir(&layout, &saved);
+    assert_eq!(layout.order_after_current(&newer).unwrap().sequence, 2);
+    let items = newer.join("items.bin");
+    let len = std::fs::metadata(&items).unwrap().len();
+    std::fs::File::options()
+        .write(true)
+        .open(&items)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+
+    let done = layout.recover().unwrap();
+    assert_eq!(temp_dirs(dir.path()), Vec::<PathBuf>::new(), "{done:?}");
+    assert!(
+        matches!(done.as_slice(), [line] if line.starts_with("removed unfinished")
+            && line.contains("items.bin: is")),
+        "{done:?}"
+    );
+    let loaded = persist::load(&layout.saves).expect("the good save, still in place");
+    assert_eq!(loaded.manifest.sequence, 1);
+    assert!(!layout.backups.exists(), "nothing was moved to Backups/");
+}
+
+/// With an absolute `world.save_dir` (`/var/lib/world`), the directory holding `Saves/` is
+/// shared with other programs: recovery finishes or removes only the temp directories a shard
+/// makes, never another program's `.tmp-*`, finished or not.
+#[test]
+fn startup_recovery_leaves_other_programs_temp_directories_alone() {
+    let shared = tempfile::tempdir().unwrap(); // `/var/lib`
+    let layout = Layout::new(&shared.path().join("data"), shared.path().join("world"));
+    let world = small_world();
+    save(&layout, &world, CREATED);
+    let theirs: Vec<PathBuf> = [
+        ".tmp-apt-1a2b3c",
+        ".tmp-12345",
+        ".tmp-save-build",
+        ".tmp-restored-1-2",
+        ".tmp-saves-1-2-3",
+    ]
+    .iter()
+    .map(|name| shared.path().join(name))
+    .collect();
+    for dir in &theirs {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("state"), b"someone else's").unwrap();
+    }
+    // One with a manifest, as a save of ours would have.
+    std::fs::copy(
+        layout.saves.join("manifest.toml"),
+        theirs[0].join("manifest.toml"),
+    )
+    .unwrap();
+    let ours = layout.create_temp_dir("save").unwrap();
+
+    let done = layout.recover().unwrap();
+    assert_eq!(done, [format!("removed unfinished {}", ours.display())]);
+    for dir in &theirs {
+        assert_eq!(
+            std::fs::read(dir.join("state")).unwrap(),
+            b"someone else's",
+            "{}",
+            dir.display()
+        );
+    }
+    assert_eq!(persist::load(&layout.saves).unwrap().world, world);
+}
+
 #[test]
 fn startup_recovery_puts_a_finished_save_in_place_when_saves_is_missing() {
     let dir = tempfile::tempdir().unwrap();
@@ -239,6 +336,119 @@ fn startup_recovery_puts_a_finished_save_in_place_when_saves_is_missing() {
     layout.recover().unwrap();
     assert_eq!(persist::load(&layout.saves).unwrap().world, world);
     assert_eq!(temp_dirs(dir.path()), Vec::<PathBuf>::new());
+}
+
+/// What an operator may drop into `Saves/`: an archive to restore at the next start, a folder
+/// of notes. Returns each entry's path relative to `Saves/` with its bytes.
+fn drop_into(saves: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    std::fs::write(saves.join("w.tar.zst"), b"an archive to restore").unwrap();
+    std::fs::create_dir(saves.join("notes")).unwrap();
+    std::fs::write(saves.join("notes/why.txt"), b"kept on purpose").unwrap();
+    vec![
+        (PathBuf::from("notes/why.txt"), b"kept on purpose".to_vec()),
+        (
+            PathBuf::from("w.tar.zst"),
+            b"an archive to restore".to_vec(),
+        ),
+    ]
+}
+
+/// The files of a save (with a backup's marker), and nothing else.
+fn only_save_files(dir: &Path) {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            persist::layout::BACKUP_MARKER,
+            "items.bin",
+            "manifest.toml",
+            "mobiles.bin",
+            "spawners.bin"
+        ],
+        "{}",
+        dir.display()
+    );
+}
+
+/// Files dropped into `Saves/` are not the save's: a save leaves them in `Saves/` instead of
+/// sending them to `Backups/` with the save they sat beside (where retention would delete them
+/// one day), save after save.
+#[test]
+fn files_dropped_into_saves_stay_there_and_never_reach_a_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let world = small_world();
+    save(&layout, &world, CREATED);
+    let dropped = drop_into(&layout.saves);
+
+    let mut backups = Vec::new();
+    for created in ["2026-12-03T11:00:00Z", "2026-12-03T12:00:00Z"] {
+        let saved = save(&layout, &world, created);
+        backups.push(saved.replaced.backup().expect("backed up").to_owned());
+        let kept: Vec<_> = tree(&layout.saves)
+            .into_iter()
+            .filter(|(name, _)| dropped.iter().any(|(d, _)| d == name))
+            .collect();
+        assert_eq!(kept, dropped, "still in Saves/ after the save of {created}");
+        assert_eq!(persist::load(&layout.saves).unwrap().world, world);
+    }
+    for backup in &backups {
+        only_save_files(backup);
+    }
+    // Retention deletes backups: what was dropped is not in them.
+    std::fs::remove_dir_all(&layout.backups).unwrap();
+    assert_eq!(tree(&layout.saves).len(), 4 + dropped.len());
+}
+
+/// A crash right after the swap leaves the replaced save, with what was dropped beside it, in
+/// a temp directory: the next start sends the save to `Backups/` and what was dropped back to
+/// `Saves/`, beside a file of the same name dropped since (nothing is overwritten).
+#[test]
+fn startup_recovery_sends_files_left_in_a_replaced_save_back_to_saves() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = layout(dir.path());
+    let world = small_world();
+    save(&layout, &world, CREATED);
+    let dropped = drop_into(&layout.saves);
+    // The exchange done, the crash before the replaced save moved: it is in a temp directory
+    // (older), the newer save in `Saves/`.
+    into_temp_dir(&layout, &layout.saves);
+    let (_elsewhere, saved) = save_elsewhere(&world, "2026-12-03T11:00:00Z");
+    std::fs::rename(saved, &layout.saves).unwrap();
+    layout.order_after_current(&layout.saves).unwrap();
+    assert_eq!(layout.current_sequence(), 2, "after the old save's 1");
+    // Dropped again meanwhile, under the same name.
+    std::fs::write(layout.saves.join("w.tar.zst"), b"dropped again").unwrap();
+
+    let done = layout.recover().unwrap();
+    assert_eq!(temp_dirs(dir.path()), Vec::<PathBuf>::new(), "{done:?}");
+    let [backup] = std::fs::read_dir(&layout.backups)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap();
+    only_save_files(&backup);
+    let in_saves = tree(&layout.saves);
+    for (name, bytes) in dropped {
+        let name = match name.to_str() {
+            Some("w.tar.zst") => PathBuf::from("w.tar.zst.2"),
+            _ => name,
+        };
+        assert!(
+            in_saves.contains(&(name.clone(), bytes)),
+            "{name:?}: {done:?}"
+        );
+    }
+    assert!(in_saves.contains(&(PathBuf::from("w.tar.zst"), b"dropped again".to_vec())));
+    assert_eq!(
+        persist::load(&layout.saves).unwrap().manifest.created,
+        "2026-12-03T11:00:00Z".parse::<Timestamp>().unwrap()
+    );
 }
 
 fn saver_on(world: Rc<RefCell<World>>, root: &Path, notices: Rc<RefCell<Vec<String>>>) -> Saver {

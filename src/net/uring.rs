@@ -659,10 +659,17 @@ impl Ring {
     }
 
     /// Handles every completion. True if there were any.
+    ///
+    /// A handler that re-arms (an accept, a send) pushes, and a push on a full submission
+    /// queue may move completions to the backlog to make room: each round takes the backlog
+    /// again before the queue, so those are handled too, in the order the kernel gave them.
+    /// Dropping one would leave its operation in flight forever (a listener that never
+    /// accepts again, a slot never freed).
     fn complete_all(&mut self) -> bool {
         let mut any = false;
         let mut batch = mem::take(&mut self.backlog);
         loop {
+            batch.append(&mut self.backlog);
             batch.extend(self.uring.completion());
             if batch.is_empty() {
                 break;
@@ -672,7 +679,9 @@ impl Ring {
                 self.complete(entry.user_data(), entry.result());
             }
         }
-        self.backlog = batch; // keeps its allocation
+        // Both empty now (the last round took the backlog and found nothing): keep the
+        // batch's allocation.
+        self.backlog = batch;
         any
     }
 

@@ -63,9 +63,10 @@ impl Operation {
 /// A persistence operation that failed: the operation, the step (`"writing"`, `"syncing"`,
 /// ...), the file or directory that step worked on, and why.
 ///
-/// Displays as `<operation> failed while <step> <path>: <source>[; <what is still true>]`,
-/// e.g. `world save failed while writing /data/.tmp-save-1-0-0/items.bin: No space left on
-/// device (os error 28); the previous save is intact`.
+/// Displays as `<operation> failed while <step> <path>: <source>[; <what is on disk>]`
+/// (what is still true after any failure of the operation, or [`on_disk`](Self::on_disk)
+/// when set), e.g. `world save failed while writing /data/.tmp-save-1-0-0/items.bin: No
+/// space left on device (os error 28); the previous save is intact`.
 #[derive(Debug, Clone)]
 pub struct PersistError {
     pub operation: Operation,
@@ -74,6 +75,11 @@ pub struct PersistError {
     pub path: PathBuf,
     /// The OS error (`kind()`, `raw_os_error()`), or `InvalidData` for data that is wrong.
     pub source: Arc<io::Error>,
+    /// What is on disk after this failure, when it is not what the operation promises after
+    /// every failure (a save that failed only after it was put in place): said instead.
+    /// (Behind an `Arc`, a thin pointer, like `source`: errors travel in `Result`s and are
+    /// cloned to every listener.)
+    pub on_disk: Option<Arc<String>>,
 }
 
 impl PersistError {
@@ -88,7 +94,14 @@ impl PersistError {
             step,
             path: path.into(),
             source: Arc::new(source),
+            on_disk: None,
         }
+    }
+
+    /// The same error, saying `what` is on disk instead of the operation's usual promise.
+    pub fn with_on_disk(mut self, what: impl Into<String>) -> PersistError {
+        self.on_disk = Some(Arc::new(what.into()));
+        self
     }
 
     /// A function that wraps an `io::Error` of `step` on `path`, for `map_err`.
@@ -136,7 +149,12 @@ impl fmt::Display for PersistError {
             self.path.display(),
             self.source
         )?;
-        match self.operation.promise() {
+        match self
+            .on_disk
+            .as_deref()
+            .map(String::as_str)
+            .or(self.operation.promise())
+        {
             Some(promise) => write!(f, "; {promise}"),
             None => Ok(()),
         }

@@ -111,7 +111,26 @@ pub fn replace(target: &Path, temp_name: &str, data: &[u8]) -> io::Result<()> {
 
 /// Makes the entries of `dir` (creations, renames, removals) durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(test)]
+    if FAIL_NEXT_SYNC.with(|f| f.borrow().as_deref() == Some(dir)) {
+        FAIL_NEXT_SYNC.with(|f| f.borrow_mut().take());
+        return Err(io::Error::from_raw_os_error(libc::EIO));
+    }
     File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Fault injection: the directory whose next [`sync_dir`] on this thread fails.
+    static FAIL_NEXT_SYNC: std::cell::RefCell<Option<PathBuf>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// FAULT INJECTION, for unit tests only: the next [`sync_dir`] of `dir` (the same path, as
+/// given) on this thread fails with EIO, as an fsync does when the disk fails under it.
+#[cfg(test)]
+pub(crate) fn fail_next_sync_of(dir: &Path) {
+    FAIL_NEXT_SYNC.with(|f| *f.borrow_mut() = Some(dir.to_owned()));
 }
 
 /// [`sync_dir`] on the directory holding `path` (`.` for a bare file name).

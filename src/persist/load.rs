@@ -61,9 +61,7 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
         file: manifest_path.clone(),
         reason: e.to_string(),
     })?;
-    for kind in Kind::ALL {
-        check_claims(dir, &manifest, kind)?;
-    }
+    check_claims(dir, &manifest)?;
     let mut world = World::new(manifest.seed);
     // Bounded now: each count fits in bytes that are really on disk.
     world.reserve(manifest.items as usize, manifest.mobiles as usize);
@@ -96,9 +94,18 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
     })
 }
 
-/// What the manifest says of `kind` is possible: its data file is as large on disk as the
-/// manifest says, and the count fits in those bytes. Reads metadata only.
-fn check_claims(dir: &Path, manifest: &Manifest, kind: Kind) -> Result<(), LoadError> {
+/// What `manifest` says is possible: each data file in `dir` is as large on disk as the
+/// manifest says, and each count fits in those bytes. Reads metadata only: the check a save
+/// passes before anything is read, and what makes a temp directory with a manifest a
+/// complete save for startup recovery.
+pub fn check_claims(dir: &Path, manifest: &Manifest) -> Result<(), LoadError> {
+    Kind::ALL
+        .into_iter()
+        .try_for_each(|kind| check_claim(dir, manifest, kind))
+}
+
+/// [`check_claims`] for the data file of `kind`.
+fn check_claim(dir: &Path, manifest: &Manifest, kind: Kind) -> Result<(), LoadError> {
     let path = dir.join(kind.file_name());
     let listed = manifest.file(kind).ok_or_else(|| LoadError {
         file: path.clone(),

@@ -46,12 +46,20 @@ impl DataLock {
                 .truncate(false)
                 .open(&path)?;
         }
-        // Held read-only: a descriptor open for writing would keep the filesystem from being
-        // remounted read-only (which the kernel does by itself on I/O errors).
+        // Held read-only where the filesystem allows it: a descriptor open for writing keeps
+        // the filesystem from being remounted read-only (`mount -o remount,ro` says busy).
+        // NFS does not allow it: there `flock` is a POSIX lock, and an exclusive one needs a
+        // descriptor open for writing (EBADF otherwise), so the lock is taken on one.
         let mut file = File::open(&path)?;
-        // SAFETY: flock on a descriptor we own, non-blocking.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let e = io::Error::last_os_error();
+        let mut locked = lock(&file);
+        if locked
+            .as_ref()
+            .is_err_and(|e| e.raw_os_error() == Some(libc::EBADF))
+        {
+            file = OpenOptions::new().read(true).write(true).open(&path)?;
+            locked = lock(&file);
+        }
+        if let Err(e) = locked {
             if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
                 return Err(e);
             }
@@ -71,6 +79,26 @@ impl DataLock {
         let _ = std::fs::write(&path, std::process::id().to_string());
         Ok(DataLock { _file: file, path })
     }
+}
+
+/// `flock(LOCK_EX | LOCK_NB)` on `file`.
+fn lock(file: &File) -> io::Result<()> {
+    #[cfg(test)]
+    if tests::NFS.get() && access_mode(file) == libc::O_RDONLY {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: flock on a descriptor we own, non-blocking.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `O_RDONLY`, `O_WRONLY` or `O_RDWR`: how `file` was opened.
+#[cfg(test)]
+fn access_mode(file: &File) -> i32 {
+    // SAFETY: F_GETFL on a descriptor we own reads its flags and changes nothing.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) & libc::O_ACCMODE }
 }
 
 /// The locks of every directory a shard writes; dropping it releases them all.
@@ -111,6 +139,35 @@ impl ShardLocks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// `flock` as NFS has it (a POSIX lock underneath): an exclusive lock on a descriptor
+        /// open read-only fails with EBADF.
+        pub(super) static NFS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// On NFS the lock is taken on a descriptor open for writing, which the exclusive lock
+    /// needs there; elsewhere the descriptor stays read-only (so the filesystem can still be
+    /// remounted read-only under a running shard).
+    #[test]
+    fn the_lock_is_taken_on_nfs_too_and_read_only_elsewhere() {
+        let local = tempfile::tempdir().unwrap();
+        let held = DataLock::acquire(local.path()).unwrap();
+        assert_eq!(access_mode(&held._file), libc::O_RDONLY);
+
+        let nfs = tempfile::tempdir().unwrap();
+        NFS.set(true);
+        let held = DataLock::acquire(nfs.path());
+        let again = DataLock::acquire(nfs.path());
+        NFS.set(false);
+        let held = held.expect("locked on NFS");
+        assert_eq!(access_mode(&held._file), libc::O_RDWR);
+        let refused = again.expect_err("held already").to_string();
+        assert!(
+            refused.contains(&std::process::id().to_string()),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn a_second_holder_is_refused_until_the_first_lets_go() {

@@ -75,13 +75,19 @@ pub fn write(
     match stage(&staged, &snapshot, sequence, threads.max(1)) {
         Ok(manifest) => {
             drop(snapshot);
-            let replaced = layout.swap_in(&staged).map_err(|source| {
-                // Not in place. Drop it, unless it is the only complete save left (a
-                // failed fallback swap with no `Saves/`): startup recovery promotes it.
+            let replaced = layout.swap_in(&staged).map_err(|failed| {
+                if let Some(on_disk) = failed.on_disk(&layout.saves) {
+                    // In place but not durable: a failed save all the same. Both saves stay
+                    // where they are (the new one in `Saves/`), and the error says so.
+                    let source = failed.into_source();
+                    return fail("syncing", layout.root(), source).with_on_disk(on_disk);
+                }
+                // Not in place. Drop it, unless it is the only complete save left (a failed
+                // fallback swap with no `Saves/`): startup recovery promotes it.
                 if layout.saves.exists() {
                     let _ = std::fs::remove_dir_all(&staged);
                 }
-                fail("putting in place", &layout.saves, source)
+                fail("putting in place", &layout.saves, failed.into_source())
             })?;
             Ok(Saved {
                 manifest,

@@ -697,3 +697,118 @@ fn a_dead_ring_fails_its_sockets_with_the_reason_and_goes_idle_instead_of_spinni
         assert!(began.elapsed() < DROP_WAIT, "dropping a dead ring waited");
     });
 }
+
+/// A waker that runs `first` (on the thread that wakes it) the first time it is woken, and
+/// counts every wake.
+struct OnFirstWake {
+    first: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    wakes: Wakes,
+}
+
+impl Wake for OnFirstWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let first = self.first.lock().unwrap().take();
+        if let Some(first) = first {
+            first();
+        }
+        self.wakes.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A completion handler that re-arms on a full submission queue, with the kernel saying "try
+/// again" (EAGAIN), moves the completions that arrived meanwhile to the backlog to make room:
+/// they are handled like the others. Dropped, a listener's accept would stay in flight for
+/// good (nobody could connect through it again, while the shard looked healthy) and a
+/// connection's receive would keep its slot for good.
+#[test]
+fn completions_a_handler_moves_aside_on_a_full_queue_are_not_lost() {
+    run(async {
+        // The second listener and a connection of its: their completions are moved aside.
+        let (mut second, second_wakes) = listen();
+        let second_addr = second.local_addr().unwrap();
+        let sender = std::net::TcpStream::connect(second_addr).unwrap();
+        let (accepted, _) = accept(&mut *second, &second_wakes).await;
+        let (waker, conn_wakes) = counting_waker();
+        let mut conn = accepted.attach(waker);
+
+        // The first listener: the handler of its accept re-arms it on a full queue. Its waker
+        // runs inside that handler, just before the re-arm, on this thread: there the
+        // connection's client sends a byte and a second client connects to the second
+        // listener (the ring runs on this thread, so the kernel completes the receive and
+        // the accept on the way out of those calls), and the kernel's next `io_uring_enter`
+        // is told to answer EAGAIN.
+        let second_client = Arc::new(std::sync::Mutex::new(None));
+        let meanwhile = {
+            let second_client = Arc::clone(&second_client);
+            let mut sender = sender;
+            move || {
+                use std::io::Write;
+                sender.write_all(b"x").unwrap();
+                let client = std::net::TcpStream::connect(second_addr).unwrap();
+                *second_client.lock().unwrap() = Some((client, sender));
+                inject_enter_failure(libc::EAGAIN);
+            }
+        };
+        let first_wakes = Arc::new(OnFirstWake {
+            first: std::sync::Mutex::new(Some(Box::new(meanwhile))),
+            wakes: Wakes::default(),
+        });
+        let listener = crate::net::bind("127.0.0.1:0".parse().unwrap(), 262_144).unwrap();
+        let mut first = Uring
+            .listen(listener, Waker::from(Arc::clone(&first_wakes)))
+            .unwrap();
+        let shared = THREAD_RING.with(|r| r.borrow().upgrade()).unwrap();
+        eventually("an idle ring", || {
+            (queued(&mut shared.borrow_mut()) == 0).then_some(())
+        })
+        .await;
+
+        let _knock = {
+            let mut ring = shared.borrow_mut();
+            let capacity = ring.uring.submission().capacity();
+            queue_nops(&mut ring, capacity as u32);
+            let knock = std::net::TcpStream::connect(first.local_addr().unwrap()).unwrap();
+            let deadline = std::time::Instant::now() + TIMEOUT;
+            while ring.uring.completion().is_empty() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the first listener's accept never completed"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(ring.complete_all());
+            knock
+        };
+        let moved_aside = second_client.lock().unwrap().take();
+        assert!(moved_aside.is_some(), "the handler's wake never ran");
+
+        // Everything completed: the knock, the second client, the byte.
+        let (knocked, _) = accept(&mut *first, &first_wakes.wakes).await;
+        drop(knocked);
+        let (later, _) = accept(&mut *second, &second_wakes).await;
+        drop(later);
+        assert_eq!(read_exactly(&mut *conn, &conn_wakes, 1).await, b"x");
+        // And the second listener still accepts.
+        let third = Client::connect(second_addr).await.unwrap();
+        let (accepted, peer) = accept(&mut *second, &second_wakes).await;
+        assert_eq!(peer, third.local_addr().unwrap());
+        drop(accepted);
+
+        // No slot is kept: with the transport gone, so is the connection's slot, and only
+        // the two listeners' accepts are in flight.
+        drop(conn);
+        eventually("the connection's slot to go", || {
+            (open_conns() == 0).then_some(())
+        })
+        .await;
+        eventually("only the two accepts in flight", || {
+            (shared.borrow().in_flight == 2).then_some(())
+        })
+        .await;
+        drop(moved_aside);
+    });
+}
