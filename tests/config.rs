@@ -391,6 +391,36 @@ fn unknown_key_in_env_names_the_variable() {
 }
 
 #[test]
+fn the_fault_injection_switch_is_no_configuration_key() {
+    // Only a test build's hidden flag sets it (`--fault-inject-phase-panic`): a file or a
+    // variable naming it is refused like any unknown key, and it is not among the valid keys.
+    let file = toml_file("[server]\nfault_inject_phase_panic = \"1s\"\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
+    assert_eq!(err.key(), Some("server.fault_inject_phase_panic"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 2)));
+    let message = err.to_string();
+    assert!(
+        message.contains("idle_wait"),
+        "lists the valid keys: {message}"
+    );
+    assert_eq!(
+        message.matches("fault_inject_phase_panic").count(),
+        1,
+        "named once, as the offender: {message}"
+    );
+
+    let env = [("SHARD_SERVER__FAULT_INJECT_PHASE_PANIC", "1s")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
+    assert_eq!(err.key(), Some("server.fault_inject_phase_panic"));
+    assert_eq!(
+        err.origin(),
+        Some(&env_origin("SHARD_SERVER__FAULT_INJECT_PHASE_PANIC"))
+    );
+}
+
+#[test]
 fn malformed_env_name_is_an_error() {
     let env = [("SHARD_SERVER__", "1")];
     let err = load_err(ConfigFile::None, &env, Overrides::default());

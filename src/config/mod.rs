@@ -114,12 +114,14 @@ pub struct ServerConfig {
     pub loop_stats_interval: Duration,
     /// Run the startup host probe (25 short sleeps) before the loop first parks.
     pub probe_host: bool,
-    /// Not a configuration key: FAULT INJECTION for tests. When set (only through the
-    /// binary's hidden `--fault-inject-phase-panic` flag, or directly by a test), a loop
-    /// phase panics this long after "ready", as a bug would, so that the fault exit (final
-    /// save, exit code 70) can be tested on the real binary. No file or variable sets it.
+    /// Not a configuration key: FAULT INJECTION for tests, in builds with the `testkit`
+    /// feature only. When set (only through the hidden `--fault-inject-phase-panic` flag of
+    /// such a build), a loop phase panics this long after "ready", as a bug would, so that
+    /// the fault exit (final save, exit code 70) can be tested on the real binary. No file or
+    /// variable sets it: in a file or `SHARD_SERVER__*` it is an unknown key.
+    #[cfg(any(test, feature = "testkit"))]
     #[serde(skip)]
-    pub fault_inject_phase_panic: Option<Duration>,
+    pub(crate) fault_inject_phase_panic: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -133,6 +135,7 @@ impl Default for ServerConfig {
             tick: DEFAULT_TICK,
             loop_stats_interval: Duration::from_secs(60),
             probe_host: true,
+            #[cfg(any(test, feature = "testkit"))]
             fault_inject_phase_panic: None,
         }
     }

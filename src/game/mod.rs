@@ -27,6 +27,8 @@ pub use behaviours::{BehaviourStats, Behaviours};
 pub use context::GameContext;
 pub use deltas::{DeltaPackets, EncodeMoved, EncodeSaid, SYSTEM, broadcast, deltas_handler, wire};
 pub use dispatch::{Packet, PacketHandler, Shared, register, text};
+// The disconnect sequence, which the test kit's harness runs as the shard does.
+#[cfg(any(test, doc, feature = "testkit"))]
 pub(crate) use install::disconnected;
 pub use install::install;
 pub use npc::Npc;

@@ -25,6 +25,10 @@ use super::rate::{Bucket, Rate, Verdict};
 use super::reason::kind_of;
 use crate::slab::Slab;
 
+// Connections with no socket, for the test kit's handler harness (tests only).
+#[cfg(any(test, doc, feature = "testkit"))]
+mod detached;
+
 /// A buffer that drained keeps its allocation up to this size (a busy connection would
 /// otherwise reallocate on every packet); larger ones are freed.
 const KEEP_CAPACITY: usize = 4 * 1024;
@@ -371,60 +375,12 @@ impl Sessions {
         }
     }
 
-    /// A connection from `peer` with no socket behind it, for the test kit's handler
-    /// harness: what is sent to it stays queued until [`Sessions::take_output`] takes it.
-    pub(crate) fn open_detached(&mut self, peer: SocketAddr, now: Instant) -> ConnId {
-        let host = Host::of(peer.ip());
-        ConnId(
-            self.conns
-                .insert(NetState::new(Box::new(Detached), peer, host, now)),
-        )
-    }
-
-    /// The bytes queued for `conn` and not yet written, taken out (a detached connection's
-    /// output, for the test kit).
-    pub(crate) fn take_output(&mut self, conn: ConnId) -> Vec<u8> {
-        let Some(state) = self.conns.get_mut(conn.0) else {
-            return Vec::new();
-        };
-        self.outbound -= state.pending_output();
-        let out = state.send.split_off(state.sent);
-        state.send.clear();
-        state.sent = 0;
-        out
-    }
-
-    /// `conn` is condemned: closed at the end of the phase (not lingering to write an answer).
-    pub(crate) fn is_closing(&self, conn: ConnId) -> bool {
-        self.conns.get(conn.0).is_some_and(|s| s.closing.is_some())
-    }
-
-    /// Why `conn` is closing (now, or once its output is written), if it is.
-    pub(crate) fn closing_reason(&self, conn: ConnId) -> Option<&Disconnect> {
-        let state = self.conns.get(conn.0)?;
-        state.closing.as_ref().or(state.linger.as_ref())
-    }
-
     /// Every open connection, in slot order.
     pub fn ids(&self) -> impl Iterator<Item = ConnId> + '_ {
         self.conns
             .iter()
             .filter(|(_, s)| s.closing.is_none())
             .map(|(key, _)| ConnId(key))
-    }
-}
-
-/// The transport of a connection with no socket: nothing to read, and it takes nothing, so
-/// output stays queued.
-struct Detached;
-
-impl Transport for Detached {
-    fn read(&mut self, _: &mut Vec<u8>, _: usize) -> super::backend::ReadOutcome {
-        super::backend::ReadOutcome::WouldBlock
-    }
-
-    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
-        Ok(0)
     }
 }
 

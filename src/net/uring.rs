@@ -121,8 +121,8 @@ thread_local! {
 /// FAULT INJECTION, for tests only: the next `io_uring_enter` of this thread's ring fails with
 /// `errno` instead of entering the kernel (EBADF or EIO kill the ring; EAGAIN, EBUSY and EINTR
 /// are retried). Nothing a client sends and no configuration key reaches it.
-#[doc(hidden)]
-pub fn inject_enter_failure(errno: i32) {
+#[cfg(any(test, doc, feature = "testkit"))]
+pub(crate) fn inject_enter_failure(errno: i32) {
     FAIL_NEXT_ENTER.with(|f| f.set(Some(errno)));
 }
 

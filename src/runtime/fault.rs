@@ -155,14 +155,14 @@ pub fn faulted() -> impl Future<Output = Fault> + use<> {
 
 /// FAULT INJECTION, for tests only: the next iteration's Deltas phase panics, outside every
 /// guard, as a bug in a phase would. The shard arms it only from the hidden
-/// `--fault-inject-phase-panic` flag of the binary; nothing a client sends and no
-/// configuration key reaches it.
+/// `--fault-inject-phase-panic` flag, which only a build with the `testkit` feature has;
+/// nothing a client sends and no configuration key reaches it.
 ///
 /// # Panics
 /// Off the loop thread.
-#[doc(hidden)]
+#[cfg(any(test, feature = "testkit"))]
 #[track_caller]
-pub fn inject_phase_panic() {
+pub(crate) fn inject_phase_panic() {
     core("runtime::inject_phase_panic")
         .faults
         .inject_panic

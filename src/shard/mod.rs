@@ -516,6 +516,7 @@ async fn serve(
         "shard ready; type `help` for console commands, Ctrl-C to stop"
     );
     let ready = tokio::time::Instant::now();
+    #[cfg(any(test, feature = "testkit"))]
     if let Some(after) = config.server.fault_inject_phase_panic {
         tracing::warn!(
             after = %humantime::format_duration(after),
