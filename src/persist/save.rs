@@ -45,8 +45,9 @@ pub struct Saved {
     pub took: Duration,
 }
 
-/// [`write()`] on a dedicated low-priority thread (see [`super::background`]); blocks until it
-/// is done. Call it from `spawn_blocking`.
+/// [`write()`] on a dedicated low-priority thread (named `shardloop-save`, at nice 10 so the
+/// loop wins any contention for a core); blocks until it is done. Call it from
+/// `spawn_blocking`.
 pub fn write_in_background(
     layout: &Layout,
     snapshot: Snapshot,

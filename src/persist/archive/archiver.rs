@@ -4,7 +4,8 @@
 //! run is going folds into one more run after it (a run looks at everything on disk, so one
 //! is enough however many saves completed meanwhile). The work itself happens on a
 //! low-priority background thread; the loop only starts it and hears how it went. The
-//! one-at-a-time bookkeeping is a [`SingleFlight`].
+//! one-at-a-time bookkeeping is the crate's single flight (`persist/single_flight.rs`), as
+//! for saves; a request answers with its [`Request`] outcome.
 //!
 //! Owns what a run is, and its log lines. Must never block the loop.
 
