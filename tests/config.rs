@@ -14,7 +14,8 @@ use shardloop::config::{
     Overrides, Section, SectionFault, SectionSpec,
 };
 use shardloop::runtime::{
-    DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD, DEFAULT_TICK,
+    DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD,
+    DEFAULT_SPIN_BEFORE_PARK, DEFAULT_TICK,
 };
 
 fn shipped() -> PathBuf {
@@ -77,6 +78,7 @@ fn defaults_are_documented_values_and_match_the_runtime() {
     let config = &loaded.config;
     assert_eq!(*config, Config::default());
     assert_eq!(config.server.idle_wait, DEFAULT_IDLE_WAIT);
+    assert_eq!(config.server.spin_before_park, DEFAULT_SPIN_BEFORE_PARK);
     assert_eq!(config.server.tick, DEFAULT_TICK);
     assert_eq!(config.server.tick, Duration::from_millis(8));
     assert_eq!(

@@ -137,14 +137,14 @@ pub fn text<'a>(payload: &'a [u8], max: usize, what: &str) -> Result<&'a str, Ba
 
 /// The game state every handler shares, as the shard holds it.
 #[derive(Clone)]
-pub struct Shared {
+pub(crate) struct Shared {
     pub world: Rc<RefCell<World>>,
     pub players: Rc<RefCell<Players>>,
 }
 
 /// Registers `handler` for packet `id` on `net`, with the world and players of `shared`
 /// borrowed for each call.
-pub fn register(
+pub(crate) fn register(
     net: &Net,
     shared: &Shared,
     id: u8,

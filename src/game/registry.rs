@@ -24,18 +24,18 @@ use super::npc::Npc;
 
 /// Where a registration was made (the line that called [`Game::packet`] and the like): error
 /// messages and panic logs name it.
-pub type Site = &'static Location<'static>;
+pub(crate) type Site = &'static Location<'static>;
 
 /// A packet handler. `Err` disconnects the sender with its reason (logged with its peer).
-pub type PacketFn = dyn Fn(&mut Packet<'_>, &[u8]) -> Result<(), BadPacket>;
+pub(crate) type PacketFn = dyn Fn(&mut Packet<'_>, &[u8]) -> Result<(), BadPacket>;
 
 /// A disconnect hook: the closing connection as a [`Packet`] with no payload — its player,
 /// if it logged in, is still in the world and the table while the hook runs.
-pub type DisconnectFn = dyn Fn(&mut Packet<'_>);
+pub(crate) type DisconnectFn = dyn Fn(&mut Packet<'_>);
 
 /// A console command: the words after its name in, the answer (or why the arguments are
 /// refused: nothing changed) out.
-pub type CommandFn = dyn Fn(&GameContext, &[&str]) -> Result<String, String>;
+pub(crate) type CommandFn = dyn Fn(&GameContext, &[&str]) -> Result<String, String>;
 
 /// A start hook and the line that registered it.
 pub(crate) type StartHook = (Box<dyn FnOnce(&GameContext)>, Site);
@@ -44,7 +44,7 @@ pub(crate) type StartHook = (Box<dyn FnOnce(&GameContext)>, Site);
 pub(crate) type WorldSetup = Box<dyn FnOnce(&mut World)>;
 
 /// Makes the world a shard starts with when it has no save ([`Game::world_generator`]).
-pub type WorldGenerator = dyn FnOnce() -> World;
+pub(crate) type WorldGenerator = dyn FnOnce() -> World;
 
 pub(crate) struct PacketSpec {
     pub(crate) id: u8,

@@ -42,7 +42,7 @@ pub enum Access {
 }
 
 /// What a packet handler is.
-pub type Handler = Box<dyn FnMut(&mut Sessions, ConnId, &[u8]) -> Result<(), BadPacket>>;
+pub(crate) type Handler = Box<dyn FnMut(&mut Sessions, ConnId, &[u8]) -> Result<(), BadPacket>>;
 
 pub(super) struct Entry {
     pub name: &'static str,

@@ -233,7 +233,8 @@ impl Net {
         self.0.borrow_mut().on_disconnect.push(Box::new(hook));
     }
 
-    /// Binds every address and starts accepting: [`bind_all`] then [`Net::start`].
+    /// Binds every address, in order (the error names the address that failed), then starts
+    /// accepting ([`Net::start`]).
     pub fn listen(
         &self,
         backend: &dyn Backend,
@@ -351,7 +352,7 @@ impl Net {
         self.0.borrow().sessions.outbound
     }
 
-    /// Limits packet `id` to `rate` per connection (see [`super::rate`] for the policy).
+    /// Limits packet `id` to `rate` per connection (the policy: [`Rate`]).
     pub fn limit_rate(&self, id: u8, rate: Rate) {
         self.0.borrow_mut().table.limit(id, rate);
     }
@@ -431,7 +432,7 @@ enum Deadline {
 /// Binds a listener on every address, in order; the error names the address that failed.
 /// Needs no loop: the shard binds before it builds the world, so a port conflict is reported
 /// at once.
-pub fn bind_all(
+pub(crate) fn bind_all(
     addrs: &[SocketAddr],
     send_buffer_size: usize,
 ) -> io::Result<Vec<std::net::TcpListener>> {

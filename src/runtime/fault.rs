@@ -116,8 +116,9 @@ impl FaultState {
     }
 }
 
-/// Tells this thread's loop that the shard cannot go on: the first report wakes [`faulted`],
-/// later ones are only logged. Off a loop thread (a backend used without a loop, in a test)
+/// Tells this thread's loop that the shard cannot go on: the first report wakes the shard,
+/// which stops in its usual order with a final save (exit code 70); later ones are only
+/// logged. Off a loop thread (a backend used without a loop, in a test)
 /// it only logs. Returns whether this was the loop's first fault.
 pub fn report_fault(message: impl Into<String>) -> bool {
     let message = message.into();
@@ -139,7 +140,7 @@ pub fn report_fault(message: impl Into<String>) -> bool {
 /// # Panics
 /// Off the loop thread.
 #[track_caller]
-pub fn faulted() -> impl Future<Output = Fault> + use<> {
+pub(crate) fn faulted() -> impl Future<Output = Fault> + use<> {
     let core = core("runtime::faulted");
     async move {
         loop {

@@ -7,7 +7,7 @@ use std::any::Any;
 
 /// The text of a caught panic's payload (`&str` or `String`; anything else is named so).
 #[must_use]
-pub fn panic_text(payload: &(dyn Any + Send)) -> &str {
+pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> &str {
     if let Some(s) = payload.downcast_ref::<&str>() {
         s
     } else if let Some(s) = payload.downcast_ref::<String>() {

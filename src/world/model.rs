@@ -26,7 +26,7 @@ pub enum Activity {
 
 /// Told synchronously about every [`Activity`] change. It runs while the world is borrowed:
 /// it must not touch the world (start tasks or timers instead).
-pub type ActivityHook = Box<dyn FnMut(Activity, &Mobile)>;
+pub(crate) type ActivityHook = Box<dyn FnMut(Activity, &Mobile)>;
 
 /// Why an entity could not be added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
