@@ -185,8 +185,10 @@ pub struct NetworkConfig {
     /// A connection must log in within this long of connecting.
     #[serde(with = "duration")]
     pub login_timeout: Duration,
-    /// Pings a connection may send a second (0 = no limit), and in a burst.
+    /// Pings a connection may send a second, sustained; 0 = no limit (and `ping_burst` is
+    /// ignored).
     pub ping_rate: u32,
+    /// Pings a connection may send at once after a quiet spell (the bucket's size, ≥ 1).
     pub ping_burst: u32,
 }
 

@@ -20,9 +20,13 @@ use super::players::{Player, Players};
 /// What a packet handler works on: the world, the players, the connections, and the
 /// connection the packet came from.
 pub struct Packet<'a> {
+    /// The world, borrowed for this handler call only.
     pub world: &'a mut World,
+    /// The logged-in players: who is on which connection, and where.
     pub players: &'a mut Players,
+    /// Every open connection: send to one, close one (the sender's answer goes here too).
     pub sessions: &'a mut Sessions,
+    /// The connection this packet came from.
     pub conn: ConnId,
 }
 

@@ -20,6 +20,7 @@ use super::session::Sessions;
 pub struct BadPacket(pub String);
 
 impl BadPacket {
+    /// A refusal with `reason`, the text the sender is disconnected with (and the log shows).
     pub fn new(reason: impl Into<String>) -> BadPacket {
         BadPacket(reason.into())
     }

@@ -37,7 +37,11 @@ const KEEP_CAPACITY: usize = 4 * 1024;
 /// logged as warnings, ordinary ends (logout, the peer hung up) as info.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Disconnect {
+    /// Why, in words, as the log line shows it (`"idle timeout (120 s)"`, `"bad packet: ..."`);
+    /// its stable start is the [`kind`](Self::kind) the churn summary counts.
     pub reason: String,
+    /// The client broke the protocol or a limit (logged as a warning, counted in
+    /// [`NetStats::faults`](super::NetStats::faults)); false for an ordinary end.
     pub fault: bool,
     /// The kind, when given ([`Disconnect::with_kind`]); else it is read from `reason`.
     kind: Option<&'static str>,
@@ -236,6 +240,7 @@ impl Sessions {
         self.conns.len()
     }
 
+    /// No connection is open.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.conns.len() == 0
@@ -254,6 +259,8 @@ impl Sessions {
         self.conns.get(conn.0).map(|s| s.peer)
     }
 
+    /// Whether a game logged `conn` in ([`Sessions::set_logged_in`]): every registered packet
+    /// is then accepted from it, and its idle deadline runs instead of the login one.
     #[must_use]
     pub fn is_logged_in(&self, conn: ConnId) -> bool {
         self.conns.get(conn.0).is_some_and(|s| s.logged_in)

@@ -38,6 +38,7 @@ const CHUNK: usize = 8192;
 /// A save that is on disk and in place.
 #[derive(Debug, Clone)]
 pub struct Saved {
+    /// The new save's manifest, as written (last) into `Saves/`.
     pub manifest: Manifest,
     /// What became of the save it replaced.
     pub replaced: Replaced,

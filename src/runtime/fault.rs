@@ -28,11 +28,17 @@ use super::context::{core, try_core};
 /// A loop phase, as a fault names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {
+    /// Turning the wheel: timer callbacks and `Pause` wake-ups.
     Timers,
+    /// The Network slot: accepts, reads, packet handlers.
     Network,
+    /// Polling the woken local tasks.
     Tasks,
+    /// Closures posted from other threads.
     Posted,
+    /// The Deltas slot: world changes to players.
     Deltas,
+    /// The Flush slot: output handed to the sockets.
     Flush,
     /// The end of an iteration: health sampling and the decision to park.
     Idle,
@@ -57,13 +63,18 @@ impl fmt::Display for Phase {
 pub enum Fault {
     /// A panic escaped `phase`; the loop stopped at once.
     Panic {
+        /// The phase the panic escaped.
         phase: Phase,
+        /// The panic's message (its payload as text).
         message: String,
         /// `file:line:column`, when the site hook saw the panic.
         site: Option<String>,
     },
     /// Code on the loop reported that the shard cannot go on; the loop itself is sound.
-    Reported { message: String },
+    Reported {
+        /// What cannot go on, and why, as the reporter put it.
+        message: String,
+    },
 }
 
 impl fmt::Display for Fault {

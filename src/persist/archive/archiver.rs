@@ -23,7 +23,9 @@ use crate::persist::{Clock, Layout, background};
 /// How the last run went.
 #[derive(Debug, Clone)]
 pub struct LastRun {
+    /// When the run started (the shard's wall clock).
     pub at: Timestamp,
+    /// What it wrote, pruned and deleted, or the error that stopped it.
     pub outcome: Result<rollup::Report, PersistError>,
 }
 
@@ -57,6 +59,8 @@ impl Job {
 }
 
 impl Archiver {
+    /// An archiver of the saves and backups `layout` names, running `plan`, reading the time
+    /// from `clock`. Nothing runs until a request.
     pub fn new(layout: Layout, plan: Plan, clock: Clock) -> Archiver {
         let inner = Rc::new(Inner {
             layout,
@@ -100,14 +104,17 @@ impl Archiver {
         self.flight.finished()
     }
 
+    /// The last finished run, if one has finished.
     pub fn last(&self) -> Option<LastRun> {
         self.flight.last()
     }
 
+    /// A run is going now (on its background thread).
     pub fn is_running(&self) -> bool {
         self.flight.is_running()
     }
 
+    /// What each run does: where archives go, their format, the retention.
     pub fn plan(&self) -> &Plan {
         &self.inner.plan
     }
