@@ -83,7 +83,9 @@
 // Every `pub` item is reachable from outside, or it is `pub(crate)`: the public surface is
 // chosen, not grown by accident (async-executor lints the same way). CI runs clippy with
 // `-D warnings`.
-#![warn(unreachable_pub)]
+// Every public item says what it is (missing_docs): the API documentation is the game
+// developer's and the operator tool's reference, not a list of names.
+#![warn(unreachable_pub, missing_docs)]
 // docs.rs (Cargo.toml's `[package.metadata.docs.rs]`) marks what the `testkit` feature gates.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
