@@ -49,7 +49,19 @@
 //! - **Tests**: [`testkit`] runs a whole shard on the test's paused clock
 //!   ([`testkit::TestShard`]) with loopback players ([`testkit::TestPlayer`]) that log in with
 //!   your game's packets, so an hour-long behaviour is tested in milliseconds; or one
-//!   handler with no shard ([`testkit::Harness`]), or one behaviour ([`testkit::npc`]).
+//!   handler with no shard ([`testkit::Harness`]), or one behaviour ([`testkit::npc`]). It is
+//!   behind the `testkit` cargo feature, for tests only: add
+//!   `shardloop = { ..., features = ["testkit"] }` to your game's `[dev-dependencies]`.
+//!
+//! # Cargo features
+//!
+//! - `io-uring` (default): the io_uring network backend (Linux), chosen at run time by
+//!   `network.backend`; epoll is always there.
+//! - `loop-profiling`: the loop's per-phase profile and its per-second history
+//!   (`loopstats`, the status page's chart): `docs/debugging.md`.
+//! - `testkit`: [`testkit`] and the engine's fault-injection hooks, for tests. No release
+//!   build needs it; this crate's own tests, benches and examples turn it on through a
+//!   dev-dependency on the crate itself.
 //!
 //! The loop alone, without a shard — a task that pauses on the loop thread:
 //!
@@ -71,7 +83,11 @@
 // Every `pub` item is reachable from outside, or it is `pub(crate)`: the public surface is
 // chosen, not grown by accident (async-executor lints the same way). CI runs clippy with
 // `-D warnings`.
-#![warn(unreachable_pub)]
+// Every public item says what it is (missing_docs): the API documentation is the game
+// developer's and the operator tool's reference, not a list of names.
+#![warn(unreachable_pub, missing_docs)]
+// docs.rs (Cargo.toml's `[package.metadata.docs.rs]`) marks what the `testkit` feature gates.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod config;
 pub mod game;
@@ -83,6 +99,11 @@ pub mod persist;
 pub mod runtime;
 pub mod shard;
 mod slab;
+// Tests only: behind the `testkit` feature, as tokio's `test-util` is, so no release build
+// carries it. This crate's tests, benches and examples have it through the dev-dependency on
+// the crate itself; `cfg(doc)` keeps it in the API docs of every build.
+#[cfg(any(test, doc, feature = "testkit"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 pub mod timer;
 pub mod world;

@@ -1,6 +1,14 @@
 //! The test kit: a game developer's integration tests of behaviours and packets, on the
 //! paused clock, in a few lines.
 //!
+//! **Behind the `testkit` cargo feature**, for tests only (tokio gates its `test-util` the
+//! same way), so no release build carries it. In your game's `Cargo.toml`:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! shardloop = { path = "../shardloop", features = ["testkit"] }  # beside [dependencies]' line
+//! ```
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use shardloop::game::{Game, Packet};
@@ -56,6 +64,9 @@
 //! socketless connections, and [`npc`] makes the `Npc` a behaviour gets — unit tests with no
 //! shard, no listener and no loop.
 //!
+//! Besides, the engine's fault-injection hooks for tests ([`inject_uring_enter_failure`]),
+//! which only builds with this feature have.
+//!
 //! Owns the test shard's setup and its players; must never be needed by the shard itself.
 
 mod harness;
@@ -77,6 +88,16 @@ use crate::world::World;
 
 pub use harness::{Harness, npc};
 pub use player::{EXPECT_WITHIN, Login, TestPlayer};
+
+/// FAULT INJECTION: the next `io_uring_enter` of the io_uring ring on this thread fails with
+/// `errno` instead of entering the kernel — EBADF or EIO kill the ring (the shard then stops
+/// on the fault, with a final save), EAGAIN, EBUSY and EINTR are retried. Call it on the loop
+/// thread of a shard running the io_uring backend. Nothing a client sends and no
+/// configuration key reaches this hook; only test builds have it.
+#[cfg(all(target_os = "linux", feature = "io-uring"))]
+pub fn inject_uring_enter_failure(errno: i32) {
+    net::uring::inject_enter_failure(errno);
+}
 
 /// A shard for one test. Build it, adjust it, [`run`](Self::run) it.
 #[must_use = "a test shard does nothing until it runs"]

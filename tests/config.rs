@@ -14,7 +14,8 @@ use shardloop::config::{
     Overrides, Section, SectionFault, SectionSpec,
 };
 use shardloop::runtime::{
-    DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD, DEFAULT_TICK,
+    DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD,
+    DEFAULT_SPIN_BEFORE_PARK, DEFAULT_TICK,
 };
 
 fn shipped() -> PathBuf {
@@ -71,12 +72,20 @@ fn env_origin(var: &str) -> Origin {
     }
 }
 
+/// `err` is the unknown-key error for `key`, from `origin`.
+fn assert_unknown_key(err: &ConfigError, key: &str, origin: &Origin) {
+    assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
+    assert_eq!(err.key(), Some(key));
+    assert_eq!(err.origin(), Some(origin));
+}
+
 #[test]
 fn defaults_are_documented_values_and_match_the_runtime() {
     let loaded = load(ConfigFile::None, &[], Overrides::default());
     let config = &loaded.config;
     assert_eq!(*config, Config::default());
     assert_eq!(config.server.idle_wait, DEFAULT_IDLE_WAIT);
+    assert_eq!(config.server.spin_before_park, DEFAULT_SPIN_BEFORE_PARK);
     assert_eq!(config.server.tick, DEFAULT_TICK);
     assert_eq!(config.server.tick, Duration::from_millis(8));
     assert_eq!(
@@ -385,9 +394,42 @@ fn admission_and_flood_limits_are_checked() {
 fn unknown_key_in_env_names_the_variable() {
     let env = [("SHARD_SERVER__IDEL_WAIT", "0ms")];
     let err = load_err(ConfigFile::None, &env, Overrides::default());
-    assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
-    assert_eq!(err.key(), Some("server.idel_wait"));
-    assert_eq!(err.origin(), Some(&env_origin("SHARD_SERVER__IDEL_WAIT")));
+    assert_unknown_key(
+        &err,
+        "server.idel_wait",
+        &env_origin("SHARD_SERVER__IDEL_WAIT"),
+    );
+}
+
+#[test]
+fn the_fault_injection_switch_is_no_configuration_key() {
+    // Only a test build's hidden flag sets it (`--fault-inject-phase-panic`): a file or a
+    // variable naming it is refused like any unknown key, and it is not among the valid keys.
+    let file = toml_file("[server]\nfault_inject_phase_panic = \"1s\"\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    assert_unknown_key(
+        &err,
+        "server.fault_inject_phase_panic",
+        &file_origin(&file, 2),
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("idle_wait"),
+        "lists the valid keys: {message}"
+    );
+    assert_eq!(
+        message.matches("fault_inject_phase_panic").count(),
+        1,
+        "named once, as the offender: {message}"
+    );
+
+    let env = [("SHARD_SERVER__FAULT_INJECT_PHASE_PANIC", "1s")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_unknown_key(
+        &err,
+        "server.fault_inject_phase_panic",
+        &env_origin("SHARD_SERVER__FAULT_INJECT_PHASE_PANIC"),
+    );
 }
 
 #[test]
@@ -806,9 +848,7 @@ fn configurations_differ_by_their_sections_values_only() {
 fn unknown_key_in_a_section_names_key_line_and_the_valid_keys() {
     let file = toml_file("[lantern]\ntoken = \"abc\"\ntokn = \"x\"\n");
     let err = section_err(with_lantern(required(&file), &[]));
-    assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
-    assert_eq!(err.key(), Some("lantern.tokn"));
-    assert_eq!(err.origin(), Some(&file_origin(&file, 3)));
+    assert_unknown_key(&err, "lantern.tokn", &file_origin(&file, 3));
     let message = err.to_string();
     let where_ = format!("{} line 3", file.path().display());
     assert!(message.contains(&where_), "{message}");
@@ -864,9 +904,7 @@ fn a_section_check_failure_names_key_value_and_origin() {
 fn an_undeclared_section_table_is_still_an_unknown_key() {
     let file = toml_file("[server]\ntick = \"8ms\"\n\n[lantern]\ntoken = \"abc\"\n");
     let err = load_err(required(&file), &[], Overrides::default());
-    assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
-    assert_eq!(err.key(), Some("lantern"));
-    assert_eq!(err.origin(), Some(&file_origin(&file, 4)));
+    assert_unknown_key(&err, "lantern", &file_origin(&file, 4));
     // Declaring another section does not let it through.
     let err = section_err(with_sections(
         required(&file),

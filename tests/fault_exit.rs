@@ -150,7 +150,7 @@ fn a_dead_io_uring_ring_closes_its_players_and_stops_the_shard_with_a_final_save
     // Runs on the loop thread, where the ring is.
     let stop = async {
         if on_ring.await.is_ok() {
-            shardloop::net::uring::inject_enter_failure(libc::EBADF);
+            shardloop::testkit::inject_uring_enter_failure(libc::EBADF);
             injected.send(()).unwrap();
         }
         std::future::pending::<()>().await;

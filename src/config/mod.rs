@@ -121,12 +121,14 @@ pub struct ServerConfig {
     /// phase and the code it is stuck in; zero turns the watchdog off.
     #[serde(with = "duration")]
     pub watchdog: Duration,
-    /// Not a configuration key: FAULT INJECTION for tests. When set (only through the
-    /// binary's hidden `--fault-inject-phase-panic` flag, or directly by a test), a loop
-    /// phase panics this long after "ready", as a bug would, so that the fault exit (final
-    /// save, exit code 70) can be tested on the real binary. No file or variable sets it.
+    /// Not a configuration key: FAULT INJECTION for tests, in builds with the `testkit`
+    /// feature only. When set (only through the hidden `--fault-inject-phase-panic` flag of
+    /// such a build), a loop phase panics this long after "ready", as a bug would, so that
+    /// the fault exit (final save, exit code 70) can be tested on the real binary. No file or
+    /// variable sets it: in a file or `SHARD_SERVER__*` it is an unknown key.
+    #[cfg(any(test, feature = "testkit"))]
     #[serde(skip)]
-    pub fault_inject_phase_panic: Option<Duration>,
+    pub(crate) fault_inject_phase_panic: Option<Duration>,
     /// Not a configuration key: set for one start by the `--new-world` flag. With no save in
     /// `Saves/` but backups or archives beside it, the shard refuses to start (a missing
     /// world is not a new one) unless this is set.
@@ -146,6 +148,7 @@ impl Default for ServerConfig {
             loop_stats_interval: Duration::from_secs(60),
             probe_host: true,
             watchdog: DEFAULT_WATCHDOG,
+            #[cfg(any(test, feature = "testkit"))]
             fault_inject_phase_panic: None,
             new_world: false,
         }
@@ -201,8 +204,10 @@ pub struct NetworkConfig {
     /// A connection must log in within this long of connecting.
     #[serde(with = "duration")]
     pub login_timeout: Duration,
-    /// Pings a connection may send a second (0 = no limit), and in a burst.
+    /// Pings a connection may send a second, sustained; 0 = no limit (and `ping_burst` is
+    /// ignored).
     pub ping_rate: u32,
+    /// Pings a connection may send at once after a quiet spell (the bucket's size, ≥ 1).
     pub ping_burst: u32,
 }
 

@@ -24,6 +24,10 @@ pub mod logic;
 pub mod packets;
 pub mod spawners;
 mod state;
+// Its test helpers stand on `shardloop::testkit`, which only test builds have: the `testkit`
+// feature is on when cargo builds this package's tests, benches and examples (and the binary
+// for them), off in `cargo build` and `cargo run`.
+#[cfg(feature = "testkit")]
 pub mod testing;
 
 use std::cell::RefCell;

@@ -38,6 +38,7 @@ const BEHAVIOUR_STREAM: u64 = 5 << 56;
 /// Counters of one per-NPC behaviour since the shard started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BehaviourStats {
+    /// The behaviour's name, as the game registered it (`Game::npc_behaviour`).
     pub name: &'static str,
     /// Tasks started (an NPC it applies to woke up or appeared in an awake sector).
     pub started: u64,

@@ -66,7 +66,7 @@ pub const SYSTEM: Serial = Serial(0);
 /// Sends `text` to every logged-in player as a system message: said by [`SYSTEM`], in the
 /// game's speech encoding `said` (its [`DeltaPackets::said`], which may cut it; `None`: the
 /// game has no speech, and nothing is sent). Encoded once; always a packet of its own.
-pub fn broadcast(net: &Net, players: &Players, said: Option<(u8, EncodeSaid)>, text: &str) {
+pub(crate) fn broadcast(net: &Net, players: &Players, said: Option<(u8, EncodeSaid)>, text: &str) {
     let Some((id, encode)) = said else {
         return;
     };

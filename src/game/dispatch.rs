@@ -20,9 +20,13 @@ use super::players::{Player, Players};
 /// What a packet handler works on: the world, the players, the connections, and the
 /// connection the packet came from.
 pub struct Packet<'a> {
+    /// The world, borrowed for this handler call only.
     pub world: &'a mut World,
+    /// The logged-in players: who is on which connection, and where.
     pub players: &'a mut Players,
+    /// Every open connection: send to one, close one (the sender's answer goes here too).
     pub sessions: &'a mut Sessions,
+    /// The connection this packet came from.
     pub conn: ConnId,
 }
 
@@ -137,14 +141,14 @@ pub fn text<'a>(payload: &'a [u8], max: usize, what: &str) -> Result<&'a str, Ba
 
 /// The game state every handler shares, as the shard holds it.
 #[derive(Clone)]
-pub struct Shared {
+pub(crate) struct Shared {
     pub world: Rc<RefCell<World>>,
     pub players: Rc<RefCell<Players>>,
 }
 
 /// Registers `handler` for packet `id` on `net`, with the world and players of `shared`
 /// borrowed for each call.
-pub fn register(
+pub(crate) fn register(
     net: &Net,
     shared: &Shared,
     id: u8,

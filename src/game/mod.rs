@@ -25,14 +25,19 @@ mod visibility;
 
 pub use behaviours::{BehaviourStats, Behaviours};
 pub use context::GameContext;
-pub use deltas::{DeltaPackets, EncodeMoved, EncodeSaid, SYSTEM, broadcast, deltas_handler, wire};
-pub use dispatch::{Packet, PacketHandler, Shared, register, text};
-pub(crate) use install::disconnected;
+pub use deltas::{DeltaPackets, EncodeMoved, EncodeSaid, SYSTEM, deltas_handler, wire};
+pub use dispatch::{Packet, PacketHandler, text};
 pub use install::install;
 pub use npc::Npc;
 pub use players::Players;
 pub(crate) use registry::CommandSpec;
-pub use registry::{
-    BuildError, CommandFn, DisconnectFn, Game, Games, PacketFn, Registered, Site, WorldGenerator,
-};
+pub use registry::{BuildError, Game, Games, Registered};
 pub use visibility::VIEW_RANGE;
+
+// What the test kit's handler harness takes from a game, and the disconnect sequence it runs
+// as the shard does.
+#[cfg(any(test, doc, feature = "testkit"))]
+pub(crate) use {
+    install::disconnected,
+    registry::{DisconnectFn, PacketFn, Site},
+};

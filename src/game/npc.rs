@@ -30,6 +30,7 @@ impl Npc {
         Npc { serial, world, rng }
     }
 
+    /// This NPC's serial in the world (the key of its mobile).
     #[must_use]
     pub fn serial(&self) -> Serial {
         self.serial

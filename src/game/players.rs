@@ -31,11 +31,13 @@ pub(super) struct Player {
 }
 
 impl Players {
+    /// How many players are logged in (one per connection that completed a login).
     #[must_use]
     pub fn len(&self) -> usize {
         self.by_conn.len()
     }
 
+    /// No player is logged in.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.by_conn.is_empty()

@@ -24,18 +24,18 @@ use super::npc::Npc;
 
 /// Where a registration was made (the line that called [`Game::packet`] and the like): error
 /// messages and panic logs name it.
-pub type Site = &'static Location<'static>;
+pub(crate) type Site = &'static Location<'static>;
 
 /// A packet handler. `Err` disconnects the sender with its reason (logged with its peer).
-pub type PacketFn = dyn Fn(&mut Packet<'_>, &[u8]) -> Result<(), BadPacket>;
+pub(crate) type PacketFn = dyn Fn(&mut Packet<'_>, &[u8]) -> Result<(), BadPacket>;
 
 /// A disconnect hook: the closing connection as a [`Packet`] with no payload — its player,
 /// if it logged in, is still in the world and the table while the hook runs.
-pub type DisconnectFn = dyn Fn(&mut Packet<'_>);
+pub(crate) type DisconnectFn = dyn Fn(&mut Packet<'_>);
 
 /// A console command: the words after its name in, the answer (or why the arguments are
 /// refused: nothing changed) out.
-pub type CommandFn = dyn Fn(&GameContext, &[&str]) -> Result<String, String>;
+pub(crate) type CommandFn = dyn Fn(&GameContext, &[&str]) -> Result<String, String>;
 
 /// A start hook and the line that registered it.
 pub(crate) type StartHook = (Box<dyn FnOnce(&GameContext)>, Site);
@@ -44,7 +44,7 @@ pub(crate) type StartHook = (Box<dyn FnOnce(&GameContext)>, Site);
 pub(crate) type WorldSetup = Box<dyn FnOnce(&mut World)>;
 
 /// Makes the world a shard starts with when it has no save ([`Game::world_generator`]).
-pub type WorldGenerator = dyn FnOnce() -> World;
+pub(crate) type WorldGenerator = dyn FnOnce() -> World;
 
 pub(crate) struct PacketSpec {
     pub(crate) id: u8,
@@ -110,6 +110,7 @@ impl Game {
         }
     }
 
+    /// The game's name, given to [`Game::new`]: how build errors and logs name it.
     #[must_use]
     pub fn name(&self) -> &'static str {
         self.name
@@ -259,29 +260,49 @@ impl fmt::Debug for Game {
 pub enum BuildError {
     /// Two handlers for one packet id.
     DuplicatePacket {
+        /// The packet id (client → server).
         id: u8,
+        /// The handler registered first.
         first: Registered,
+        /// The handler that clashed with it.
         second: Registered,
     },
     /// A handler for the ping id, which the network answers itself.
-    ReservedPacket { id: u8, at: Registered },
+    ReservedPacket {
+        /// The reserved id ([`crate::net::frame::PING`]).
+        id: u8,
+        /// The registration that claimed it.
+        at: Registered,
+    },
     /// Two console commands with one name (case-insensitively), or a game command named like
     /// one of the shard's own (`first.game` is then `"shard"`).
     DuplicateCommand {
+        /// The command's name, as the second registration spelled it.
         name: &'static str,
+        /// The command registered first.
         first: Registered,
+        /// The command that clashed with it.
         second: Registered,
     },
     /// A flood limit on a packet id that no game handles.
-    RateWithoutHandler { id: u8, at: Registered },
+    RateWithoutHandler {
+        /// The packet id the limit names.
+        id: u8,
+        /// The `rate_limit` registration.
+        at: Registered,
+    },
     /// Two games each say how world changes go on the wire.
     DuplicateDeltas {
+        /// The game that registered its encoding first.
         first: Registered,
+        /// The game that registered one too.
         second: Registered,
     },
     /// Two games each bring the world a shard starts with.
     DuplicateWorldGenerator {
+        /// The game that registered its generator first.
         first: Registered,
+        /// The game that registered one too.
         second: Registered,
     },
 }
@@ -289,7 +310,10 @@ pub enum BuildError {
 /// One registration, as errors name it: its game, its name, its line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registered {
+    /// The game that registered it (`Game::new`'s name; `"shard"` for the shard's own).
     pub game: &'static str,
+    /// What was registered: a packet's or command's name, or the kind (`"rate limit"`,
+    /// `"deltas"`, `"world generator"`).
     pub name: &'static str,
     /// The line that registered it; `None` for the shard's own commands.
     pub site: Option<Site>,

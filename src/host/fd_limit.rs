@@ -27,12 +27,20 @@ pub enum FdLimitError {
     Read(io::Error),
     /// The hard limit is below `want`. The soft limit was raised as far as it goes, to
     /// `limit.soft == limit.hard`.
-    BelowWanted { want: u64, limit: FdLimit },
+    BelowWanted {
+        /// The soft limit asked for, in descriptors.
+        want: u64,
+        /// The limits now: the soft one raised to the hard one.
+        limit: FdLimit,
+    },
     /// `setrlimit` refused (say, `want` is above the kernel's `fs.nr_open`); `limit` is
     /// unchanged.
     Raise {
+        /// The soft limit asked for, in descriptors.
         want: u64,
+        /// The limits as they were, and still are.
         limit: FdLimit,
+        /// The error `setrlimit` returned.
         source: io::Error,
     },
 }

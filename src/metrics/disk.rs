@@ -42,6 +42,8 @@ pub struct DiskCache {
 }
 
 impl DiskCache {
+    /// A cache of `dirs` (each a label and a directory), walked at most once per `every`;
+    /// nothing is walked until the first [`sizes`](Self::sizes).
     pub fn new(dirs: Vec<(&'static str, PathBuf)>, every: Duration) -> DiskCache {
         DiskCache {
             dirs: dirs.into(),

@@ -59,6 +59,7 @@ pub fn verdict_label(verdict: Verdict) -> &'static str {
 pub struct PhaseTotals {
     /// The newest uptime second added.
     pub seen: Option<u64>,
+    /// Time per phase, indexed by `Phase as usize`.
     pub spent: [Duration; Phase::COUNT],
 }
 
@@ -80,9 +81,13 @@ impl PhaseTotals {
 /// What a scrape reads besides the loop's snapshot.
 #[derive(Debug, Clone)]
 pub struct Readings<'a> {
+    /// The process's CPU, memory and descriptors, read for this scrape.
     pub process: ProcessFacts,
+    /// Bytes per data directory, from the last walk.
     pub disk: &'a [DirSize],
+    /// The save families, which the loop updates as saves end.
     pub saves: &'a SaveMetrics,
+    /// Loop time per phase since the endpoint started.
     pub phases: &'a PhaseTotals,
     /// How long the loop's heartbeat has been still.
     pub heartbeat_still: Duration,

@@ -51,6 +51,8 @@ struct Seen {
 }
 
 impl Watch {
+    /// A watcher of `context`'s loop that reports it stalled once its heartbeat has been still
+    /// for `stale_after`; its sampling starts with [`run`](Self::run).
     pub fn new(context: LoopContext, stale_after: Duration) -> Watch {
         let beat = context.heartbeat();
         Watch {

@@ -48,8 +48,11 @@ pub struct Sources {
 /// The world's size and who is in it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorldCounts {
+    /// Items in the world (on the ground, in containers, worn).
     pub items: u64,
+    /// Mobiles in the world: NPCs and creatures, and players' characters.
     pub mobiles: u64,
+    /// Players logged in now.
     pub players: u64,
     /// Timers armed on the loop's wheel.
     pub live_timers: u64,
@@ -71,26 +74,33 @@ pub struct PersistFacts {
 pub struct ArchiveFacts {
     /// Rollup and prune runs finished since start.
     pub runs: u64,
+    /// A rollup or prune is running now.
     pub running: bool,
+    /// The last finished run and how it went; `None` before the first ends.
     pub last: Option<LastRun>,
 }
 
 /// One request to the loop (the status page's: it wants the whole history, which the
 /// per-second publish does not carry).
 pub struct Request {
+    /// Where the loop sends its answer; dropped unanswered when the loop is gone.
     pub reply: oneshot::Sender<Snapshot>,
 }
 
 /// Everything one answer carries (plain data: it crosses to the HTTP thread).
 #[derive(Debug, Clone)]
 pub struct Snapshot {
+    /// The loop's counters since it was built.
     pub stats: LoopStats,
     /// Wheel lag of every fired tick since the loop was built.
     pub lag: LagHistogram,
     /// CPU time of the loop thread (user + system).
     pub loop_cpu: Duration,
+    /// The network server's counters since it started.
     pub net: NetStats,
+    /// The world's size and who is in it, now.
     pub world: WorldCounts,
+    /// Saves and archives, as the loop knows them now.
     pub persist: PersistFacts,
     /// Oldest first.
     pub history: Vec<LoopSecond>,

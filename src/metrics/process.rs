@@ -13,7 +13,9 @@ use crate::host::{fd_limit, process_cpu_time};
 pub struct ProcessFacts {
     /// User + system time of every thread.
     pub cpu: Duration,
+    /// Resident set size, bytes (`/proc/self/statm`); `None` where it cannot be read.
     pub resident_bytes: Option<u64>,
+    /// Open file descriptors (entries of `/proc/self/fd`); `None` where it cannot be read.
     pub open_fds: Option<u64>,
     /// The soft open-file limit.
     pub max_fds: Option<u64>,

@@ -29,13 +29,16 @@ const STALL_BUCKETS: [f64; 9] = [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 /// set of words chosen by the saver, so the series stay few).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FailureLabels {
+    /// What kind of error: `out_of_space`, `invalid_data` or `io` ([`cause`]).
     pub cause: &'static str,
+    /// The step of the save that failed, as the saver names it (its `PersistError::step`).
     pub step: &'static str,
 }
 
 /// A save's outcome label.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
+    /// `ok` or `failed`.
     pub outcome: &'static str,
 }
 

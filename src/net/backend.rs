@@ -43,18 +43,20 @@ pub trait Transport {
 /// (a dead io_uring ring): its text is the reason the connections close with, and
 /// [`BackendFailed::of`] tells it from an error about one socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BackendFailed(pub String);
+pub(crate) struct BackendFailed(pub String);
 
 impl BackendFailed {
-    /// As an `io::Error`, for `read`, `write` and `poll_accept` to return.
+    /// As an `io::Error`, for `read`, `write` and `poll_accept` to return (the io_uring
+    /// backend's; epoll never fails as a whole).
+    #[cfg(any(test, all(target_os = "linux", feature = "io-uring")))]
     #[must_use]
-    pub fn to_io(&self) -> io::Error {
+    pub(crate) fn to_io(&self) -> io::Error {
         io::Error::other(self.clone())
     }
 
     /// The backend failure `e` carries, if it is one.
     #[must_use]
-    pub fn of(e: &io::Error) -> Option<&BackendFailed> {
+    pub(crate) fn of(e: &io::Error) -> Option<&BackendFailed> {
         e.get_ref()?.downcast_ref()
     }
 }
@@ -119,7 +121,7 @@ impl Accepted {
 /// Which source became ready. A connection's token is its generational [`ConnId`], so a
 /// signal for a connection that has since closed (and whose slot was reused) is stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Token {
+pub(crate) enum Token {
     Listener(usize),
     Conn(ConnId),
 }
@@ -130,7 +132,7 @@ pub enum Token {
 /// Thread-safe because `Waker` must be, but in practice raised on the loop thread itself,
 /// by tokio's reactor or by the io_uring driver task, while the loop future is parked.
 #[derive(Clone)]
-pub struct Signal {
+pub(crate) struct Signal {
     inner: Arc<SignalInner>,
 }
 
@@ -140,7 +142,7 @@ struct SignalInner {
 }
 
 impl Signal {
-    pub fn new(wake_loop: LoopContext) -> Signal {
+    pub(crate) fn new(wake_loop: LoopContext) -> Signal {
         Signal {
             inner: Arc::new(SignalInner {
                 ready: Mutex::new(Vec::new()),
@@ -152,7 +154,7 @@ impl Signal {
     /// Marks `token` ready and wakes the loop — once per batch: only the first token since
     /// the Network phase last took them wakes it (the others ride along), so a thousand
     /// sockets becoming readable together cost one wake, not a thousand.
-    pub fn raise(&self, token: Token) {
+    pub(crate) fn raise(&self, token: Token) {
         let first = {
             let mut ready = lock(&self.inner.ready);
             ready.push(token);
@@ -165,7 +167,7 @@ impl Signal {
 
     /// A waker that raises `token`.
     #[must_use]
-    pub fn waker(&self, token: Token) -> Waker {
+    pub(crate) fn waker(&self, token: Token) -> Waker {
         Waker::from(Arc::new(TokenWaker {
             signal: self.clone(),
             token,
@@ -173,7 +175,7 @@ impl Signal {
     }
 
     /// Moves every raised token into `out` (in the order raised; duplicates possible).
-    pub fn take(&self, out: &mut Vec<Token>) {
+    pub(crate) fn take(&self, out: &mut Vec<Token>) {
         out.append(&mut lock(&self.inner.ready));
     }
 }

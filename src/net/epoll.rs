@@ -17,7 +17,7 @@ use super::backend::{Accepted, Acceptor, Backend, ReadOutcome, Transport};
 
 /// tokio's epoll reactor.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Epoll;
+pub(crate) struct Epoll;
 
 impl Backend for Epoll {
     fn name(&self) -> &'static str {

@@ -20,6 +20,7 @@ pub const MAX_PING_PAYLOAD: usize = 64;
 /// One whole packet, borrowed from the receive buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame<'a> {
+    /// The packet id: the first byte of the header.
     pub id: u8,
     /// The whole packet, header included (what a ping echoes back).
     pub bytes: &'a [u8],
@@ -38,9 +39,21 @@ impl<'a> Frame<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameError {
     /// The length field is below the header's own 3 bytes.
-    TooShort { id: u8, len: u16 },
+    TooShort {
+        /// The packet id in the header.
+        id: u8,
+        /// The length field, bytes (header included).
+        len: u16,
+    },
     /// The length field is above `network.max_packet`.
-    TooLong { id: u8, len: u16, max: usize },
+    TooLong {
+        /// The packet id in the header.
+        id: u8,
+        /// The length field, bytes (header included).
+        len: u16,
+        /// The largest packet accepted, bytes (`network.max_packet`).
+        max: usize,
+    },
 }
 
 impl fmt::Display for FrameError {

@@ -20,6 +20,7 @@ use super::session::Sessions;
 pub struct BadPacket(pub String);
 
 impl BadPacket {
+    /// A refusal with `reason`, the text the sender is disconnected with (and the log shows).
     pub fn new(reason: impl Into<String>) -> BadPacket {
         BadPacket(reason.into())
     }
@@ -42,7 +43,7 @@ pub enum Access {
 }
 
 /// What a packet handler is.
-pub type Handler = Box<dyn FnMut(&mut Sessions, ConnId, &[u8]) -> Result<(), BadPacket>>;
+pub(crate) type Handler = Box<dyn FnMut(&mut Sessions, ConnId, &[u8]) -> Result<(), BadPacket>>;
 
 pub(super) struct Entry {
     pub name: &'static str,

@@ -21,7 +21,9 @@ use super::epoll::Epoll;
 /// A backend that is available here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
+    /// Readiness through epoll (tokio's reactor): every Linux kernel.
     Epoll,
+    /// Completions through an io_uring ring: Linux 5.19+, where the kernel allows it.
     IoUring,
 }
 

@@ -10,11 +10,11 @@ use std::net::SocketAddr;
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Pending connections the kernel queues before the shard accepts them.
-pub const BACKLOG: i32 = 1024;
+pub(crate) const BACKLOG: i32 = 1024;
 
 /// A bound, listening, non-blocking socket on `addr`, ready to hand to a backend. The error
 /// names the address.
-pub fn bind(addr: SocketAddr, send_buffer_size: u32) -> io::Result<std::net::TcpListener> {
+pub(crate) fn bind(addr: SocketAddr, send_buffer_size: u32) -> io::Result<std::net::TcpListener> {
     let named = |e: io::Error| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"));
     let socket =
         Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(named)?;

@@ -1,7 +1,7 @@
 //! Networking: players' TCP connections, handled inline on the loop thread.
 //!
 //! A [`Net`] server owns the listeners (`listener.rs`, built with socket2) and the open
-//! connections ([`Sessions`]); a [`backend`] moves the bytes — tokio's epoll reactor, or
+//! connections ([`Sessions`]); a [`Backend`] moves the bytes — tokio's epoll reactor, or
 //! io_uring where compiled in and allowed. Packets are framed as described in
 //! `docs/protocol.md` ([`frame`]) and handed to the handlers game code registered
 //! ([`Net::handle`]) in the loop's Network phase; what they send goes out in the Flush phase.
@@ -13,7 +13,7 @@
 //! [`BackendKind`]), which the config builds from `[network]`.
 
 mod admission;
-pub mod backend;
+pub(crate) mod backend;
 mod churn;
 mod conn_id;
 mod epoll;
@@ -21,22 +21,24 @@ pub mod frame;
 mod handlers;
 mod kind;
 mod listener;
-pub mod rate;
+pub(crate) mod rate;
 pub(crate) mod reason;
 mod server;
 mod session;
 mod throttle;
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
-pub mod uring;
+pub(crate) mod uring;
 
-pub use backend::{Backend, Token};
+pub use backend::Backend;
 pub(crate) use churn::log_at;
 pub use churn::{Churn, ONE_BY_ONE};
 pub use conn_id::ConnId;
-pub use epoll::Epoll;
-pub use handlers::{Access, BadPacket, Handler};
+pub use handlers::{Access, BadPacket};
 pub use kind::{BackendKind, IoUringUnavailable, io_uring_available};
-pub use listener::{BACKLOG, bind};
+// The io_uring backend's tests bind their listeners through it.
+#[cfg(test)]
+pub(crate) use listener::bind;
 pub use rate::Rate;
-pub use server::{Limits, Net, NetStats, bind_all};
+pub(crate) use server::bind_all;
+pub use server::{Limits, Net, NetStats};
 pub use session::{Disconnect, Sessions};

@@ -1,11 +1,4 @@
-//! Flood limits: a token bucket per connection and packet kind.
-//!
-//! Policy, the same for every limited packet: a client may send `per_sec` packets of a kind a
-//! second, and save up to `burst` of them. A packet beyond that is **dropped and counted**,
-//! not handled — a lagging client that bunches a few moves loses a few moves, nothing more.
-//! Each dropped packet is a debt the refill pays back first; a client that runs up more debt
-//! than a whole burst (it keeps sending at well over the rate) is **disconnected**: that is
-//! not lag, it is abuse.
+//! Flood limits: a token bucket per connection and packet kind, the policy [`Rate`] states.
 //!
 //! Owns the arithmetic only: which packets are limited and what happens to a dropped one is
 //! the server's business. Must never read the clock itself (the caller passes `now`).
@@ -16,6 +9,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// How fast one kind of packet may come in.
+///
+/// Policy, the same for every limited packet: a client may send `per_sec` packets of a kind a
+/// second, and save up to `burst` of them. A packet beyond that is **dropped and counted**,
+/// not handled — a lagging client that bunches a few moves loses a few moves, nothing more.
+/// Each dropped packet is a debt the refill pays back first; a client that runs up more debt
+/// than a whole burst (it keeps sending at well over the rate) is **disconnected**: that is
+/// not lag, it is abuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {
     /// Packets a second, sustained. Must be at least 1.
@@ -41,7 +41,7 @@ impl fmt::Display for Rate {
 
 /// What the bucket says about one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Allow,
     /// Over the rate: drop it.
     Drop,
@@ -51,7 +51,7 @@ pub enum Verdict {
 
 /// One connection's allowance for one packet kind. Starts full.
 #[derive(Debug, Clone, Copy)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     /// Tokens in millipackets; below zero is debt from dropped packets.
     milli: i64,
     refilled: Instant,
@@ -59,7 +59,7 @@ pub struct Bucket {
 
 impl Bucket {
     #[must_use]
-    pub fn full(rate: Rate, now: Instant) -> Bucket {
+    pub(crate) fn full(rate: Rate, now: Instant) -> Bucket {
         Bucket {
             milli: i64::from(rate.burst) * 1000,
             refilled: now,
@@ -67,7 +67,7 @@ impl Bucket {
     }
 
     /// Takes one packet's token at `now`.
-    pub fn take(&mut self, rate: Rate, now: Instant) -> Verdict {
+    pub(crate) fn take(&mut self, rate: Rate, now: Instant) -> Verdict {
         self.refill(rate, now);
         self.milli -= 1000;
         if self.milli >= 0 {

@@ -67,10 +67,15 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// [`Limits::default`] (the shard's defaults).
 #[derive(Debug, Clone)]
 pub struct Limits {
+    /// Connections open at once; past it, a new one is accepted and closed at once.
     pub max_connections: usize,
     /// Connections one host (an IPv4 address, an IPv6 /64) may hold open at once.
     pub max_per_ip: usize,
+    /// Largest packet accepted from a client, bytes, header included (3 ..= 65535); a
+    /// larger length field disconnects the sender.
     pub max_packet: usize,
+    /// Unsent output one connection may hold, bytes; past it the connection is disconnected
+    /// (it is not reading).
     pub send_buffer_size: usize,
     /// Unsent output across all connections, bytes: past it, the connection holding the most
     /// is disconnected, so slow readers cannot grow the process without bound.
@@ -109,6 +114,7 @@ impl Default for Limits {
 pub struct NetStats {
     /// Open right now.
     pub connections: usize,
+    /// Connections admitted (those refused or shed at once are counted apart).
     pub accepted: u64,
     /// Accepted and closed at once: over `max_connections`.
     pub refused: u64,
@@ -129,13 +135,17 @@ pub struct NetStats {
     pub outbound_evictions: u64,
     /// Disconnected for passing `send_buffer_size` of unsent output.
     pub send_overflows: u64,
+    /// Connections closed, for any reason.
     pub disconnects: u64,
     /// Disconnects for breaking the protocol or a limit.
     pub faults: u64,
+    /// Whole packets read from clients, those later dropped by a flood limit included.
     pub packets_in: u64,
     /// Packets queued to connections.
     pub packets_out: u64,
+    /// Bytes read from clients' sockets.
     pub bytes_in: u64,
+    /// Bytes the sockets took from the send buffers.
     pub bytes_out: u64,
 }
 
@@ -235,7 +245,8 @@ impl Net {
         self.0.borrow_mut().on_disconnect.push(Box::new(hook));
     }
 
-    /// Binds every address and starts accepting: [`bind_all`] then [`Net::start`].
+    /// Binds every address, in order (the error names the address that failed), then starts
+    /// accepting ([`Net::start`]).
     pub fn listen(
         &self,
         backend: &dyn Backend,
@@ -323,6 +334,7 @@ impl Net {
         self.0.borrow_mut().worst_handler.take()
     }
 
+    /// The counters since the server started, and the connections open now.
     #[must_use]
     pub fn stats(&self) -> NetStats {
         let server = self.0.borrow();
@@ -354,7 +366,7 @@ impl Net {
         self.0.borrow().sessions.outbound
     }
 
-    /// Limits packet `id` to `rate` per connection (see [`super::rate`] for the policy).
+    /// Limits packet `id` to `rate` per connection (the policy: [`Rate`]).
     pub fn limit_rate(&self, id: u8, rate: Rate) {
         self.0.borrow_mut().table.limit(id, rate);
     }
@@ -434,7 +446,7 @@ enum Deadline {
 /// Binds a listener on every address, in order; the error names the address that failed.
 /// Needs no loop: the shard binds before it builds the world, so a port conflict is reported
 /// at once.
-pub fn bind_all(
+pub(crate) fn bind_all(
     addrs: &[SocketAddr],
     send_buffer_size: usize,
 ) -> io::Result<Vec<std::net::TcpListener>> {

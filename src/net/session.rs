@@ -25,6 +25,10 @@ use super::rate::{Bucket, Rate, Verdict};
 use super::reason::kind_of;
 use crate::slab::Slab;
 
+// Connections with no socket, for the test kit's handler harness (tests only).
+#[cfg(any(test, doc, feature = "testkit"))]
+mod detached;
+
 /// A buffer that drained keeps its allocation up to this size (a busy connection would
 /// otherwise reallocate on every packet); larger ones are freed.
 const KEEP_CAPACITY: usize = 4 * 1024;
@@ -33,7 +37,11 @@ const KEEP_CAPACITY: usize = 4 * 1024;
 /// logged as warnings, ordinary ends (logout, the peer hung up) as info.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Disconnect {
+    /// Why, in words, as the log line shows it (`"idle timeout (120 s)"`, `"bad packet: ..."`);
+    /// its stable start is the [`kind`](Self::kind) the churn summary counts.
     pub reason: String,
+    /// The client broke the protocol or a limit (logged as a warning, counted in
+    /// [`NetStats::faults`](super::NetStats::faults)); false for an ordinary end.
     pub fault: bool,
     /// The kind, when given ([`Disconnect::with_kind`]); else it is read from `reason`.
     kind: Option<&'static str>,
@@ -232,6 +240,7 @@ impl Sessions {
         self.conns.len()
     }
 
+    /// No connection is open.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.conns.len() == 0
@@ -250,6 +259,8 @@ impl Sessions {
         self.conns.get(conn.0).map(|s| s.peer)
     }
 
+    /// Whether a game logged `conn` in ([`Sessions::set_logged_in`]): every registered packet
+    /// is then accepted from it, and its idle deadline runs instead of the login one.
     #[must_use]
     pub fn is_logged_in(&self, conn: ConnId) -> bool {
         self.conns.get(conn.0).is_some_and(|s| s.logged_in)
@@ -371,60 +382,12 @@ impl Sessions {
         }
     }
 
-    /// A connection from `peer` with no socket behind it, for the test kit's handler
-    /// harness: what is sent to it stays queued until [`Sessions::take_output`] takes it.
-    pub(crate) fn open_detached(&mut self, peer: SocketAddr, now: Instant) -> ConnId {
-        let host = Host::of(peer.ip());
-        ConnId(
-            self.conns
-                .insert(NetState::new(Box::new(Detached), peer, host, now)),
-        )
-    }
-
-    /// The bytes queued for `conn` and not yet written, taken out (a detached connection's
-    /// output, for the test kit).
-    pub(crate) fn take_output(&mut self, conn: ConnId) -> Vec<u8> {
-        let Some(state) = self.conns.get_mut(conn.0) else {
-            return Vec::new();
-        };
-        self.outbound -= state.pending_output();
-        let out = state.send.split_off(state.sent);
-        state.send.clear();
-        state.sent = 0;
-        out
-    }
-
-    /// `conn` is condemned: closed at the end of the phase (not lingering to write an answer).
-    pub(crate) fn is_closing(&self, conn: ConnId) -> bool {
-        self.conns.get(conn.0).is_some_and(|s| s.closing.is_some())
-    }
-
-    /// Why `conn` is closing (now, or once its output is written), if it is.
-    pub(crate) fn closing_reason(&self, conn: ConnId) -> Option<&Disconnect> {
-        let state = self.conns.get(conn.0)?;
-        state.closing.as_ref().or(state.linger.as_ref())
-    }
-
     /// Every open connection, in slot order.
     pub fn ids(&self) -> impl Iterator<Item = ConnId> + '_ {
         self.conns
             .iter()
             .filter(|(_, s)| s.closing.is_none())
             .map(|(key, _)| ConnId(key))
-    }
-}
-
-/// The transport of a connection with no socket: nothing to read, and it takes nothing, so
-/// output stays queued.
-struct Detached;
-
-impl Transport for Detached {
-    fn read(&mut self, _: &mut Vec<u8>, _: usize) -> super::backend::ReadOutcome {
-        super::backend::ReadOutcome::WouldBlock
-    }
-
-    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
-        Ok(0)
     }
 }
 

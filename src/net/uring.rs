@@ -122,19 +122,19 @@ thread_local! {
 /// FAULT INJECTION, for tests only: the next `io_uring_enter` of this thread's ring fails with
 /// `errno` instead of entering the kernel (EBADF or EIO kill the ring; EAGAIN, EBUSY and EINTR
 /// are retried). Nothing a client sends and no configuration key reaches it.
-#[doc(hidden)]
-pub fn inject_enter_failure(errno: i32) {
+#[cfg(any(test, doc, feature = "testkit"))]
+pub(crate) fn inject_enter_failure(errno: i32) {
     FAIL_NEXT_ENTER.with(|f| f.set(Some(errno)));
 }
 
 /// The io_uring backend. Use it on a current-thread runtime that can `spawn_local` (the one
 /// [`crate::net::BackendKind::block_on`] builds): the ring's driver is a local task.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Uring;
+pub(crate) struct Uring;
 
 /// Can this process create an io_uring, with the features this backend relies on? Cheap
 /// (one 8-entry ring, closed at once); the error says why not.
-pub fn probe() -> io::Result<()> {
+pub(crate) fn probe() -> io::Result<()> {
     let ring: IoUring = IoUring::new(8).map_err(explain_setup_error)?;
     // Without fast poll, an idle socket receive parks a kernel worker thread: one per
     // connection. It also implies accept, send, recv and cancel (Linux 5.7).

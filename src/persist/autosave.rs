@@ -42,8 +42,9 @@ const RECHECK: Duration = Duration::from_secs(60);
 /// Frequency and warning of autosaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cadence {
+    /// How often the world is saved.
     pub every: Duration,
-    /// Zero = no warning.
+    /// How long before each save players are warned. Zero = no warning.
     pub warning: Duration,
 }
 
@@ -65,9 +66,17 @@ impl Cadence {
 #[non_exhaustive]
 pub enum CadenceError {
     /// The frequency is under 1 s or over 24 h.
-    Frequency { every: Duration },
+    Frequency {
+        /// The frequency asked for.
+        every: Duration,
+    },
     /// The warning is not shorter than the frequency.
-    Warning { warning: Duration, every: Duration },
+    Warning {
+        /// The warning asked for.
+        warning: Duration,
+        /// The frequency it must be shorter than.
+        every: Duration,
+    },
 }
 
 impl fmt::Display for CadenceError {
@@ -142,20 +151,24 @@ impl Autosave {
         self.inner.changed.notify_one();
     }
 
+    /// Turns autosave on or off until the next restart (the console's `autosave on|off`).
     pub fn set_enabled(&self, on: bool) {
         self.inner.enabled.set(on);
         self.inner.changed.notify_one();
     }
 
+    /// Changes the cadence from the next scheduled save on (the console's `savefrequency`).
     pub fn set_cadence(&self, cadence: Cadence) {
         self.inner.cadence.set(cadence);
         self.inner.changed.notify_one();
     }
 
+    /// Whether autosave is on.
     pub fn enabled(&self) -> bool {
         self.inner.enabled.get()
     }
 
+    /// The cadence in force.
     pub fn cadence(&self) -> Cadence {
         self.inner.cadence.get()
     }
@@ -285,11 +298,17 @@ pub enum OverrideError {
     /// Not TOML at all.
     Toml(toml::de::Error),
     /// `frequency` or `warning` is not there, or not a string.
-    Missing { key: &'static str },
+    Missing {
+        /// `"frequency"` or `"warning"`.
+        key: &'static str,
+    },
     /// `frequency` or `warning` is not a duration (`"30m"`, `"1h"`).
     Duration {
+        /// `"frequency"` or `"warning"`.
         key: &'static str,
+        /// The text the file holds.
         value: String,
+        /// Why it is not a duration.
         source: humantime::DurationError,
     },
     /// Both are durations, but not a cadence [`Cadence::new`] accepts.

@@ -17,7 +17,7 @@ const NICE: libc::c_int = 10;
 ///
 /// # Panics
 /// If `work` panics (the panic is carried over).
-pub fn run<T: Send>(name: &str, work: impl FnOnce() -> T + Send) -> io::Result<T> {
+pub(crate) fn run<T: Send>(name: &str, work: impl FnOnce() -> T + Send) -> io::Result<T> {
     std::thread::scope(|scope| {
         let thread = std::thread::Builder::new()
             .name(name.to_owned())

@@ -8,13 +8,17 @@
 
 use jiff::{SignedDuration, Timestamp};
 
+/// Where saves, autosave and archives read the wall clock: the system's, or one pinned to a
+/// start time that advances with tokio's clock (`time.clock_start`, tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Clock {
     /// `Timestamp::now()`.
     System,
     /// `base` at tokio instant `at`, advancing with tokio's clock.
     FollowingTokio {
+        /// The wall-clock time it read at `at`.
         base: Timestamp,
+        /// The tokio instant `base` was read at.
         at: tokio::time::Instant,
     },
 }
@@ -28,6 +32,8 @@ impl Clock {
         }
     }
 
+    /// The wall-clock time now (for `FollowingTokio`: `base` plus the tokio time since `at`,
+    /// saturating).
     pub fn now(&self) -> Timestamp {
         match self {
             Clock::System => Timestamp::now(),

@@ -15,9 +15,11 @@ use std::fmt;
 
 use crate::world::{Item, Location, MapId, Mobile, Serial, SpawnKind, Spawner};
 
-/// The record version each type is written in.
+/// The record version items are written in; the file header carries it.
 pub const ITEM_VERSION: u16 = 1;
+/// The record version mobiles are written in.
 pub const MOBILE_VERSION: u16 = 1;
+/// The record version spawners are written in.
 pub const SPAWNER_VERSION: u16 = 1;
 
 /// The fewest bytes one record of each type takes on disk, in the layouts this build reads.
@@ -41,6 +43,7 @@ pub const SPAWNED_SERIAL_BYTES: usize = 4;
 pub struct DecodeError {
     /// Byte offset in the record area where reading failed.
     pub offset: usize,
+    /// What was wrong there, in words (`"the records end in the middle of a record"`).
     pub what: String,
 }
 
@@ -91,6 +94,7 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader at the start of `bytes`, a file's record area.
     pub fn new(bytes: &'a [u8]) -> Reader<'a> {
         Reader { bytes, at: 0 }
     }
@@ -100,10 +104,12 @@ impl<'a> Reader<'a> {
         self.at == self.bytes.len()
     }
 
+    /// Bytes read so far: where the next field starts.
     pub fn offset(&self) -> usize {
         self.at
     }
 
+    /// An error about the bytes at the current offset.
     pub fn error(&self, what: impl Into<String>) -> DecodeError {
         DecodeError {
             offset: self.at,
@@ -126,6 +132,7 @@ impl<'a> Reader<'a> {
     fn u16(&mut self) -> Result<u16, DecodeError> {
         Ok(u16::from_le_bytes(self.take()?))
     }
+    /// Reads a little-endian `u32` (a record count, a serial).
     pub fn u32(&mut self) -> Result<u32, DecodeError> {
         Ok(u32::from_le_bytes(self.take()?))
     }
@@ -188,6 +195,8 @@ pub fn encode_item(item: &Item, out: &mut Vec<u8>) {
         | flag(item.container, CONTAINER));
 }
 
+/// Reads one item written in layout `version`; a version newer than [`ITEM_VERSION`] is
+/// refused, never guessed at.
 pub fn decode_item(version: u16, r: &mut Reader<'_>) -> Result<Item, DecodeError> {
     match version {
         1 => {
@@ -235,6 +244,8 @@ pub fn encode_mobile(m: &Mobile, out: &mut Vec<u8>) {
     w.serial(m.spawner);
 }
 
+/// Reads one mobile written in layout `version`; a version newer than [`MOBILE_VERSION`]
+/// is refused.
 pub fn decode_mobile(version: u16, r: &mut Reader<'_>) -> Result<Mobile, DecodeError> {
     match version {
         1 => {
@@ -296,6 +307,8 @@ pub fn encode_spawner(s: &Spawner, out: &mut Vec<u8>) {
     }
 }
 
+/// Reads one spawner written in layout `version`; a version newer than
+/// [`SPAWNER_VERSION`] is refused.
 pub fn decode_spawner(version: u16, r: &mut Reader<'_>) -> Result<Spawner, DecodeError> {
     match version {
         1 => {

@@ -69,9 +69,11 @@ impl Operation {
 /// space left on device (os error 28); the previous save is intact`.
 #[derive(Debug, Clone)]
 pub struct PersistError {
+    /// The operation that failed (a world save, a rollup, a restore, ...).
     pub operation: Operation,
     /// What the operation was doing, as a verb phrase that reads well before the path.
     pub step: &'static str,
+    /// The file or directory the failing step worked on.
     pub path: PathBuf,
     /// The OS error (`kind()`, `raw_os_error()`), or `InvalidData` for data that is wrong.
     pub source: Arc<io::Error>,
@@ -83,6 +85,7 @@ pub struct PersistError {
 }
 
 impl PersistError {
+    /// The failure of `operation` while `step` on `path`, for the OS's reason `source`.
     pub fn new(
         operation: Operation,
         step: &'static str,

@@ -25,6 +25,7 @@ use std::path::Path;
 use super::codec;
 use super::fsio;
 
+/// The first eight bytes of every save file.
 pub const MAGIC: &[u8; 8] = b"SHLDSAVE";
 /// The container layout above. Bumped only if the header itself changes.
 pub const FILE_VERSION: u16 = 1;
@@ -36,14 +37,19 @@ pub const OVERHEAD: u64 = (HEADER + TRAILER) as u64;
 /// The entity types a save holds, one file each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
+    /// `items.bin`.
     Items,
+    /// `mobiles.bin` (players' mobiles included).
     Mobiles,
+    /// `spawners.bin`.
     Spawners,
 }
 
 impl Kind {
+    /// Every kind, in the order a save writes and lists them.
     pub const ALL: [Kind; 3] = [Kind::Items, Kind::Mobiles, Kind::Spawners];
 
+    /// Its file's name in a save directory.
     pub fn file_name(self) -> &'static str {
         match self {
             Kind::Items => "items.bin",
@@ -102,7 +108,9 @@ impl fmt::Display for Kind {
 /// What was written: enough for the manifest to vouch for the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Written {
+    /// The file's size, header and checksum included.
     pub bytes: u64,
+    /// The CRC-32 it ends with.
     pub crc32: u32,
 }
 
@@ -148,9 +156,13 @@ fn header(kind: Kind, count: u64) -> [u8; HEADER] {
 /// A file read back and checked: its records are ready to decode.
 #[derive(Debug)]
 pub struct Checked {
+    /// The version of the records' encoding.
     pub record_version: u16,
+    /// Records in the file, as its header says.
     pub count: u64,
+    /// The CRC-32 it ends with (checked).
     pub crc32: u32,
+    /// Its size.
     pub bytes: u64,
     data: Vec<u8>,
 }
@@ -245,23 +257,55 @@ pub enum FileError {
     /// It is a directory, a device or anything but a regular file.
     NotAFile,
     /// The manifest's size for it does not fit in this process's address space.
-    TooLarge { bytes: u64 },
+    TooLarge {
+        /// The size the manifest names.
+        bytes: u64,
+    },
     /// Its size on disk is not the size its manifest names.
-    SizeMismatch { on_disk: u64, listed: u64 },
+    SizeMismatch {
+        /// Its size on disk, in bytes.
+        on_disk: u64,
+        /// The size the manifest names.
+        listed: u64,
+    },
     /// It grew or shrank while being read: `read` bytes came, `expected` were checked on disk.
-    Changed { read: u64, expected: u64 },
+    Changed {
+        /// Bytes read.
+        read: u64,
+        /// Bytes its size on disk said there were.
+        expected: u64,
+    },
     /// `bytes` long: shorter than the header and checksum of an empty save file.
-    Truncated { bytes: u64 },
+    Truncated {
+        /// Its length.
+        bytes: u64,
+    },
     /// It does not start with [`MAGIC`]: not a shardloop save file.
     BadMagic,
     /// The CRC-32 it ends with is not the one of the bytes before it.
-    Checksum { stored: u32, computed: u32 },
+    Checksum {
+        /// The CRC-32 the file ends with.
+        stored: u32,
+        /// The CRC-32 of the bytes before it.
+        computed: u32,
+    },
     /// A container layout other than [`FILE_VERSION`].
-    Version { found: u16 },
+    Version {
+        /// The container version the file has.
+        found: u16,
+    },
     /// A save file of another entity type than the one asked for.
-    WrongKind { holds: Kind, expected: Kind },
+    WrongKind {
+        /// The entity type the file holds.
+        holds: Kind,
+        /// The one asked for.
+        expected: Kind,
+    },
     /// An entity type tag no version of shardloop writes.
-    UnknownKind { tag: u8 },
+    UnknownKind {
+        /// The tag byte found.
+        tag: u8,
+    },
 }
 
 impl fmt::Display for FileError {

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 /// `fill`'s error is returned as is, and the file is then not synced (a caller that refuses
 /// what it was writing does not pay for an fsync). The half-written file is left for the
 /// caller to remove: it usually lives in a temp directory that goes as a whole.
-pub fn create<T, E: From<io::Error>>(
+pub(crate) fn create<T, E: From<io::Error>>(
     path: &Path,
     fill: impl FnOnce(&mut File) -> Result<T, E>,
 ) -> Result<T, E> {
@@ -35,12 +35,12 @@ pub fn create<T, E: From<io::Error>>(
 }
 
 /// A new file holding `data`, fsynced. `path` must not exist yet.
-pub fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
+pub(crate) fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
     create(path, |file| file.write_all(data))
 }
 
 /// `path` holding `data` (created, or truncated if it exists), fsynced.
-pub fn write(path: &Path, data: &[u8]) -> io::Result<()> {
+pub(crate) fn write(path: &Path, data: &[u8]) -> io::Result<()> {
     let mut file = File::create(path)?;
     file.write_all(data)?;
     file.sync_all()
@@ -51,7 +51,7 @@ pub fn write(path: &Path, data: &[u8]) -> io::Result<()> {
 /// [`commit`](Self::commit) the target is untouched, and dropping an uncommitted replacement
 /// removes the temporary file.
 #[derive(Debug)]
-pub struct Replacement {
+pub(crate) struct Replacement {
     target: PathBuf,
     temp: PathBuf,
     committed: bool,
@@ -60,7 +60,7 @@ pub struct Replacement {
 impl Replacement {
     /// A replacement of `target`, written as `temp_name` next to it. Choose a temp name that
     /// startup or the next run recognises and cleans up, should a crash leave it behind.
-    pub fn new(target: &Path, temp_name: &str) -> Replacement {
+    pub(crate) fn new(target: &Path, temp_name: &str) -> Replacement {
         Replacement {
             target: target.to_owned(),
             temp: target.with_file_name(temp_name),
@@ -69,13 +69,13 @@ impl Replacement {
     }
 
     /// Where the new content is written until the commit (to read it back and check it).
-    pub fn temp(&self) -> &Path {
+    pub(crate) fn temp(&self) -> &Path {
         &self.temp
     }
 
     /// Creates the temporary file (a leftover of an earlier attempt is removed first), lets
     /// `fill` write it, and fsyncs it.
-    pub fn write<T, E: From<io::Error>>(
+    pub(crate) fn write<T, E: From<io::Error>>(
         &self,
         fill: impl FnOnce(&mut File) -> Result<T, E>,
     ) -> Result<T, E> {
@@ -86,7 +86,7 @@ impl Replacement {
     /// Renames the written file over the target and fsyncs the directory. Once the rename is
     /// done the target holds the new content even if the directory sync then fails (the
     /// error says the rename may not survive a crash).
-    pub fn commit(mut self) -> io::Result<()> {
+    pub(crate) fn commit(mut self) -> io::Result<()> {
         fs::rename(&self.temp, &self.target)?;
         self.committed = true;
         sync_parent(&self.target)
@@ -103,14 +103,14 @@ impl Drop for Replacement {
 }
 
 /// Replaces `target` with `data` atomically (see [`Replacement`]).
-pub fn replace(target: &Path, temp_name: &str, data: &[u8]) -> io::Result<()> {
+pub(crate) fn replace(target: &Path, temp_name: &str, data: &[u8]) -> io::Result<()> {
     let replacement = Replacement::new(target, temp_name);
     replacement.write(|file| file.write_all(data))?;
     replacement.commit()
 }
 
 /// Makes the entries of `dir` (creations, renames, removals) durable.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     #[cfg(test)]
     if FAIL_NEXT_SYNC.with(|f| f.borrow().as_deref() == Some(dir)) {
         FAIL_NEXT_SYNC.with(|f| f.borrow_mut().take());
@@ -134,7 +134,7 @@ pub(crate) fn fail_next_sync_of(dir: &Path) {
 }
 
 /// [`sync_dir`] on the directory holding `path` (`.` for a bare file name).
-pub fn sync_parent(path: &Path) -> io::Result<()> {
+pub(crate) fn sync_parent(path: &Path) -> io::Result<()> {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => sync_dir(dir),
         _ => sync_dir(Path::new(".")),
@@ -143,7 +143,7 @@ pub fn sync_parent(path: &Path) -> io::Result<()> {
 
 /// fsyncs `dir` and every directory under it (files are synced as they are written), so a
 /// tree is durable before it is renamed into place. Links are not followed.
-pub fn sync_tree(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_tree(dir: &Path) -> io::Result<()> {
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         if entry.file_type()?.is_dir() {

@@ -89,6 +89,8 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// The layout of a shard whose current save is `saves` and whose automatic backups go to
+    /// `data_dir/Backups/Automatic/`. Touches no disk.
     pub fn new(data_dir: &Path, saves: PathBuf) -> Layout {
         Layout {
             saves,
@@ -478,7 +480,12 @@ pub enum Replaced {
     BackedUp(PathBuf),
     /// Not (completely) moved or marked: it is intact at `path`, and the next start's
     /// [`Layout::recover`] finishes the job. `error` says what went wrong.
-    LeftAt { path: PathBuf, error: String },
+    LeftAt {
+        /// Where the replaced save still is, intact.
+        path: PathBuf,
+        /// What went wrong moving or marking it.
+        error: String,
+    },
 }
 
 impl Replaced {

@@ -27,15 +27,20 @@ use crate::world::{EntityKind, World};
 /// A loaded world and what its manifest said.
 #[derive(Debug)]
 pub struct Loaded {
+    /// The world as the save holds it, its limits checked.
     pub world: World,
+    /// The save's manifest: when it was taken, its counts and files.
     pub manifest: Manifest,
+    /// Reading, checking and decoding the save, wall-clock time.
     pub took: Duration,
 }
 
 /// Why a save cannot be loaded: the file and the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadError {
+    /// The file at fault (a save file, or the manifest).
     pub file: PathBuf,
+    /// Why it cannot be loaded, in operator words.
     pub reason: String,
 }
 

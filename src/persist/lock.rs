@@ -20,12 +20,14 @@ use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+/// The lock file's name in each locked directory; it holds the holder's pid.
 pub const LOCK_FILE: &str = "shard.lock";
 
 /// The held lock; dropping it releases it.
 #[derive(Debug)]
 pub struct DataLock {
     _file: File,
+    /// The lock file held.
     pub path: PathBuf,
 }
 

@@ -22,6 +22,7 @@ use jiff::Timestamp;
 use super::file::{Kind, Written};
 use crate::world::Serial;
 
+/// The manifest's name in a save directory.
 pub const FILE_NAME: &str = "manifest.toml";
 /// The save format as a whole (directory layout and manifest keys).
 pub const SAVE_FORMAT: u32 = 1;
@@ -32,6 +33,7 @@ pub const MAX_BYTES: u64 = 64 * 1024;
 /// Everything a manifest records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
+    /// [`SAVE_FORMAT`] when written by this build.
     pub format: u32,
     /// When the snapshot was taken.
     pub created: Timestamp,
@@ -41,17 +43,24 @@ pub struct Manifest {
     pub sequence: u64,
     /// The shardloop version that wrote it (informational).
     pub writer: String,
+    /// The world's generation seed.
     pub seed: u64,
+    /// The serial the next new item gets.
     pub next_item_serial: Serial,
+    /// The serial the next new mobile gets.
     pub next_mobile_serial: Serial,
+    /// Items in the save.
     pub items: u64,
+    /// Mobiles in the save.
     pub mobiles: u64,
+    /// Spawners in the save.
     pub spawners: u64,
     /// One entry per [`Kind`], in [`Kind::ALL`] order.
     pub files: Vec<(Kind, Written)>,
 }
 
 impl Manifest {
+    /// The entity count it records for `kind`.
     pub fn count(&self, kind: Kind) -> u64 {
         match kind {
             Kind::Items => self.items,
@@ -65,6 +74,7 @@ impl Manifest {
         self.files.iter().map(|(_, w)| w.bytes).sum()
     }
 
+    /// What it records of `kind`'s data file.
     pub fn file(&self, kind: Kind) -> Option<Written> {
         self.files.iter().find(|(k, _)| *k == kind).map(|(_, w)| *w)
     }
@@ -210,23 +220,53 @@ pub enum ManifestError {
     /// Not TOML at all.
     Toml(toml::de::Error),
     /// A save format other than [`SAVE_FORMAT`].
-    Format { found: u32 },
+    Format {
+        /// The `format` the manifest has.
+        found: u32,
+    },
     /// A key (or a `[table]`) that every manifest has is not there.
-    Missing { key: &'static str },
+    Missing {
+        /// The key (dotted for a nested one).
+        key: &'static str,
+    },
     /// A count, size or serial that is not a non-negative integer: `value` as the file has it.
-    NotACount { key: &'static str, value: String },
+    NotACount {
+        /// The key.
+        key: &'static str,
+        /// Its value as the file has it.
+        value: String,
+    },
     /// A serial too large for one.
-    OutOfRange { key: &'static str, value: u64 },
+    OutOfRange {
+        /// The key.
+        key: &'static str,
+        /// Its value.
+        value: u64,
+    },
     /// A key that must hold a string holds something else.
-    NotAString { key: &'static str },
+    NotAString {
+        /// The key.
+        key: &'static str,
+    },
     /// A key that must be a `[table]` is something else.
-    NotATable { key: &'static str },
+    NotATable {
+        /// The key.
+        key: &'static str,
+    },
     /// `created` is not a timestamp.
     Created(jiff::Error),
     /// `seed` is not a hexadecimal number.
-    Seed { value: String },
+    Seed {
+        /// Its value as the file has it.
+        value: String,
+    },
     /// The `crc32` of the data file `file` is not hexadecimal.
-    Crc32 { file: &'static str, value: String },
+    Crc32 {
+        /// The data file's name.
+        file: &'static str,
+        /// Its `crc32` as the manifest has it.
+        value: String,
+    },
 }
 
 impl fmt::Display for ManifestError {

@@ -9,14 +9,18 @@
 //! - [`codec`]: the byte layout of each entity type, per version;
 //! - [`file`](mod@file): one checksummed file of records; [`manifest`]: what makes a
 //!   directory a save;
-//! - [`snapshot`], [`save`], [`load`](mod@load): taking, writing and reading a save;
+//! - [`Snapshot`], [`save`], [`load`](mod@load): taking, writing and reading a save;
 //! - [`layout`]: where saves, backups and temp directories live, the swap, crash recovery;
-//! - [`saver`]: saves on the loop, never overlapping; [`autosave`], [`schedule`], [`clock`]:
-//!   when they happen;
+//! - [`Saver`]: saves on the loop, never overlapping ([`Request`], [`Notice`], [`Report`]);
+//!   [`autosave`] and [`clock`]: when they happen;
 //! - [`archive`]: replaced saves rolled up into archives, and restoring from them;
-//! - the building blocks: [`single_flight`] (one run at a time, one queued), [`fsio`]
-//!   (durable writes), [`error`] ([`PersistError`]: what failed, where, and the OS's reason),
-//!   [`background`] (low-priority threads), [`lock`] (one shard per data directory).
+//! - [`error`] ([`PersistError`]: what failed, where, and the OS's reason), [`lock`] (one
+//!   shard per data directory).
+//!
+//! The building blocks underneath are the crate's own, not API: `snapshot.rs` and
+//! `saver.rs` (public only through the items above, which tests and benches drive),
+//! `schedule.rs` (the autosave times), `single_flight.rs` (one run at a time, one queued),
+//! `fsio.rs` (durable writes) and `background.rs` (low-priority threads).
 //!
 //! Persistence knows the world's entities but nothing about sockets: what players should
 //! hear is handed out as [`Notice`]s for the shard to deliver. Nor does it read the
@@ -25,21 +29,21 @@
 
 pub mod archive;
 pub mod autosave;
-pub mod background;
+mod background;
 pub mod clock;
 pub mod codec;
 pub mod error;
 pub mod file;
-pub mod fsio;
+mod fsio;
 pub mod layout;
 pub mod load;
 pub mod lock;
 pub mod manifest;
 pub mod save;
-pub mod saver;
-pub mod schedule;
-pub mod single_flight;
-pub mod snapshot;
+mod saver;
+pub(crate) mod schedule;
+mod single_flight;
+mod snapshot;
 
 pub use autosave::{Autosave, Cadence};
 pub use clock::Clock;
@@ -49,5 +53,5 @@ pub use load::{LoadError, Loaded, load};
 pub use manifest::Manifest;
 pub use save::Saved;
 pub use saver::{Notice, Report, Saver, SaverConfig};
-pub use single_flight::{Request, SingleFlight};
+pub use single_flight::Request;
 pub use snapshot::Snapshot;

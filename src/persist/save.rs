@@ -38,6 +38,7 @@ const CHUNK: usize = 8192;
 /// A save that is on disk and in place.
 #[derive(Debug, Clone)]
 pub struct Saved {
+    /// The new save's manifest, as written (last) into `Saves/`.
     pub manifest: Manifest,
     /// What became of the save it replaced.
     pub replaced: Replaced,
@@ -45,8 +46,9 @@ pub struct Saved {
     pub took: Duration,
 }
 
-/// [`write()`] on a dedicated low-priority thread (see [`super::background`]); blocks until it
-/// is done. Call it from `spawn_blocking`.
+/// [`write()`] on a dedicated low-priority thread (named `shardloop-save`, at nice 10 so the
+/// loop wins any contention for a core); blocks until it is done. Call it from
+/// `spawn_blocking`.
 pub fn write_in_background(
     layout: &Layout,
     snapshot: Snapshot,

@@ -35,9 +35,13 @@ pub struct Report {
     pub stall: Duration,
     /// From the snapshot to the save in place.
     pub took: Duration,
+    /// Bytes of the save's data files (the manifest's count).
     pub bytes: u64,
+    /// Items saved.
     pub items: u64,
+    /// Mobiles saved (players left out, as `SaverConfig::keep` says).
     pub mobiles: u64,
+    /// When the snapshot was taken: the save's time, and its backup's name later.
     pub created: Timestamp,
     /// What became of the save this one replaced.
     pub replaced: Replaced,
@@ -50,6 +54,7 @@ pub enum Notice {
     Warning(Duration),
     /// A save has started.
     Saving,
+    /// A save is on disk and in place; the report says how long it took and what it holds.
     Saved(Report),
     /// A save failed (the previous save is intact); the error says where and why.
     Failed(PersistError),
@@ -84,12 +89,16 @@ fn spoken(d: Duration) -> String {
 
 /// Everything the saver needs, given once.
 pub struct SaverConfig {
+    /// Where the save goes and where the one it replaces is backed up.
     pub layout: Layout,
     /// Serialization workers.
     pub threads: usize,
+    /// The wall clock a save's time is read from.
     pub clock: Clock,
     /// Which mobiles a save keeps (the shard leaves out players).
     pub keep: Box<dyn Fn(&Mobile) -> bool>,
+    /// Called on the loop thread with each notice as it happens (the shard tells players and
+    /// the log).
     pub notices: Box<dyn Fn(&Notice)>,
 }
 
@@ -108,6 +117,7 @@ struct Inner {
 }
 
 impl Saver {
+    /// The saver of `world`. Nothing is saved until [`request`](Self::request).
     pub fn new(world: Rc<RefCell<World>>, config: SaverConfig) -> Saver {
         let inner = Rc::new(Inner { world, config });
         Saver {

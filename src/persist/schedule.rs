@@ -14,10 +14,10 @@ use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 
 /// The longest `autosave.frequency`: schedules are per day.
-pub const MAX_FREQUENCY: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_FREQUENCY: Duration = Duration::from_secs(24 * 3600);
 
 /// The first save time strictly after `now`. `every` is clamped to 1 s ..= 24 h.
-pub fn next_save(now: Timestamp, every: Duration, zone: &TimeZone) -> Timestamp {
+pub(crate) fn next_save(now: Timestamp, every: Duration, zone: &TimeZone) -> Timestamp {
     let every = every.clamp(Duration::from_secs(1), MAX_FREQUENCY);
     let every = SignedDuration::try_from(every).expect("at most a day");
     let today = now.to_zoned_datetime(zone.clone());

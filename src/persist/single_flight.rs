@@ -37,7 +37,7 @@ type Start<J, T> = Box<dyn Fn(J) -> Pin<Box<dyn Future<Output = T>>>>;
 ///
 /// `J` says what a run does (a unit type when there is only one kind of run); `T` is a run's
 /// outcome, kept for [`last`](Self::last) and handed to [`request_and_wait`](Self::request_and_wait).
-pub struct SingleFlight<J, T> {
+pub(crate) struct SingleFlight<J, T> {
     shared: Rc<Shared<J, T>>,
 }
 
@@ -62,7 +62,7 @@ struct Shared<J, T> {
 
 impl<J: Copy + 'static, T: Clone + 'static> SingleFlight<J, T> {
     /// A single flight whose runs are the futures `start` returns.
-    pub fn new<F>(start: impl Fn(J) -> F + 'static) -> SingleFlight<J, T>
+    pub(crate) fn new<F>(start: impl Fn(J) -> F + 'static) -> SingleFlight<J, T>
     where
         F: Future<Output = T> + 'static,
     {
@@ -79,7 +79,7 @@ impl<J: Copy + 'static, T: Clone + 'static> SingleFlight<J, T> {
 
     /// Starts `job` now, or queues it behind the run that is going (replacing a job queued
     /// earlier: one queued run serves every request made meanwhile).
-    pub fn request(&self, job: J) -> Request {
+    pub(crate) fn request(&self, job: J) -> Request {
         if self.shared.running.get() {
             self.shared.queued.set(Some(job));
             Request::Queued
@@ -91,7 +91,7 @@ impl<J: Copy + 'static, T: Clone + 'static> SingleFlight<J, T> {
 
     /// Requests `job` and waits for the outcome of the run that serves this request: the
     /// one started now, or the one queued behind the current run.
-    pub async fn request_and_wait(&self, job: J) -> T {
+    pub(crate) async fn request_and_wait(&self, job: J) -> T {
         let target = self.shared.started.get() + 1;
         self.request(job);
         let mut finished = self.shared.finished.subscribe();
@@ -101,7 +101,7 @@ impl<J: Copy + 'static, T: Clone + 'static> SingleFlight<J, T> {
     }
 
     /// Waits until no run is going or queued.
-    pub async fn idle(&self) {
+    pub(crate) async fn idle(&self) {
         let mut finished = self.shared.finished.subscribe();
         while self.shared.running.get() {
             let _ = finished.changed().await;
@@ -109,17 +109,17 @@ impl<J: Copy + 'static, T: Clone + 'static> SingleFlight<J, T> {
     }
 
     /// A run is going now.
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         self.shared.running.get()
     }
 
     /// Runs finished (whatever their outcome) since start.
-    pub fn finished(&self) -> u64 {
+    pub(crate) fn finished(&self) -> u64 {
         self.shared.finished.borrow().0
     }
 
     /// The outcome of the last finished run.
-    pub fn last(&self) -> Option<T> {
+    pub(crate) fn last(&self) -> Option<T> {
         self.shared.finished.borrow().1.clone()
     }
 }

@@ -17,12 +17,20 @@ use crate::world::{Item, Mobile, Serial, Spawner, World};
 /// A world's entities at one instant.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
+    /// When it was taken (the save's time).
     pub created: Timestamp,
+    /// The world's seed, kept so a loaded world goes on with the same random streams.
     pub seed: u64,
+    /// The serial the next new item gets (serials are never reused).
     pub next_item_serial: Serial,
+    /// The serial the next new mobile gets.
     pub next_mobile_serial: Serial,
+    /// Every item but those a left-out mobile wears or carries; in the world's order until
+    /// [`sort`](Self::sort)ed by serial.
     pub items: Vec<Item>,
+    /// Every mobile the `keep` filter of [`take`](Self::take) accepted.
     pub mobiles: Vec<Mobile>,
+    /// Every spawner.
     pub spawners: Vec<Spawner>,
 }
 

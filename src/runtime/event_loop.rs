@@ -264,6 +264,8 @@ impl EventLoop {
         Self::builder().build()
     }
 
+    /// A builder with the defaults (the configuration's: 8 ms tick, 1 s idle wait, ...): set
+    /// what differs, then [`build`](EventLoopBuilder::build).
     pub fn builder() -> EventLoopBuilder {
         EventLoopBuilder::default()
     }

@@ -31,13 +31,18 @@ use super::phase::Phase;
 pub enum Fault {
     /// A panic escaped `phase`; the loop stopped at once.
     Panic {
+        /// The phase the panic escaped.
         phase: Phase,
+        /// The panic's message (its payload as text).
         message: String,
         /// `file:line:column`, when the site hook saw the panic.
         site: Option<String>,
     },
     /// Code on the loop reported that the shard cannot go on; the loop itself is sound.
-    Reported { message: String },
+    Reported {
+        /// What cannot go on, and why, as the reporter put it.
+        message: String,
+    },
 }
 
 impl fmt::Display for Fault {
@@ -90,8 +95,9 @@ impl FaultState {
     }
 }
 
-/// Tells this thread's loop that the shard cannot go on: the first report wakes [`faulted`],
-/// later ones are only logged. Off a loop thread (a backend used without a loop, in a test)
+/// Tells this thread's loop that the shard cannot go on: the first report wakes the shard,
+/// which stops in its usual order with a final save (exit code 70); later ones are only
+/// logged. Off a loop thread (a backend used without a loop, in a test)
 /// it only logs. Returns whether this was the loop's first fault.
 pub fn report_fault(message: impl Into<String>) -> bool {
     let message = message.into();
@@ -113,7 +119,7 @@ pub fn report_fault(message: impl Into<String>) -> bool {
 /// # Panics
 /// Off the loop thread.
 #[track_caller]
-pub fn faulted() -> impl Future<Output = Fault> + use<> {
+pub(crate) fn faulted() -> impl Future<Output = Fault> + use<> {
     let core = core("runtime::faulted");
     async move {
         loop {
@@ -129,14 +135,14 @@ pub fn faulted() -> impl Future<Output = Fault> + use<> {
 
 /// FAULT INJECTION, for tests only: the next iteration's Deltas phase panics, outside every
 /// guard, as a bug in a phase would. The shard arms it only from the hidden
-/// `--fault-inject-phase-panic` flag of the binary; nothing a client sends and no
-/// configuration key reaches it.
+/// `--fault-inject-phase-panic` flag, which only a build with the `testkit` feature has;
+/// nothing a client sends and no configuration key reaches it.
 ///
 /// # Panics
 /// Off the loop thread.
-#[doc(hidden)]
+#[cfg(any(test, feature = "testkit"))]
 #[track_caller]
-pub fn inject_phase_panic() {
+pub(crate) fn inject_phase_panic() {
     core("runtime::inject_phase_panic")
         .faults
         .inject_panic

@@ -36,8 +36,11 @@ use super::telemetry::SecondCounts;
 /// make (it cannot make a `Location`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Site {
+    /// The source file, as the compiler names it (relative to the crate that holds it).
     pub file: &'static str,
+    /// The line, from 1.
     pub line: u32,
+    /// The column, from 1.
     pub column: u32,
 }
 
@@ -62,7 +65,9 @@ impl fmt::Display for Site {
 /// timer callbacks, task polls and posted closures, a packet id for packet handlers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Offender<S> {
+    /// How long it ran (save snapshot time inside it excluded).
     pub took: Duration,
+    /// What ran.
     pub site: S,
 }
 
@@ -78,8 +83,11 @@ impl<S> Offender<S> {
 /// The worst offender of a second for each kind of work; `None` when that kind did not run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Offenders {
+    /// The longest timer callback, by the site that created the timer.
     pub timer: Option<Offender<Site>>,
+    /// The longest task poll, by the site that spawned the task.
     pub task: Option<Offender<Site>>,
+    /// The longest posted closure, by the site that posted it.
     pub posted: Option<Offender<Site>>,
     /// The packet id whose handler ran longest.
     pub handler: Option<Offender<u8>>,
@@ -198,6 +206,7 @@ impl History {
         self.len
     }
 
+    /// Whether no second is recorded yet.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len == 0

@@ -87,6 +87,7 @@ impl<K, H: Cancel, S: Default> Default for Keyed<K, H, S> {
 }
 
 impl<K: Eq + Hash, H: Cancel, S: BuildHasher + Default> Keyed<K, H, S> {
+    /// An empty set: nothing runs for any key.
     #[must_use]
     pub fn new() -> Self {
         Self::default()
@@ -133,6 +134,7 @@ impl<K: Eq + Hash, H: Cancel, S: BuildHasher + Default> Keyed<K, H, S> {
         self.running.borrow().len()
     }
 
+    /// No key has a handle kept ([`len`](Self::len) is 0).
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.running.borrow().is_empty()

@@ -7,7 +7,7 @@
 pub(crate) mod context;
 mod event_loop;
 pub(crate) mod executor;
-pub mod fault;
+pub(crate) mod fault;
 mod fire;
 mod health;
 pub mod history;
@@ -30,9 +30,10 @@ pub use event_loop::{
     DEFAULT_SPIN_BEFORE_PARK, DEFAULT_TICK, EventLoop, EventLoopBuilder,
 };
 pub use executor::{AbortHandle, JoinError, JoinHandle, spawn};
-pub use fault::{Fault, faulted, report_fault};
+pub(crate) use fault::faulted;
+pub use fault::{Fault, report_fault};
 pub use keyed::{Cancel, Keyed};
-pub use panic::{catch, panic_text};
+pub(crate) use panic::catch;
 pub use phase::{Account, Phase, PhaseInfo};
 pub use stats::LagHistogram;
 pub use telemetry::LoopStats;
@@ -65,7 +66,7 @@ pub fn take_lag_window() -> LagHistogram {
 /// Runs `snapshot` — copying the world for a save — and counts its time as the profile's
 /// [`Phase::Save`], out of the phase it runs in. Off the loop thread, or without the
 /// profile, it just runs `snapshot`.
-pub fn time_save_snapshot<R>(snapshot: impl FnOnce() -> R) -> R {
+pub(crate) fn time_save_snapshot<R>(snapshot: impl FnOnce() -> R) -> R {
     if !profile::ENABLED {
         return snapshot();
     }
@@ -84,7 +85,7 @@ pub fn time_save_snapshot<R>(snapshot: impl FnOnce() -> R) -> R {
 /// # Panics
 /// Off the loop thread.
 #[track_caller]
-pub fn on_each_second(hook: impl FnMut(&mut history::LoopSecond) + 'static) {
+pub(crate) fn on_each_second(hook: impl FnMut(&mut history::LoopSecond) + 'static) {
     context::core("runtime::on_each_second")
         .profile
         .set_hook(Box::new(hook));
@@ -113,7 +114,7 @@ pub fn profiling() -> bool {
 /// # Panics
 /// Off the loop thread.
 #[track_caller]
-pub fn lag_histogram() -> LagHistogram {
+pub(crate) fn lag_histogram() -> LagHistogram {
     context::core("runtime::lag_histogram")
         .counters
         .lag_total
@@ -127,6 +128,6 @@ pub fn lag_histogram() -> LagHistogram {
 /// # Panics
 /// Off the loop thread.
 #[track_caller]
-pub fn count_panic() {
+pub(crate) fn count_panic() {
     context::core("runtime::count_panic").counters.count_panic();
 }

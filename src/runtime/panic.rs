@@ -8,7 +8,7 @@ use std::any::Any;
 
 /// The text of a caught panic's payload (`&str` or `String`; anything else is named so).
 #[must_use]
-pub fn panic_text(payload: &(dyn Any + Send)) -> &str {
+pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> &str {
     if let Some(s) = payload.downcast_ref::<&str>() {
         s
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -26,7 +26,7 @@ pub fn panic_text(payload: &(dyn Any + Send)) -> &str {
 ///
 /// # Errors
 /// The panic's text, when `f` panicked.
-pub fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+pub(crate) fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
         .map_err(|payload| panic_text(&*payload).to_owned())
 }

@@ -1,9 +1,9 @@
-//! The loop's counters, declared once: [`loop_telemetry!`]'s one invocation at the bottom of
+//! The loop's counters, declared once: `loop_telemetry!`'s one invocation at the bottom of
 //! this file is the table, and every output is generated from it —
 //!
 //! - [`LoopStats`], the totals since the loop was built, with its `Display` (the console's
 //!   `loopstats`) and [`LoopStats::since`] (the `loop:` status line's interval);
-//! - the cells the loop bumps ([`Totals`]);
+//! - the cells the loop bumps (`Totals`);
 //! - [`SecondCounts`], what one second of the profile holds, with its per-second deltas and its
 //!   sums over a window (the `loopstats` summary);
 //! - [`TOTALS`] and [`SECONDS`], descriptors that the CSV columns, the Prometheus families and

@@ -44,8 +44,10 @@ struct Cli {
     clock_start: Option<jiff::Timestamp>,
 
     /// FAULT INJECTION, for tests only: DURATION after "ready", a loop phase panics as a bug
-    /// would, and the shard stops on the fault (final save, exit code 70). Hidden; no
+    /// would, and the shard stops on the fault (final save, exit code 70). Hidden, and only in
+    /// builds with the `testkit` feature (the binary cargo builds for this crate's tests); no
     /// configuration file or variable can set it.
+    #[cfg(any(test, feature = "testkit"))]
     #[arg(long, hide = true, value_name = "DURATION", value_parser = humantime::parse_duration)]
     fault_inject_phase_panic: Option<std::time::Duration>,
 }
@@ -131,6 +133,7 @@ fn shard_command(builder: ShardBuilder, cli: Cli) -> ExitCode {
             if cli.new_world {
                 config.server.new_world = true;
             }
+            #[cfg(any(test, feature = "testkit"))]
             if let Some(after) = cli.fault_inject_phase_panic {
                 tracing::warn!(
                     "--fault-inject-phase-panic: a loop phase will panic {} after ready (a \

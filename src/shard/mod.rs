@@ -90,6 +90,7 @@ impl fmt::Display for StopReason {
 /// What a clean stop reports.
 #[derive(Debug, Clone)]
 pub struct Stopped {
+    /// What stopped it: the caller's stop future, or `shutdown` on the console.
     pub reason: StopReason,
     /// The loop's counters at the end.
     pub stats: LoopStats,
@@ -107,7 +108,12 @@ pub struct Stopped {
 #[derive(Debug)]
 pub enum ShardError {
     /// The data directory could not be created.
-    DataDir { path: PathBuf, source: io::Error },
+    DataDir {
+        /// The data directory (`server.data_dir`).
+        path: PathBuf,
+        /// The error creating it.
+        source: io::Error,
+    },
     /// The console's threads could not be started.
     Console(io::Error),
     /// The watchdog's thread could not be started.
@@ -120,7 +126,12 @@ pub enum ShardError {
     /// Another process holds the data directory (the error says which).
     Locked(io::Error),
     /// What a crash left in the data directory could not be cleaned up.
-    Recover { path: PathBuf, source: io::Error },
+    Recover {
+        /// The directory holding `Saves/` and its temp directories, where recovery ran.
+        path: PathBuf,
+        /// The error recovery met.
+        source: io::Error,
+    },
     /// The save in `Saves/` cannot be loaded (the error names the file and the reason).
     Load(persist::LoadError),
     /// An archive dropped into `Saves/` cannot be restored (names it and the reason).
@@ -146,6 +157,7 @@ pub enum ShardError {
     /// The shard stopped itself: a panic escaped a loop phase, or code on the loop reported
     /// that it cannot go on (a dead io_uring ring). The final save was attempted either way.
     Fault {
+        /// The fault: the panic and its phase and site, or the reported message.
         fault: Fault,
         /// The final save's `created` time, or why it failed (the previous save is then the
         /// one on disk).
@@ -603,6 +615,7 @@ async fn serve(
         "shard ready; type `help` for console commands, Ctrl-C to stop"
     );
     let ready = tokio::time::Instant::now();
+    #[cfg(any(test, feature = "testkit"))]
     if let Some(after) = config.server.fault_inject_phase_panic {
         tracing::warn!(
             after = %humantime::format_duration(after),

@@ -59,6 +59,8 @@ pub struct StatusReporter {
 }
 
 impl StatusReporter {
+    /// A reporter whose first line covers the interval from now, `stats` being the loop's
+    /// counters now.
     pub fn new(idle_wait: Duration, stats: LoopStats) -> Self {
         StatusReporter {
             idle_wait,

@@ -97,7 +97,9 @@ struct Entry<T> {
 /// An entry [`Wheel::poll`] found due.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Expired {
+    /// The entry's key, as [`Wheel::insert`] returned it.
     pub key: Key,
+    /// The tick it was due at (at or before the `now` it was polled with).
     pub tick: u64,
 }
 
@@ -160,6 +162,7 @@ impl<T> Wheel<T> {
         self.slab.len()
     }
 
+    /// No entry is live (none waiting, none fired and kept).
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -224,11 +227,13 @@ impl<T> Wheel<T> {
         Some(entry.value)
     }
 
+    /// The value of the live entry `key`; `None` for a stale or foreign key.
     #[must_use]
     pub fn get(&self, key: Key) -> Option<&T> {
         self.slab.get(key).map(|e| &e.value)
     }
 
+    /// The value of the live entry `key`, to change in place; `None` for a stale or foreign key.
     #[must_use]
     pub fn get_mut(&mut self, key: Key) -> Option<&mut T> {
         self.slab.get_mut(key).map(|e| &mut e.value)

@@ -15,7 +15,9 @@ use super::serial::Serial;
 /// One drained mobile change, as [`World::drain_changes`] hands it on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MobileChange<'a> {
+    /// The mobile that changed.
     pub serial: Serial,
+    /// Every change it had since it was last drained, merged.
     pub delta: Delta,
     /// Where the mobile is now; `None` once it is removed.
     pub location: Option<Location>,
@@ -208,6 +210,7 @@ impl World {
         self.item_deltas.pending(serial)
     }
 
+    /// The delta queues' counters since the world was made.
     pub fn delta_stats(&self) -> DeltaStats {
         self.stats
     }

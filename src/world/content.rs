@@ -12,14 +12,14 @@ use super::rng::Rng;
 use super::serial::Serial;
 
 /// The spawner item's graphic (invisible to players).
-pub const SPAWNER_ITEM: u16 = 0x1F13;
-pub const BACKPACK: u16 = 0x0E75;
-pub const BANK_BOX: u16 = 0x09AB;
-pub const GOLD: u16 = 0x0EED;
+pub(crate) const SPAWNER_ITEM: u16 = 0x1F13;
+pub(crate) const BACKPACK: u16 = 0x0E75;
+pub(crate) const BANK_BOX: u16 = 0x09AB;
+pub(crate) const GOLD: u16 = 0x0EED;
 
 /// A kind of creature a spawner can make.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CreatureTemplate {
+pub(crate) struct CreatureTemplate {
     pub name: &'static str,
     pub body: u16,
     pub hits: u16,
@@ -41,7 +41,7 @@ const fn creature(name: &'static str, body: u16, hits: u16, stats: [u16; 3]) -> 
 }
 
 /// The creatures of the demo world.
-pub const CREATURES: &[CreatureTemplate] = &[
+pub(crate) const CREATURES: &[CreatureTemplate] = &[
     creature("a townsperson", 0x0190, 60, [50, 40, 40]),
     creature("a vendor", 0x0190, 80, [60, 50, 50]),
     creature("a guard", 0x0190, 400, [200, 100, 80]),
@@ -59,7 +59,7 @@ pub const CREATURES: &[CreatureTemplate] = &[
 ];
 
 /// Resources item spawners lay on the ground: (graphic, largest pile).
-pub const RESOURCES: &[(u16, u16)] = &[
+pub(crate) const RESOURCES: &[(u16, u16)] = &[
     (0x0F7A, 5),  // black pearl
     (0x0F7B, 5),  // blood moss
     (0x0F84, 5),  // garlic
@@ -73,32 +73,32 @@ pub const RESOURCES: &[(u16, u16)] = &[
 ];
 
 /// What players leave lying around (these decay).
-pub const LITTER: &[u16] = &[0x0ECA, 0x09D0, 0x0F0E, 0x0F51, 0x1F03, 0x0E21, 0x13F6];
+pub(crate) const LITTER: &[u16] = &[0x0ECA, 0x09D0, 0x0F0E, 0x0F51, 0x1F03, 0x0E21, 0x13F6];
 /// Fixed decoration on the ground (never decays, not movable).
-pub const DECOR: &[u16] = &[
+pub(crate) const DECOR: &[u16] = &[
     0x0B90, 0x0B4F, 0x0B20, 0x0A28, 0x0C83, 0x0E77, 0x0E3D, 0x0CE3, 0x0D25, 0x1E5E,
 ];
 /// Chests placed in towns.
-pub const CHESTS: &[u16] = &[0x0E42, 0x0E43, 0x09A9, 0x0E7C];
+pub(crate) const CHESTS: &[u16] = &[0x0E42, 0x0E43, 0x09A9, 0x0E7C];
 /// What containers hold.
-pub const LOOT: &[u16] = &[
+pub(crate) const LOOT: &[u16] = &[
     GOLD, 0x0F7A, 0x0F7B, 0x0F84, 0x1F4C, 0x0F0E, 0x0EFA, 0x1BF2, 0x097B,
 ];
 /// Worn clothing, in the order a creature is dressed: (graphic, layer).
-pub const CLOTHES: &[(u16, u8)] = &[
+pub(crate) const CLOTHES: &[(u16, u8)] = &[
     (0x1517, layer::SHIRT),
     (0x152E, layer::PANTS),
     (0x170F, layer::SHOES),
 ];
 /// Names of people.
-pub const NAMES: &[&str] = &[
+pub(crate) const NAMES: &[&str] = &[
     "Adrian", "Beatrix", "Corwin", "Delia", "Edmund", "Fiona", "Gareth", "Helena", "Ivor",
     "Jocelyn", "Kestrel", "Lorien", "Maeve", "Nolan", "Ophelia", "Perrin",
 ];
 /// Whether a creature appears in the game (a spawn: `ADDED` deltas) or already existed
 /// (generation or loading: no deltas).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     Generated,
     Spawned,
 }
@@ -107,7 +107,7 @@ pub enum Origin {
 ///
 /// # Panics
 /// If its parent does not exist (a bug in the caller: parents are put first).
-pub fn put_item(world: &mut World, item: Item, origin: Origin) -> Serial {
+pub(crate) fn put_item(world: &mut World, item: Item, origin: Origin) -> Serial {
     let added = match origin {
         Origin::Generated => world.restore_item(item),
         Origin::Spawned => world.add_item(item),
@@ -125,7 +125,7 @@ fn put_mobile(world: &mut World, mobile: Mobile, origin: Origin) -> Serial {
 
 /// A creature of `CREATURES[template]` at `at`, carrying `gear` items (clothes, then a
 /// backpack holding the rest).
-pub fn make_creature(
+pub(crate) fn make_creature(
     world: &mut World,
     rng: &mut Rng,
     template: u16,
@@ -152,7 +152,7 @@ pub fn make_creature(
 
 /// A logged-out player character (on the internal map) with a backpack and a bank box
 /// sharing `items` items between them and their contents.
-pub fn make_player(world: &mut World, rng: &mut Rng, items: u32) -> Serial {
+pub(crate) fn make_player(world: &mut World, rng: &mut Rng, items: u32) -> Serial {
     let female = rng.percent(50);
     let body = if female { 0x0191 } else { 0x0190 };
     let mut mobile = Mobile::new(world.new_mobile_serial(), *rng.pick(NAMES), body);
@@ -211,7 +211,7 @@ fn wear_container(world: &mut World, rng: &mut Rng, mobile: Serial, id: u16, wor
 }
 
 /// A chest on the ground at `at` holding `contents` items.
-pub fn make_chest(world: &mut World, rng: &mut Rng, at: Location, contents: u32) -> Serial {
+pub(crate) fn make_chest(world: &mut World, rng: &mut Rng, at: Location, contents: u32) -> Serial {
     let mut chest = Item::new(world.new_item_serial(), *rng.pick(CHESTS));
     chest.location = at;
     chest.container = true;
@@ -243,7 +243,7 @@ fn fill(world: &mut World, rng: &mut Rng, container: Serial, count: u32, origin:
 }
 
 /// An item lying on the ground at `at`.
-pub fn make_ground_item(
+pub(crate) fn make_ground_item(
     world: &mut World,
     item_id: u16,
     at: Location,
@@ -255,7 +255,7 @@ pub fn make_ground_item(
 }
 
 /// An item for the ground at `at` (not yet in the world).
-pub fn ground_item(world: &mut World, item_id: u16, at: Location, decays: bool) -> Item {
+pub(crate) fn ground_item(world: &mut World, item_id: u16, at: Location, decays: bool) -> Item {
     let mut item = Item::new(world.new_item_serial(), item_id);
     item.location = at;
     item.decays = decays;
@@ -264,7 +264,7 @@ pub fn ground_item(world: &mut World, item_id: u16, at: Location, decays: bool) 
 }
 
 /// A pile of `RESOURCES[template]` on the ground at `at` (it decays).
-pub fn make_resource(
+pub(crate) fn make_resource(
     world: &mut World,
     rng: &mut Rng,
     template: u16,

@@ -14,6 +14,7 @@ use super::serial::{IdMap, Serial};
 pub struct Delta(u8);
 
 impl Delta {
+    /// Nothing changed.
     pub const NONE: Delta = Delta(0);
     /// It appeared in the world.
     pub const ADDED: Delta = Delta(1);
@@ -28,14 +29,17 @@ impl Delta {
     /// It was deleted.
     pub const REMOVED: Delta = Delta(1 << 5);
 
+    /// Every flag of `other` is set here.
     pub fn contains(self, other: Delta) -> bool {
         self.0 & other.0 == other.0
     }
 
+    /// No flag is set.
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
 
+    /// The flags as a byte (`ADDED` is bit 0, `REMOVED` bit 5).
     pub fn bits(self) -> u8 {
         self.0
     }
@@ -116,13 +120,16 @@ pub struct DeltaStats {
     pub item_marks: u64,
     /// Mobiles put in the queue (a mobile already queued is not queued again).
     pub mobiles_queued: u64,
+    /// Items put in the queue.
     pub items_queued: u64,
     /// Mobile changes drained.
     pub mobiles_sent: u64,
+    /// Item changes drained.
     pub items_sent: u64,
     /// Drained changes that were deletions (mobiles and items).
     pub removals_sent: u64,
     /// Things said (`World::say`), and drained changes that carried speech.
     pub speech: u64,
+    /// Drained changes that carried speech.
     pub speech_sent: u64,
 }

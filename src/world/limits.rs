@@ -35,8 +35,11 @@ pub const SPAWN_INTERVAL_MINUTES: RangeInclusive<u16> = 1..=7 * 24 * 60;
 /// Which kind of entity broke a limit (and so which save file holds it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntityKind {
+    /// An item (`items.bin`).
     Item,
+    /// A mobile (`mobiles.bin`).
     Mobile,
+    /// A spawner (`spawners.bin`).
     Spawner,
 }
 
@@ -57,7 +60,10 @@ pub enum Breach {
     /// Nested deeper than [`MAX_CONTAINER_DEPTH`].
     TooDeep,
     /// Inside itself, through the container named.
-    Cycle { through: Serial },
+    Cycle {
+        /// A container on the loop, by which the entity holds itself.
+        through: Serial,
+    },
     /// `max` over [`MAX_SPAWN_COUNT`].
     SpawnCount(u16),
     /// `range` over [`MAX_SPAWN_RANGE`].

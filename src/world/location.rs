@@ -9,12 +9,19 @@
 pub struct MapId(pub u8);
 
 impl MapId {
+    /// Map 0, 6144×4096 tiles.
     pub const FELUCCA: MapId = MapId(0);
+    /// Map 1, 6144×4096 tiles (Felucca's twin).
     pub const TRAMMEL: MapId = MapId(1);
+    /// Map 2, 2304×1600 tiles.
     pub const ILSHENAR: MapId = MapId(2);
+    /// Map 3, 2560×2048 tiles.
     pub const MALAS: MapId = MapId(3);
+    /// Map 4, 1448×1448 tiles.
     pub const TOKUNO: MapId = MapId(4);
+    /// Map 5, 1280×4096 tiles.
     pub const TER_MUR: MapId = MapId(5);
+    /// Nowhere: no size, no sectors (logged-out characters, items in containers).
     pub const INTERNAL: MapId = MapId(0x7F);
 
     /// Width and height in tiles; `None` for `INTERNAL` and unknown maps.
@@ -40,9 +47,13 @@ impl Default for MapId {
 /// place in the container's window and `map` is `INTERNAL`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Location {
+    /// Tiles from the map's west edge (or across a container's window).
     pub x: u16,
+    /// Tiles from the map's north edge (or down a container's window).
     pub y: u16,
+    /// Altitude, in the client's z units; may be negative (caves, water).
     pub z: i8,
+    /// The map it is on; [`MapId::INTERNAL`] for nowhere and inside containers.
     pub map: MapId,
 }
 
@@ -55,6 +66,8 @@ impl Location {
         map: MapId::INTERNAL,
     };
 
+    /// (`x`, `y`) at altitude `z` on `map`; not checked against the map's size
+    /// ([`is_on_map`](Self::is_on_map) says).
     #[must_use]
     pub const fn new(x: u16, y: u16, z: i8, map: MapId) -> Location {
         Location { x, y, z, map }

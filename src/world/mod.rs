@@ -32,7 +32,7 @@
 
 mod activity;
 mod changes;
-pub mod content;
+pub(crate) mod content;
 mod delta;
 mod entity;
 mod generate;
@@ -57,9 +57,10 @@ pub use generate::{
 pub use guard::{ItemMut, MobileMut};
 pub use limits::{Breach, EntityKind};
 pub use location::{Location, MapId};
-pub use model::{Activity, ActivityHook, World, WorldError};
+pub use model::{Activity, World, WorldError};
 pub use sector::{ACTIVE_RANGE, SECTOR_SIZE, SectorId};
-pub use serial::{IdHasher, IdMap, Serial, SerialAllocator};
+pub(crate) use serial::IdMap;
+pub use serial::{IdHasher, Serial, SerialAllocator};
 pub use spawner::{TopUp, top_up};
 
 /// The Deltas slot handler: drains up to [`DELTAS_PER_ITERATION`] mobile and item changes per

@@ -26,7 +26,7 @@ pub enum Activity {
 
 /// Told synchronously about every [`Activity`] change. It runs while the world is borrowed:
 /// it must not touch the world (start tasks or timers instead).
-pub type ActivityHook = Box<dyn FnMut(Activity, &Mobile)>;
+pub(crate) type ActivityHook = Box<dyn FnMut(Activity, &Mobile)>;
 
 /// Why an entity could not be added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +97,8 @@ impl World {
         }
     }
 
+    /// The seed the world was made with: games derive their random streams from it, so a
+    /// loaded world draws the same numbers.
     pub fn seed(&self) -> u64 {
         self.seed
     }
@@ -260,14 +262,18 @@ impl World {
         Some(mobile)
     }
 
+    /// The item `serial`, if it exists. To change one, [`item_mut`](Self::item_mut) (which
+    /// marks its delta).
     pub fn item(&self, serial: Serial) -> Option<&Item> {
         self.items.get(&serial)
     }
 
+    /// The mobile `serial`, if it exists. To change one, [`mobile_mut`](Self::mobile_mut).
     pub fn mobile(&self, serial: Serial) -> Option<&Mobile> {
         self.mobiles.get(&serial)
     }
 
+    /// The spawning data of spawner item `serial`, if it is a spawner.
     pub fn spawner(&self, serial: Serial) -> Option<&Spawner> {
         self.spawners.get(&serial)
     }
@@ -292,14 +298,17 @@ impl World {
         self.spawners.values()
     }
 
+    /// Items in the world (on the ground, in containers, worn).
     pub fn item_count(&self) -> usize {
         self.items.len()
     }
 
+    /// Mobiles in the world, logged-in players' characters included.
     pub fn mobile_count(&self) -> usize {
         self.mobiles.len()
     }
 
+    /// Spawners in the world.
     pub fn spawner_count(&self) -> usize {
         self.spawners.len()
     }

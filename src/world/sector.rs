@@ -20,8 +20,11 @@ pub const ACTIVE_RANGE: u16 = 2;
 /// One sector of one map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SectorId {
+    /// The map it is on (never [`MapId::INTERNAL`], which has no sectors).
     pub map: MapId,
+    /// Column: the tile `x` divided by [`SECTOR_SIZE`].
     pub x: u16,
+    /// Row: the tile `y` divided by [`SECTOR_SIZE`].
     pub y: u16,
 }
 

@@ -144,4 +144,4 @@ impl Hasher for IdHasher {
 }
 
 /// A `HashMap` keyed by ids, with [`IdHasher`].
-pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;

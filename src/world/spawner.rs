@@ -14,7 +14,9 @@ use super::serial::Serial;
 /// What one run of a spawner made.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TopUp {
+    /// Creatures made (with their gear, whose items are not listed).
     pub mobiles: Vec<Serial>,
+    /// Ground items made (resources).
     pub items: Vec<Serial>,
 }
 

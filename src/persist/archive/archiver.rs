@@ -4,7 +4,8 @@
 //! run is going folds into one more run after it (a run looks at everything on disk, so one
 //! is enough however many saves completed meanwhile). The work itself happens on a
 //! low-priority background thread; the loop only starts it and hears how it went. The
-//! one-at-a-time bookkeeping is a [`SingleFlight`].
+//! one-at-a-time bookkeeping is the crate's single flight (`persist/single_flight.rs`), as
+//! for saves; a request answers with its [`Request`] outcome.
 //!
 //! Owns what a run is, and its log lines. Must never block the loop.
 
@@ -22,7 +23,9 @@ use crate::persist::{Clock, Layout, background};
 /// How the last run went.
 #[derive(Debug, Clone)]
 pub struct LastRun {
+    /// When the run started (the shard's wall clock).
     pub at: Timestamp,
+    /// What it wrote, pruned and deleted, or the error that stopped it.
     pub outcome: Result<rollup::Report, PersistError>,
 }
 
@@ -56,6 +59,8 @@ impl Job {
 }
 
 impl Archiver {
+    /// An archiver of the saves and backups `layout` names, running `plan`, reading the time
+    /// from `clock`. Nothing runs until a request.
     pub fn new(layout: Layout, plan: Plan, clock: Clock) -> Archiver {
         let inner = Rc::new(Inner {
             layout,
@@ -99,14 +104,17 @@ impl Archiver {
         self.flight.finished()
     }
 
+    /// The last finished run, if one has finished.
     pub fn last(&self) -> Option<LastRun> {
         self.flight.last()
     }
 
+    /// A run is going now (on its background thread).
     pub fn is_running(&self) -> bool {
         self.flight.is_running()
     }
 
+    /// What each run does: where archives go, their format, the retention.
     pub fn plan(&self) -> &Plan {
         &self.inner.plan
     }

@@ -101,6 +101,8 @@ pub struct Capped<R> {
 }
 
 impl<R: Read> Capped<R> {
+    /// A reader of `inner` that fails past `cap` bytes, naming `what` it read (`"tar stream"`)
+    /// and the cap in the error.
     pub fn new(inner: R, cap: u64, what: &'static str) -> Capped<R> {
         Capped::sharing(inner, cap, cap, what)
     }
@@ -161,7 +163,9 @@ pub fn tar_stream<'a, R: io::BufRead + 'a>(
 /// What an entry is, by its own header (raw: never by a header before it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// A regular file.
     File,
+    /// A directory.
     Dir,
     /// Anything else: links, devices, GNU long-name and PAX headers… (its tar type letter,
     /// or `?` for a zip entry of another Unix type).
@@ -171,7 +175,9 @@ pub enum Kind {
 /// What a visitor of [`each_entry`] wants next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
+    /// Go on to the next entry.
     Next,
+    /// End the walk here, successfully.
     Stop,
 }
 

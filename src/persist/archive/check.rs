@@ -95,26 +95,40 @@ pub enum CheckError {
     /// The manifest entry is larger than [`MAX_MANIFEST_BYTES`]: by the size its header
     /// declares (`Some`), or by what it holds (`None`, a zip entry's declared size can lie).
     ManifestTooLarge {
+        /// The archive entry of the manifest (its path inside the archive).
         entry: String,
+        /// The size its header declares, when that is what is over the limit.
         declared: Option<u64>,
     },
     /// Reading the manifest entry failed (a damaged stream, a limit).
     ManifestUnreadable {
+        /// The archive entry of the manifest (its path inside the archive).
         entry: String,
+        /// What reading it said.
         source: Arc<io::Error>,
     },
     /// The manifest entry is not UTF-8 text.
-    ManifestNotText { entry: String },
+    ManifestNotText {
+        /// The archive entry of the manifest (its path inside the archive).
+        entry: String,
+    },
     /// The manifest does not parse, or describes no save this build loads.
     Manifest(ManifestError),
     /// A data file the manifest names is not in the archive beside it.
-    Missing { entry: String },
+    Missing {
+        /// The data file's entry name the manifest expects.
+        entry: String,
+    },
     /// A data file whose size, or CRC-32 (`None`: it does not end in a valid one), is not
     /// what the manifest records for it (`listed`).
     Mismatch {
+        /// The data file's entry in the archive.
         entry: String,
+        /// Its size in the archive, in bytes.
         bytes: u64,
+        /// The CRC-32 it ends with, if it ends in a valid one.
         crc32: Option<u32>,
+        /// What the manifest records for it.
         listed: Written,
     },
 }

@@ -36,8 +36,12 @@ const MAX_PAX_BYTES: u64 = 64 * 1024;
 /// archive being refused for what it holds. The caller attaches the archive's path.
 #[derive(Debug)]
 pub struct Refusal {
+    /// The entry at fault, named as in the archive; `None` when the archive as a whole is.
     pub entry: Option<String>,
+    /// Why, in operator words (a limit and its key, an unsafe path, a missing file).
     pub reason: String,
+    /// The OS error when the filesystem failed; `None` when the archive was refused for what
+    /// it holds.
     pub source: Option<io::Error>,
 }
 

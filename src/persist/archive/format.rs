@@ -20,21 +20,29 @@ use crate::persist::fsio;
 /// One file in an archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// Its path inside the archive, `/`-separated.
     pub name: String,
+    /// Its size, bytes, as written or read back (uncompressed).
     pub bytes: u64,
+    /// The CRC-32 (IEEE) of its bytes: what a read-back is checked against.
     pub crc32: u32,
 }
 
 /// An archive format (the file's extension says which).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Format {
+    /// A tar stream compressed with zstd (`.tar.zst`): the default, small and fast.
     TarZst,
+    /// A tar stream compressed with gzip (`.tar.gz`).
     TarGz,
+    /// A zip file with deflate (`.zip`).
     Zip,
+    /// A plain tar file (`.tar`), not compressed.
     Tar,
 }
 
 impl Format {
+    /// Every format, in the order an archive's name is tried against their extensions.
     pub const ALL: [Format; 4] = [Format::TarZst, Format::TarGz, Format::Zip, Format::Tar];
 
     /// The extension, with its leading dot.

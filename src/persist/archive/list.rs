@@ -25,10 +25,12 @@ use crate::persist::manifest::{Manifest, ManifestError};
 /// A backup or archive that `restore --list` shows.
 #[derive(Debug, Clone)]
 pub struct Listed {
+    /// A backup (a save directory) or an archive (one file).
     pub kind: ListedKind,
     /// `Automatic` or `Restored` for backups; `Hourly`, `Daily`, `Monthly` or `Restored`
     /// for archives.
     pub group: String,
+    /// Where it is: the backup's directory or the archive file.
     pub path: PathBuf,
     /// `path` relative to the data directory, for display.
     pub name: String,
@@ -67,9 +69,12 @@ impl std::error::Error for UnreadableManifest {
     }
 }
 
+/// What a [`Listed`] entry is; backups sort before archives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ListedKind {
+    /// A replaced save kept as a directory under `Backups/`.
     Backup,
+    /// A save packed into one archive file under the archives directory.
     Archive,
 }
 

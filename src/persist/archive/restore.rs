@@ -82,9 +82,11 @@ impl fmt::Display for Restored {
 /// A restore that did not happen: the archive, the entry at fault (if one is), the reason.
 #[derive(Debug, Clone)]
 pub struct RestoreError {
+    /// The archive that was to be restored.
     pub archive: PathBuf,
     /// The archive entry refused, as named in the archive.
     pub entry: Option<String>,
+    /// Why not, in operator words.
     pub reason: String,
     /// `None`: nothing was changed. Otherwise where things were left, when a failure part-way
     /// through the moves could not put everything back.

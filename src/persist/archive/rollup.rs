@@ -52,12 +52,16 @@ use crate::persist::manifest;
 /// The three kinds of archive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Period {
+    /// One archive per clock hour (`Hourly/2026-12-03-10.tar.zst`).
     Hourly,
+    /// One archive per calendar day (`Daily/2026-12-03.tar.zst`).
     Daily,
+    /// One archive per calendar month (`Monthly/2026-12.tar.zst`).
     Monthly,
 }
 
 impl Period {
+    /// Every kind, shortest period first: the order of a [`Plan`]'s `retention`.
     pub const ALL: [Period; 3] = [Period::Hourly, Period::Daily, Period::Monthly];
 
     /// The directory under the archive directory.
@@ -115,11 +119,17 @@ impl fmt::Display for Period {
 pub struct Plan {
     /// `Archives/` (with `Hourly/`, `Daily/`, `Monthly/` under it).
     pub dir: PathBuf,
+    /// The format new archives are written in (existing ones keep theirs).
     pub format: Format,
+    /// The compression level for `format` (zstd 1 ..= 22, gzip and zip 0 ..= 9; ignored for
+    /// plain tar).
     pub level: i32,
+    /// The time zone period boundaries are counted in (a day starts at its midnight).
     pub zone: TimeZone,
     /// Archives kept per kind, in [`Period::ALL`] order; 0 = that kind is off.
     pub retention: [u32; 3],
+    /// Newest automatic backups kept once archived; older ones are deleted unless an archive
+    /// still to be written needs them.
     pub keep_backups: u32,
     /// With `prune`: archives whose period started longer ago than this are deleted.
     pub max_age: Option<Duration>,
@@ -141,7 +151,9 @@ impl Plan {
 /// A complete backup: a directory of `Backups/Automatic/` with its marker.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Backup {
+    /// When the save in it was taken (its directory name, a UTC time).
     pub created: Timestamp,
+    /// Its directory under `Backups/Automatic/`.
     pub path: PathBuf,
 }
 
@@ -150,25 +162,35 @@ pub struct Backup {
 pub struct Report {
     /// Archives written: kind, path, bytes of input, bytes of archive, time taken.
     pub written: Vec<Written>,
+    /// Archives deleted by retention (more than a kind keeps) or by `max_age`.
     pub pruned: Vec<PathBuf>,
+    /// Backups deleted: archived, and not among the newest `keep_backups`.
     pub deleted_backups: Vec<PathBuf>,
     /// Archive files that did not verify, renamed out of the way: (new path, why).
     pub set_aside: Vec<(PathBuf, CheckError)>,
+    /// The whole run, wall-clock time.
     pub took: Duration,
 }
 
+/// One archive a run wrote (and read back to check).
 #[derive(Debug, Clone)]
 pub struct Written {
+    /// Its kind.
     pub period: Period,
+    /// The archive file.
     pub path: PathBuf,
+    /// Bytes of the backup's files that went into it.
     pub input_bytes: u64,
+    /// Bytes of the archive file.
     pub archive_bytes: u64,
+    /// Writing and verifying it, wall-clock time.
     pub took: Duration,
 }
 
 /// A run that stopped: what it was doing and why (nothing was lost), and what it had done.
 #[derive(Debug, Clone)]
 pub struct RollupError {
+    /// What failed: the step, the path and the OS's reason.
     pub error: PersistError,
     /// What the run had done before it stopped (boxed: errors stay small to pass around).
     pub partial: Box<Report>,

@@ -21,7 +21,9 @@ use crate::runtime::telemetry::{SECONDS, Value};
 /// A CSV column: its header name and what it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Column {
+    /// Its name in the header row.
     pub name: &'static str,
+    /// What it holds, as `docs/loopstats-csv.md` says it.
     pub doc: &'static str,
 }
 
@@ -205,8 +207,11 @@ pub enum CsvError {
     Io(io::Error),
     /// Line `line` (1-based) is wrong; `column` (1-based, with its name) when one field is.
     Bad {
+        /// The line, counted from 1 (the header is line 1).
         line: usize,
+        /// The column, counted from 1, and its name, when one field is at fault.
         column: Option<(usize, &'static str)>,
+        /// What is wrong with it.
         reason: String,
     },
 }

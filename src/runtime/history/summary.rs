@@ -15,8 +15,11 @@ const COUNTS_PER_LINE: usize = 4;
 /// Something that peaked in one second, and which second.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Worst<T> {
+    /// What peaked.
     pub value: T,
+    /// That second's wall-clock start, seconds since the Unix epoch.
     pub unix_second: u64,
+    /// That second's start in the loop's uptime, whole seconds.
     pub uptime_second: u64,
 }
 

@@ -30,6 +30,7 @@ pub struct Args<'a> {
 }
 
 impl<'a> Args<'a> {
+    /// The arguments, split on whitespace, in order (the command's name not among them).
     #[must_use]
     pub fn words(&self) -> &'a [&'a str] {
         self.words
@@ -53,11 +54,17 @@ pub fn duration(text: &str) -> Result<Duration, String> {
 /// Why a console line was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConsoleError {
+    /// The line is not valid UTF-8.
     NotUtf8,
+    /// The line is longer than [`MAX_LINE`] bytes (it was skipped, not read).
     TooLong,
+    /// No command has this name (the first word, shortened for display).
     Unknown(String),
+    /// The command refused its arguments; nothing changed.
     BadArguments {
+        /// The command's name.
         command: &'static str,
+        /// Why, as the command put it.
         reason: String,
     },
 }

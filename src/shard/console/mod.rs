@@ -41,6 +41,8 @@ impl Console {
         Console::new(io::BufReader::new(io::stdin()), io::stdout())
     }
 
+    /// Commands read line by line from `input`, answers written to `output`, each on a thread
+    /// of its own (a blocking reader never stalls the loop).
     pub fn new(
         input: impl BufRead + Send + 'static,
         output: impl Write + Send + 'static,
