@@ -351,7 +351,8 @@ impl Default for AutosaveConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ArchiveConfig {
-    /// Archive automatic backups hourly, daily and monthly.
+    /// Archive automatic backups hourly, daily and monthly (off: none are made or pruned, but
+    /// backups are still kept to `keep_backups`).
     pub enabled: bool,
     /// Where archives go; relative paths are under `server.data_dir`.
     pub dir: PathBuf,
@@ -370,7 +371,8 @@ pub struct ArchiveConfig {
     /// Age beyond which `prune` deletes archives (> 0).
     #[serde(with = "duration")]
     pub max_age: Duration,
-    /// Newest automatic backups kept once archived (the rest are deleted).
+    /// Newest automatic backups kept, by save sequence (the rest are deleted once archived,
+    /// or at once with archives off).
     pub keep_backups: u32,
     /// Largest archive a restore unpacks (or any read of an archive decompresses), in bytes of
     /// extracted files (declared or actual). Default: 384 MiB, ~64x a default world's save.

@@ -54,7 +54,9 @@ impl Operation {
     fn promise(self) -> Option<&'static str> {
         match self {
             Operation::Save => Some("the previous save is intact"),
-            Operation::Rollup => Some("no backup was deleted, the next run tries again"),
+            Operation::Rollup => {
+                Some("every backup an archive still needs is kept, the next run tries again")
+            }
             Operation::Prune | Operation::AutosaveOverride => None,
         }
     }

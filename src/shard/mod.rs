@@ -542,7 +542,9 @@ async fn serve(
     let listening = start_listening(&wired.net, wired.backend, wired.listeners)?;
     let started_games = start_games(wired.games, &wired.world, &wired.players, &wired.net);
     let clock = wired.clock;
-    let archiver = start_archiver(config, &wired.layout, clock);
+    let rollups = start_archiver(config, &wired.layout, clock);
+    // The console and the metrics see archives only when they are on.
+    let archiver = config.archive.enabled.then(|| rollups.clone());
     let save_log = Rc::new(crate::metrics::SaveLog::default());
     let (saver, autosave) = saving::start_saving(
         config,
@@ -550,7 +552,7 @@ async fn serve(
         wired.layout,
         &wired.world,
         &started_games.context,
-        archiver.clone(),
+        Some(rollups.clone()),
         &save_log,
     );
     profile_each_second(&wired.net, &wired.players);
@@ -639,12 +641,10 @@ async fn serve(
     // Players are still connected: they hear that the world saves before they are let go.
     tracing::info!("taking the final world save (Ctrl-C again to exit without it)");
     let final_save = saver.save().await;
-    if let Some(archiver) = &archiver {
-        if archiver.is_running() {
-            tracing::info!("waiting for the archive rollup to finish");
-        }
-        archiver.idle().await;
+    if rollups.is_running() {
+        tracing::info!("waiting for the archive rollup to finish");
     }
+    rollups.idle().await;
     wired.net.stop();
     drop(metrics); // stops the endpoint's thread
     if let Some(token) = status_timer {
@@ -751,18 +751,21 @@ fn start_listening(
     Ok(listening)
 }
 
-/// The archiver, when archives are on, with a first rollup requested: whatever earlier runs
-/// (or a crash) left to do, before the first save.
-fn start_archiver(config: &Config, layout: &persist::Layout, clock: Clock) -> Option<Archiver> {
-    config.archive.enabled.then(|| {
-        let dir = config.data_path(&config.archive.dir);
-        let plan: Plan = config
-            .archive
-            .plan(dir, config.time.zone.time_zone().clone());
-        let archiver = Archiver::new(layout.clone(), plan, clock);
-        archiver.request();
-        archiver
-    })
+/// The archiver, with a first rollup requested: whatever earlier runs (or a crash) left to
+/// do, before the first save. With archives off (`archive.enabled = false`) it makes and
+/// prunes no archive (every kind's retention is 0) but still keeps `Backups/Automatic/` to
+/// the newest `keep_backups`: backups must not grow until saves fail.
+fn start_archiver(config: &Config, layout: &persist::Layout, clock: Clock) -> Archiver {
+    let dir = config.data_path(&config.archive.dir);
+    let mut plan: Plan = config
+        .archive
+        .plan(dir, config.time.zone.time_zone().clone());
+    if !config.archive.enabled {
+        plan.retention = [0; 3];
+    }
+    let archiver = Archiver::new(layout.clone(), plan, clock);
+    archiver.request();
+    archiver
 }
 
 pub(crate) fn whole_seconds(d: Duration) -> Duration {

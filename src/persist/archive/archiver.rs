@@ -128,59 +128,82 @@ impl Inner {
         let now = self.clock.now();
         let work = tokio::task::spawn_blocking(move || {
             background::run("shardloop-archive", move || match job {
-                Job::Rollup => rollup::run(&layout, &plan, now).map_err(|e| e.error),
-                Job::Prune => rollup::prune(&plan, now).map(|pruned| rollup::Report {
-                    pruned,
-                    ..rollup::Report::default()
-                }),
+                Job::Rollup => rollup::run(&layout, &plan, now),
+                Job::Prune => rollup::prune_run(&plan, now),
             })
         });
         let dir = self.plan.dir.clone();
         async move {
-            let thread = |step, source| PersistError::new(job.operation(), step, &dir, source);
+            let thread = |step, source| {
+                let e = PersistError::new(job.operation(), step, &dir, source);
+                tracing::error!("{e}");
+                Err(e)
+            };
             let outcome = match work.await {
-                Ok(Ok(outcome)) => outcome,
-                Ok(Err(e)) => Err(thread("starting the archive thread for", e)),
-                Err(e) => Err(thread(
+                Ok(Ok(outcome)) => {
+                    log(&outcome);
+                    outcome.map_err(|e| e.error)
+                }
+                Ok(Err(e)) => thread("starting the archive thread for", e),
+                Err(e) => thread(
                     "running the archive thread for",
                     io::Error::other(format!("the thread died: {e}")),
-                )),
+                ),
             };
-            log(&outcome);
             LastRun { at: now, outcome }
         }
     }
 }
 
-fn log(outcome: &Result<rollup::Report, PersistError>) {
-    match outcome {
-        Ok(report) => {
-            for (path, why) in &report.set_aside {
-                tracing::warn!(
-                    path = %path.display(),
-                    "an archive file did not verify ({why}); it was set aside under this \
-                     name, its period will be archived again and its backups are kept"
-                );
-            }
-            for w in &report.written {
-                tracing::info!(
-                    kind = %w.period,
-                    path = %w.path.display(),
-                    input_bytes = w.input_bytes,
-                    archive_bytes = w.archive_bytes,
-                    took = ?w.took,
-                    "archive written"
-                );
-            }
-            if !report.pruned.is_empty() || !report.deleted_backups.is_empty() {
-                tracing::info!(
-                    archives_pruned = report.pruned.len(),
-                    backups_deleted = report.deleted_backups.len(),
-                    "archives and backups tidied"
-                );
-            }
-        }
-        Err(e) => tracing::error!("{e}"),
+/// Logs what a run did, and each thing that failed in it (the rest of the run went on).
+fn log(outcome: &Result<rollup::Report, rollup::RollupError>) {
+    let report = match outcome {
+        Ok(report) => report,
+        Err(e) => &*e.partial,
+    };
+    for (path, why) in &report.set_aside {
+        tracing::warn!(
+            path = %path.display(),
+            "an archive file did not verify ({why}); it was set aside under this \
+             name, its period will be archived again and its backups are kept"
+        );
+    }
+    for (path, why) in &report.quarantined {
+        tracing::warn!(
+            path = %path.display(),
+            "a backup is not whole ({why}); it was quarantined under this name (never \
+             archived or deleted by the shard: inspect it, then remove it), and its period \
+             is archived from the next newest backup"
+        );
+    }
+    for w in &report.written {
+        tracing::info!(
+            kind = %w.period,
+            path = %w.path.display(),
+            input_bytes = w.input_bytes,
+            archive_bytes = w.archive_bytes,
+            took = ?w.took,
+            "archive written"
+        );
+    }
+    if !report.pruned.is_empty() || !report.deleted_backups.is_empty() {
+        tracing::info!(
+            archives_pruned = report.pruned.len(),
+            backups_deleted = report.deleted_backups.len(),
+            "archives and backups tidied"
+        );
+    }
+    if report.aged_out_later > 0 {
+        tracing::warn!(
+            left = report.aged_out_later,
+            "more archives are older than archive.max_age than one run deletes (at most {} \
+             of each kind, never the newest): the rest go in later runs. If the system clock \
+             jumped forward, set it right and nothing more is deleted",
+            rollup::MAX_AGED_OUT_PER_RUN
+        );
+    }
+    for e in &report.failed {
+        tracing::error!("{e}");
     }
 }
 
