@@ -126,6 +126,8 @@ impl TestShard {
         config.world.generate.mobiles = 0;
         config.autosave.enabled = false;
         config.archive.enabled = false;
+        // No 64 MiB disk reserve in every test's temporary directory.
+        config.world.disk_reserve = 0;
         TestShard {
             builder,
             login: None,

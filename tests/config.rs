@@ -103,6 +103,7 @@ fn defaults_are_documented_values_and_match_the_runtime() {
     assert_eq!(config.autosave.frequency, Duration::from_secs(3600));
     assert_eq!(config.autosave.warning, Duration::from_secs(60));
     assert_eq!(config.world.save_threads, 0);
+    assert_eq!(config.world.disk_reserve, 64 << 20);
     assert_eq!(config.save_path(), Path::new("./data/Saves"));
     assert_eq!(loaded.origin("server.idle_wait"), Some(Origin::Default));
 }
@@ -555,6 +556,14 @@ fn out_of_range_values_name_key_and_source() {
     let env = [("SHARD_WORLD__SAVE_THREADS", "1000")];
     let err = load_err(ConfigFile::None, &env, Overrides::default());
     assert_eq!(err.key(), Some("world.save_threads"));
+
+    let env = [("SHARD_WORLD__DISK_RESERVE", "4096")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("world.disk_reserve"));
+    assert!(err.to_string().contains("1 MiB"), "{err}");
+    let env = [("SHARD_WORLD__DISK_RESERVE", "0")];
+    let off = load(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(off.config.world.disk_reserve, 0, "0 turns the reserve off");
 }
 
 #[test]

@@ -570,7 +570,10 @@ fn save_survives(fault: Fault) {
         return;
     };
     let data = fs.mnt.join("data");
-    let mut shard = Shard::start(shardloop(fs.cwd(), &data, SMALL));
+    let mut cmd = shardloop(fs.cwd(), &data, SMALL);
+    // No disk reserve: this is the full disk that only an operator can free.
+    cmd.env("SHARD_WORLD__DISK_RESERVE", "0");
+    let mut shard = Shard::start(cmd);
     shard.send("save");
     let first = shard.wait_save_outcome();
     assert!(first.contains("world saved"), "{}", shard.dump());
@@ -644,6 +647,129 @@ fn a_full_disk_fails_the_save_and_keeps_the_previous_one() {
 #[test]
 fn a_read_only_filesystem_fails_the_save_and_keeps_the_previous_one() {
     save_survives(Fault::ReadOnly);
+}
+
+/// Waits until `path` is a file of `bytes` allocated bytes (the disk reserve being made).
+fn wait_for_reserve(shard: &mut Shard, path: &Path, bytes: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Ok(meta) = std::fs::metadata(path)
+            && meta.len() == bytes
+            && meta.blocks() * 512 >= bytes
+        {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "no {bytes}-byte reserve at {}\n{}",
+                path.display(),
+                shard.dump()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_full_disk_spends_the_reserve_saves_again_and_recovers_without_a_restart() {
+    let Some(fs) = Tmpfs::mount_or_skip("size=16m") else {
+        return;
+    };
+    let data = fs.mnt.join("data");
+    // A reserve of 1 MiB: room for one more save of this world (about 0.6 MB), not two.
+    const RESERVE: u64 = 1 << 20;
+    let mut cmd = shardloop(fs.cwd(), &data, SMALL);
+    cmd.env("SHARD_WORLD__DISK_RESERVE", RESERVE.to_string())
+        // Nothing else frees space meanwhile: no backup is deleted during the test.
+        .env("SHARD_ARCHIVE__ENABLED", "false")
+        .env("SHARD_ARCHIVE__KEEP_BACKUPS", "10");
+    let mut shard = Shard::start(cmd);
+    let reserve = data.join("disk-reserve");
+    wait_for_reserve(&mut shard, &reserve, RESERVE);
+    shard.send("save");
+    let first = shard.wait_save_outcome();
+    assert!(first.contains("world saved"), "{}", shard.dump());
+    let before = complete_save(&data.join("Saves")).expect("the first save");
+
+    // The disk fills up. The save gives up the reserve and is written again, at once.
+    let ballast = fill_leaving(&fs.mnt, 0);
+    let full = Instant::now();
+    shard.send("save");
+    let warned = shard.wait_log("the reserve given up", |l| {
+        l.contains("deleted the disk reserve")
+    });
+    assert!(
+        warned.contains("WARN") && warned.contains("No space left on device"),
+        "{warned}"
+    );
+    let outcome = shard.wait_save_outcome();
+    let saved_on_reserve = full.elapsed();
+    assert!(
+        outcome.contains("world saved"),
+        "{outcome}\n{}",
+        shard.dump()
+    );
+    assert!(!reserve.exists(), "the reserve was spent");
+    let rescued = load_saves(&data).manifest;
+    assert!(
+        rescued.sequence > before.sequence,
+        "a newer save is in place"
+    );
+    assert!(
+        backups(&data)
+            .iter()
+            .any(|b| Manifest::read(b).is_ok_and(|m| m == before))
+    );
+    // Logged by the save, before it ends: no room to make the reserve again.
+    let no_room = shard
+        .log
+        .seen
+        .iter()
+        .find(|l| l.contains("no room on this disk for the disk reserve"));
+    assert!(
+        no_room.is_some_and(|l| l.contains("WARN")),
+        "{}",
+        shard.dump()
+    );
+
+    // The reserve is spent and the disk still full: the next save fails cleanly, the shard
+    // runs on.
+    shard.send("save");
+    let failed = shard.wait_save_outcome();
+    assert!(
+        failed.contains("world save failed") && failed.contains("No space left on device"),
+        "{failed}\n{}",
+        shard.dump()
+    );
+    let saves = shard.status();
+    assert!(saves.contains("3 since start"), "{saves}");
+    assert_eq!(
+        load_saves(&data).manifest,
+        rescued,
+        "the failed save changed nothing"
+    );
+    assert_eq!(temp_dirs(&data), Vec::<PathBuf>::new());
+
+    // The operator makes room: the next save succeeds without a restart, and the reserve is
+    // made again right after it.
+    std::fs::remove_file(&ballast).unwrap();
+    let room = Instant::now();
+    shard.send("save");
+    let saved = shard.wait_save_outcome();
+    let saved_after_room = room.elapsed();
+    assert!(saved.contains("world saved"), "{saved}\n{}", shard.dump());
+    assert!(load_saves(&data).manifest.sequence > rescued.sequence);
+    wait_for_reserve(&mut shard, &reserve, RESERVE);
+    eprintln!(
+        "disk full -> saved on the reserve in {saved_on_reserve:?}; room made -> saved in \
+         {saved_after_room:?} (manual `save`, {SMALL:?} world)"
+    );
+
+    shard.send("shutdown");
+    let status = shard.wait_exit();
+    assert_eq!(status.code(), Some(0), "{}", shard.dump());
+    assert_eq!(save_events(&shard.log.seen), "SDSDSFSDSD");
 }
 
 /// A save on a filesystem that runs out at one step or another (`left` free blocks or

@@ -286,6 +286,9 @@ pub struct WorldConfig {
     pub save_dir: PathBuf,
     /// Serialization workers per save; 0 = one per core but the loop's (at least 1).
     pub save_threads: u32,
+    /// Bytes kept allocated beside the save (`disk-reserve`) and given up when a save finds
+    /// the disk full, so that save still fits; 0 = no reserve, else at least 1 MiB.
+    pub disk_reserve: u64,
     /// The world generated when no save exists.
     pub generate: GenerateConfig,
 }
@@ -295,6 +298,7 @@ impl Default for WorldConfig {
         WorldConfig {
             save_dir: PathBuf::from("Saves"),
             save_threads: 0,
+            disk_reserve: crate::persist::reserve::DEFAULT_BYTES,
             generate: GenerateConfig::default(),
         }
     }
@@ -534,6 +538,17 @@ impl Config {
             return invalid(
                 "world.save_threads",
                 "must be between 0 (automatic) and 256",
+            );
+        }
+        let reserve = self.world.disk_reserve;
+        if reserve != 0 && reserve < crate::persist::reserve::MIN_BYTES {
+            return invalid(
+                "world.disk_reserve",
+                format!(
+                    "must be 0 (no reserve) or at least {} bytes (1 MiB): a smaller reserve \
+                     cannot hold a save",
+                    crate::persist::reserve::MIN_BYTES
+                ),
             );
         }
         self.autosave.check()?;

@@ -20,7 +20,8 @@
 //! The building blocks underneath are the crate's own, not API: `snapshot.rs` and
 //! `saver.rs` (public only through the items above, which tests and benches drive),
 //! `schedule.rs` (the autosave times), `single_flight.rs` (one run at a time, one queued),
-//! `fsio.rs` (durable writes) and `background.rs` (low-priority threads).
+//! `fsio.rs` (durable writes), `background.rs` (low-priority threads) and `reserve.rs` (the
+//! disk reserve a save gives up when the disk is full, `world.disk_reserve`).
 //!
 //! Persistence knows the world's entities but nothing about sockets: what players should
 //! hear is handed out as [`Notice`]s for the shard to deliver. Nor does it read the
@@ -39,6 +40,7 @@ pub mod layout;
 pub mod load;
 pub mod lock;
 pub mod manifest;
+pub(crate) mod reserve;
 pub mod save;
 mod saver;
 pub(crate) mod schedule;

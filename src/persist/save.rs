@@ -16,6 +16,9 @@
 //! Writers of one save directory in this process take turns ([`Layout::lock_writes`]), from
 //! that read to the swap.
 //!
+//! With a disk reserve ([`write_with_reserve`], see [`super::reserve`]), a save that finds the
+//! disk full gives the reserve up and is written again from the same snapshot.
+//!
 //! Owns the write. Must never run on the loop thread, and never touch the world (it only has
 //! the snapshot).
 
@@ -30,6 +33,7 @@ use super::file::{self, Kind, Written};
 use super::fsio;
 use super::layout::{Layout, Replaced};
 use super::manifest::{self, Manifest};
+use super::reserve::Reserve;
 use super::snapshot::Snapshot;
 
 /// Records encoded per chunk (items are 22 bytes: about 180 KB per chunk).
@@ -54,8 +58,22 @@ pub fn write_in_background(
     snapshot: Snapshot,
     threads: usize,
 ) -> Result<Saved, PersistError> {
-    super::background::run("shardloop-save", move || write(layout, snapshot, threads))
-        .map_err(|source| fail("starting the save thread for", &layout.saves, source))?
+    write_in_background_with(layout, snapshot, threads, None)
+}
+
+/// [`write_in_background`], giving up the disk `reserve` (if any) when the disk is full
+/// ([`write_with_reserve`]).
+pub(crate) fn write_in_background_with(
+    layout: &Layout,
+    snapshot: Snapshot,
+    threads: usize,
+    reserve: Option<&Reserve>,
+) -> Result<Saved, PersistError> {
+    super::background::run("shardloop-save", move || match reserve {
+        Some(reserve) => write_with_reserve(layout, snapshot, threads, reserve),
+        None => write(layout, snapshot, threads),
+    })
+    .map_err(|source| fail("starting the save thread for", &layout.saves, source))?
 }
 
 /// Writes `snapshot` as the new current save. Blocking: call it from `spawn_blocking`.
@@ -66,6 +84,43 @@ pub fn write(
 ) -> Result<Saved, PersistError> {
     let began = Instant::now();
     snapshot.sort();
+    write_sorted(layout, &snapshot, threads, began)
+}
+
+/// [`write()`] with a disk reserve: when the disk (or the quota) is full, the reserve is
+/// deleted and the same snapshot written again at once, so the save fits; after a save that
+/// succeeds, the reserve is made again if the disk has room for it. Each step that the
+/// operator must hear of is logged (a full disk, the reserve given up, no room to make it
+/// again). The error is the last attempt's. Blocking.
+pub(crate) fn write_with_reserve(
+    layout: &Layout,
+    mut snapshot: Snapshot,
+    threads: usize,
+    reserve: &Reserve,
+) -> Result<Saved, PersistError> {
+    let began = Instant::now();
+    snapshot.sort();
+    let saved = match write_sorted(layout, &snapshot, threads, began) {
+        Err(e) if e.is_out_of_space() => {
+            if !reserve.give_up_for(&e) {
+                return Err(e);
+            }
+            write_sorted(layout, &snapshot, threads, began)?
+        }
+        other => other?,
+    };
+    drop(snapshot);
+    reserve.keep();
+    Ok(saved)
+}
+
+/// The save itself, from a sorted snapshot: staged in a temp directory, swapped in.
+fn write_sorted(
+    layout: &Layout,
+    snapshot: &Snapshot,
+    threads: usize,
+    began: Instant,
+) -> Result<Saved, PersistError> {
     // Held until the save is in place: the sequence read below must still be the one in
     // `Saves/` when this save replaces it.
     let _writing = layout.lock_writes();
@@ -74,9 +129,8 @@ pub fn write(
         .map_err(|source| fail("creating", layout.root(), source))?;
     // One more than the save this one replaces: recovery orders saves by it, not by the clock.
     let sequence = layout.current_sequence() + 1;
-    match stage(&staged, &snapshot, sequence, threads.max(1)) {
+    match stage(&staged, snapshot, sequence, threads.max(1)) {
         Ok(manifest) => {
-            drop(snapshot);
             let replaced = layout.swap_in(&staged).map_err(|failed| {
                 if let Some(on_disk) = failed.on_disk(&layout.saves) {
                     // In place but not durable: a failed save all the same. Both saves stay

@@ -23,6 +23,7 @@ use jiff::Timestamp;
 use super::clock::Clock;
 use super::error::{Operation, PersistError};
 use super::layout::{Layout, Replaced};
+use super::reserve::Reserve;
 use super::save::{self, Saved};
 use super::single_flight::{Request, SingleFlight};
 use super::snapshot::{Buffers, Snapshot};
@@ -109,20 +110,38 @@ type Outcome = Result<Report, PersistError>;
 #[derive(Clone)]
 pub struct Saver {
     flight: SingleFlight<(), Outcome>,
+    inner: Rc<Inner>,
 }
 
 struct Inner {
     world: Rc<RefCell<World>>,
     config: SaverConfig,
+    /// The disk reserve saves give up when the disk is full ([`Saver::keep_reserve`]).
+    reserve: RefCell<Option<Reserve>>,
 }
 
 impl Saver {
     /// The saver of `world`. Nothing is saved until [`request`](Self::request).
     pub fn new(world: Rc<RefCell<World>>, config: SaverConfig) -> Saver {
-        let inner = Rc::new(Inner { world, config });
+        let inner = Rc::new(Inner {
+            world,
+            config,
+            reserve: RefCell::new(None),
+        });
+        let runs = inner.clone();
         Saver {
-            flight: SingleFlight::new(move |()| Inner::start(&inner)),
+            flight: SingleFlight::new(move |()| Inner::start(&runs)),
+            inner,
         }
+    }
+
+    /// Keeps `reserve` from now on: it is made now (off the loop) and after every save that
+    /// finds room for it, and a save that finds the disk full gives it up and writes again
+    /// (see [`super::reserve`]). On the loop thread, inside the runtime.
+    pub(crate) fn keep_reserve(&self, reserve: Reserve) {
+        let making = reserve.clone();
+        *self.inner.reserve.borrow_mut() = Some(reserve);
+        drop(tokio::task::spawn_blocking(move || making.keep()));
     }
 
     /// Starts a save, or queues one behind the save that is writing. On the loop thread.
@@ -196,8 +215,9 @@ impl Inner {
         tracing::debug!(?stall, "world save: snapshot taken");
         let layout = self.config.layout.clone();
         let threads = self.config.threads;
+        let reserve = self.reserve.borrow().clone();
         let job = tokio::task::spawn_blocking(move || {
-            save::write_in_background(&layout, snapshot, threads)
+            save::write_in_background_with(&layout, snapshot, threads, reserve.as_ref())
         });
         match job.await {
             Ok(Ok(saved)) => Ok(report(saved, stall, began.elapsed())),

@@ -43,6 +43,7 @@ pub(super) fn start_saving(
     };
     let in_world = games.players().clone();
     let saver_tell = tell.clone();
+    let reserve = persist::reserve::Reserve::new(layout.root(), config.world.disk_reserve);
     let saver = Saver::new(
         world.clone(),
         SaverConfig {
@@ -53,6 +54,9 @@ pub(super) fn start_saving(
             notices: Box::new(move |n| saver_tell(n)),
         },
     );
+    if let Some(reserve) = reserve {
+        saver.keep_reserve(reserve);
+    }
     let configured = &config.autosave;
     let mut cadence = Cadence {
         every: configured.frequency,
