@@ -438,3 +438,62 @@ async fn savefrequency_writes_off_the_loop_says_when_it_cannot_and_the_last_chan
         "no older write lands after it: {kept}"
     );
 }
+
+/// `archivestatus` reads no disk on the loop (issue 32): it answers from what the last run
+/// found, so a backup deleted behind the shard's back still shows until the next run looks.
+#[tokio::test]
+async fn archivestatus_answers_from_the_last_run_not_from_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(dir.path());
+    let backups = config.server.data_dir.join("Backups/Automatic");
+    let (commands, lines) = std::sync::mpsc::channel();
+    let screen = Screen::default();
+    let console = Console::new(
+        std::io::BufReader::new(Lines(lines, Vec::new())),
+        screen.clone(),
+    );
+    let (ended, operator_ended) = tokio::sync::oneshot::channel::<()>();
+    let seen = screen.clone();
+    let operator = std::thread::spawn(move || {
+        let _ended = ended;
+        let status_until = |needle: &str| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let before = seen.text().len();
+                commands.send("archivestatus".to_owned()).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+                let answer = seen.text()[before..].to_owned();
+                if answer.contains(needle) {
+                    return answer;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no {needle:?}: {answer}"
+                );
+            }
+        };
+        // Two saves leave one backup; the rollup after the second counts it.
+        commands.send("save".to_owned()).unwrap();
+        status_until("last run");
+        commands.send("save".to_owned()).unwrap();
+        status_until("backups  1 in");
+        for entry in std::fs::read_dir(&backups).unwrap() {
+            std::fs::remove_dir_all(entry.unwrap().path()).unwrap();
+        }
+        let stale = status_until("backups");
+        assert!(
+            stale.contains("backups  1 in"),
+            "not read again on the loop: {stale}"
+        );
+        commands.send("prunearchives".to_owned()).unwrap();
+        status_until("backups  0 in");
+        commands.send("shutdown".to_owned()).unwrap();
+    });
+    let stop = async {
+        let _ = operator_ended.await;
+    };
+    run(&config, console, stop, REAL_TIME_LIMIT)
+        .await
+        .expect("the shard runs");
+    operator.join().expect("the operator thread");
+}

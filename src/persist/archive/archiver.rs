@@ -7,8 +7,13 @@
 //! one-at-a-time bookkeeping is the crate's single flight (`persist/single_flight.rs`), as
 //! for saves; a request answers with its [`Request`] outcome.
 //!
+//! `archivestatus` reads what is on disk from an [`Inventory`] that each run takes on its
+//! thread as it ends (and the archiver once at startup), so the console never lists a
+//! directory on the loop.
+//!
 //! Owns what a run is, and its log lines. Must never block the loop.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::rc::Rc;
@@ -40,6 +45,38 @@ struct Inner {
     layout: Layout,
     plan: Plan,
     clock: Clock,
+    /// What is on disk, as the last run (or startup) found it.
+    inventory: Rc<RefCell<Inventory>>,
+}
+
+/// The archives of each kind and the backups, as a run found them on disk.
+#[derive(Debug, Clone, Default)]
+struct Inventory {
+    /// Per [`Period`] (in [`Period::ALL`] order): how many archives, their bytes, the newest.
+    periods: Vec<(usize, u64, Option<String>)>,
+    /// Backups waiting in `Backups/`.
+    backups: usize,
+}
+
+impl Inventory {
+    /// Lists the archive directories and the backups (a few `stat`s): never on the loop,
+    /// but at startup and on a run's thread.
+    fn read(plan: &Plan, layout: &Layout) -> Inventory {
+        let periods = Period::ALL
+            .iter()
+            .map(|&period| {
+                let found = rollup::archives(plan, period).unwrap_or_default();
+                let bytes = found
+                    .iter()
+                    .filter_map(|(_, p)| std::fs::metadata(p).ok())
+                    .map(|m| m.len())
+                    .sum();
+                (found.len(), bytes, found.last().map(|(k, _)| k.clone()))
+            })
+            .collect();
+        let backups = rollup::backups(layout).unwrap_or_default().len();
+        Inventory { periods, backups }
+    }
 }
 
 /// What a run does.
@@ -60,12 +97,15 @@ impl Job {
 
 impl Archiver {
     /// An archiver of the saves and backups `layout` names, running `plan`, reading the time
-    /// from `clock`. Nothing runs until a request.
+    /// from `clock`. Nothing runs until a request; what is on disk is read once now (at
+    /// startup, before the shard is ready).
     pub fn new(layout: Layout, plan: Plan, clock: Clock) -> Archiver {
+        let inventory = Rc::new(RefCell::new(Inventory::read(&plan, &layout)));
         let inner = Rc::new(Inner {
             layout,
             plan,
             clock,
+            inventory,
         });
         let runs = inner.clone();
         Archiver {
@@ -127,11 +167,15 @@ impl Inner {
         let (layout, plan) = (self.layout.clone(), self.plan.clone());
         let now = self.clock.now();
         let work = tokio::task::spawn_blocking(move || {
-            background::run("shardloop-archive", move || match job {
-                Job::Rollup => rollup::run(&layout, &plan, now),
-                Job::Prune => rollup::prune_run(&plan, now),
+            background::run("shardloop-archive", move || {
+                let outcome = match job {
+                    Job::Rollup => rollup::run(&layout, &plan, now),
+                    Job::Prune => rollup::prune_run(&plan, now),
+                };
+                (outcome, Inventory::read(&plan, &layout))
             })
         });
+        let inventory = self.inventory.clone();
         let dir = self.plan.dir.clone();
         async move {
             let thread = |step, source| {
@@ -140,7 +184,8 @@ impl Inner {
                 Err(e)
             };
             let outcome = match work.await {
-                Ok(Ok(outcome)) => {
+                Ok(Ok((outcome, found))) => {
+                    *inventory.borrow_mut() = found;
                     log(&outcome);
                     outcome.map_err(|e| e.error)
                 }
@@ -208,30 +253,25 @@ fn log(outcome: &Result<rollup::Report, rollup::RollupError>) {
 }
 
 /// The console's `archivestatus`: per kind, how many archives and their bytes; the last
-/// run; when the next is due. Reads three small directories (a few `stat`s).
+/// run; when the next is due. Reads no disk: what is on it comes from the last run's
+/// [`Inventory`] (or startup's).
 pub fn status(archiver: &Archiver, next_save: Option<Timestamp>, now: Timestamp) -> String {
     let plan = archiver.plan();
+    let inventory = archiver.inner.inventory.borrow();
     let mut out = String::new();
-    for period in Period::ALL {
-        let found = rollup::archives(plan, period).unwrap_or_default();
-        let bytes: u64 = found
-            .iter()
-            .filter_map(|(_, p)| std::fs::metadata(p).ok())
-            .map(|m| m.len())
-            .sum();
-        let newest = found.last().map_or("none".to_owned(), |(k, _)| k.clone());
+    for (period, (count, bytes, newest)) in Period::ALL.iter().zip(&inventory.periods) {
         out.push_str(&format!(
-            "{:<8} {:>3} archives, {:>10} bytes, newest {newest} (keeping {})\n",
+            "{:<8} {:>3} archives, {:>10} bytes, newest {} (keeping {})\n",
             period.to_string(),
-            found.len(),
+            count,
             bytes,
-            plan.retention[period as usize]
+            newest.as_deref().unwrap_or("none"),
+            plan.retention[*period as usize]
         ));
     }
-    let backups = rollup::backups(&archiver.inner.layout).unwrap_or_default();
     out.push_str(&format!(
         "backups  {} in {} (keeping {} once archived)\n",
-        backups.len(),
+        inventory.backups,
         archiver.inner.layout.backups.display(),
         plan.keep_backups
     ));
