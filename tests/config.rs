@@ -337,6 +337,15 @@ fn network_and_spin_limits_are_checked() {
 /// Environment variables, the key the error must name, a phrase it must say.
 type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
 
+/// Each case's variables are refused with an error naming its key and saying its phrase.
+fn refused(cases: &[Case]) {
+    for &(env, key, why) in cases {
+        let err = load_err(ConfigFile::None, env, Overrides::default());
+        assert_eq!(err.key(), Some(key), "{err}");
+        assert!(err.to_string().contains(why), "{err}");
+    }
+}
+
 #[test]
 fn admission_and_flood_limits_are_checked() {
     let cases: [Case; 6] = [
@@ -374,11 +383,7 @@ fn admission_and_flood_limits_are_checked() {
             "\"lots\"",
         ),
     ];
-    for (env, key, why) in cases {
-        let err = load_err(ConfigFile::None, env, Overrides::default());
-        assert_eq!(err.key(), Some(key), "{err}");
-        assert!(err.to_string().contains(why), "{err}");
-    }
+    refused(&cases);
     // A rate of 0 turns a limit off; its burst may then be anything.
     let off = [
         ("SHARD_NETWORK__PING_RATE", "0"),
@@ -388,6 +393,53 @@ fn admission_and_flood_limits_are_checked() {
     assert_eq!(
         shardloop::net::Limits::from(&loaded.config.network).ping_rate,
         None
+    );
+}
+
+#[test]
+fn output_limits_are_checked() {
+    let cases: [Case; 5] = [
+        (
+            &[("SHARD_NETWORK__SEND_SOFT_LIMIT", "262144")],
+            "network.send_soft_limit",
+            "less than network.send_buffer_size",
+        ),
+        (
+            &[("SHARD_NETWORK__SEND_SOFT_TIMEOUT", "500ms")],
+            "network.send_soft_timeout",
+            "between 1s and 1h",
+        ),
+        (
+            &[("SHARD_NETWORK__SEND_SOFT_TIMEOUT", "2h")],
+            "network.send_soft_timeout",
+            "between 1s and 1h",
+        ),
+        (
+            &[("SHARD_NETWORK__SOCKET_SEND_BUFFER", "1024")],
+            "network.socket_send_buffer",
+            "between 4096",
+        ),
+        (
+            // One connection's own limit and its kernel buffer (doubled) do not fit.
+            &[
+                ("SHARD_NETWORK__SEND_BUFFER_SIZE", "65536"),
+                ("SHARD_NETWORK__SEND_SOFT_LIMIT", "0"),
+                ("SHARD_NETWORK__OUTBOUND_BUDGET", "131072"),
+            ],
+            "network.outbound_budget",
+            "plus twice network.socket_send_buffer",
+        ),
+    ];
+    refused(&cases);
+    // A soft limit of 0 is off, whatever its timeout.
+    let off = [
+        ("SHARD_NETWORK__SEND_SOFT_LIMIT", "0"),
+        ("SHARD_NETWORK__SEND_SOFT_TIMEOUT", "0s"),
+    ];
+    let loaded = load(ConfigFile::None, &off, Overrides::default());
+    assert_eq!(
+        shardloop::net::Limits::from(&loaded.config.network).send_soft_limit,
+        0
     );
 }
 

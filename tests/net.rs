@@ -841,6 +841,194 @@ macro_rules! suite {
                 assert!(out.logs.contains("refused a connection"), "{}", out.logs);
             }
 
+            #[test]
+            fn a_packet_trickled_a_byte_per_segment_is_handled_whole_between_other_traffic() {
+                const BLOB: u8 = 0x32;
+                let Some(out) = serve(KIND, limits(), Duration::from_millis(2), |env| {
+                    // Answers a blob with its length and the sum of its bytes.
+                    env.net
+                        .handle(BLOB, "blob", Access::Always, |sessions, conn, payload| {
+                            let sum: u32 = payload.iter().map(|&b| u32::from(b)).sum();
+                            let len = payload.len() as u32;
+                            sessions.send_packet(
+                                conn,
+                                BLOB,
+                                &[&len.to_be_bytes(), &sum.to_be_bytes()],
+                            );
+                            Ok(())
+                        });
+                    on_thread(move || {
+                        let answer = |len: usize, sum: u32| {
+                            let mut a = (len as u32).to_be_bytes().to_vec();
+                            a.extend(sum.to_be_bytes());
+                            (BLOB, a)
+                        };
+                        let mut bystander = connect_from(env.addr, [127, 0, 0, 3]);
+                        let mut s = connect_from(env.addr, [127, 0, 0, 2]);
+                        // 3000 bytes, one per write (TCP_NODELAY: a segment each, unless
+                        // the kernel coalesces what the server has not read yet); the
+                        // bystander is served meanwhile.
+                        let payload: Vec<u8> = (0..2997u32).map(|i| (i % 251) as u8).collect();
+                        let sum: u32 = payload.iter().map(|&b| u32::from(b)).sum();
+                        for (i, byte) in frame::packet(BLOB, &[&payload]).into_iter().enumerate() {
+                            s.write_all(&[byte]).unwrap();
+                            if i % 300 == 0 {
+                                ping_ok(&mut bystander);
+                            }
+                        }
+                        assert_eq!(recv(&mut s), answer(2997, sum));
+                        // Then whole packets, several in one write, and a packet split
+                        // across two writes: each read right.
+                        let mut burst = frame::packet(BLOB, &[&[1; 10]]);
+                        frame::put(&mut burst, BLOB, &[&[2; 500]]);
+                        let tail = frame::packet(BLOB, &[&[3; 40]]);
+                        burst.extend_from_slice(&tail[..20]);
+                        s.write_all(&burst).unwrap();
+                        std::thread::sleep(Duration::from_millis(20));
+                        s.write_all(&tail[20..]).unwrap();
+                        assert_eq!(recv(&mut s), answer(10, 10));
+                        assert_eq!(recv(&mut s), answer(500, 1000));
+                        assert_eq!(recv(&mut s), answer(40, 120));
+                        ping_ok(&mut bystander);
+                    })
+                }) else {
+                    return;
+                };
+                assert_eq!(out.stats.faults, 0, "{}", out.logs);
+            }
+
+            #[test]
+            fn only_a_reader_whose_output_stays_over_the_soft_limit_is_cut_off() {
+                const SOFT_TIMEOUT: Duration = Duration::from_secs(2);
+                // 150 kB of echoes: past the soft limit and what the kernel (a small send
+                // buffer) and io_uring (64 KiB in flight) take, far under the hard limit.
+                const PINGS: usize = 2_240;
+                let limits = Limits {
+                    send_buffer_size: 256 * 1024,
+                    send_soft_limit: 8 * 1024,
+                    send_soft_timeout: SOFT_TIMEOUT,
+                    socket_send_buffer: 4096,
+                    ..limits()
+                };
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| {
+                    on_thread(move || {
+                        let burst: Vec<u8> = (0..PINGS)
+                            .flat_map(|_| frame::packet(client::PING, &[&[0; 64]]))
+                            .collect();
+                        let mut bystander = connect(env.addr);
+                        ping_ok(&mut bystander);
+                        // The offender: sends the burst and never reads.
+                        let mut offender = small_receive_buffer_from(env.addr, [127, 0, 0, 2]);
+                        let peer = offender.local_addr().unwrap();
+                        let began = Instant::now();
+                        offender.write_all(&burst).unwrap();
+                        // Another host does the same, but reads its echoes within 300 ms.
+                        let mut catching_up = small_receive_buffer_from(env.addr, [127, 0, 0, 3]);
+                        catching_up.write_all(&burst).unwrap();
+                        std::thread::sleep(Duration::from_millis(300));
+                        for _ in 0..PINGS {
+                            assert_eq!(recv(&mut catching_up).0, client::PING);
+                        }
+                        // The offender's connection is reset once its output has stayed over
+                        // the soft limit for the timeout: a small ping every 100 ms finds out
+                        // without reading (each adds 3 bytes of echo, far under the limit).
+                        let closed = loop {
+                            if began.elapsed() > Duration::from_secs(15) {
+                                break false;
+                            }
+                            std::thread::sleep(Duration::from_millis(100));
+                            match offender.write_all(&frame::packet(client::PING, &[])) {
+                                Ok(()) => {}
+                                Err(e) if hung_up(&e) => break true,
+                                Err(e) => panic!("neither written nor hung up: {e}"),
+                            }
+                        };
+                        let lived = began.elapsed();
+                        ping_ok(&mut catching_up);
+                        ping_ok(&mut bystander);
+                        (closed, lived, peer)
+                    })
+                }) else {
+                    return;
+                };
+                let (closed, lived, peer) = out.value;
+                assert!(closed, "still open after 15 s: {}", out.logs);
+                assert!(
+                    lived >= SOFT_TIMEOUT,
+                    "cut off after {lived:?}, before the timeout"
+                );
+                out.one_disconnect_line(peer, "send soft limit");
+                assert_eq!(out.stats.send_soft_overflows, 1);
+                assert_eq!(out.stats.faults, 1, "only the offender: {}", out.logs);
+            }
+
+            #[test]
+            fn a_full_socket_counts_its_kernel_send_buffer_in_the_outbound_budget() {
+                const BUDGET: usize = 256 * 1024;
+                let limits = Limits {
+                    send_buffer_size: 1 << 20,
+                    send_soft_limit: 0,
+                    socket_send_buffer: 64 * 1024,
+                    outbound_budget: BUDGET,
+                    ..limits()
+                };
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| async move {
+                    let addr = env.addr;
+                    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    let finished = done.clone();
+                    let client = on_thread(move || {
+                        let mut bystander = connect_from(addr, [127, 0, 0, 3]);
+                        ping_ok(&mut bystander);
+                        let mut slow = small_receive_buffer_from(addr, [127, 0, 0, 2]);
+                        let peer = slow.local_addr().unwrap();
+                        slow.set_write_timeout(Some(TIMEOUT)).unwrap();
+                        let batch: Vec<u8> = (0..100)
+                            .flat_map(|_| frame::packet(client::PING, &[&[0; 64]]))
+                            .collect();
+                        // 6.7 kB of echoes a batch, a batch every 10 ms, never read.
+                        let began = Instant::now();
+                        let hung_up = loop {
+                            if began.elapsed() > Duration::from_secs(20) {
+                                break false;
+                            }
+                            match slow.write_all(&batch) {
+                                Ok(()) => std::thread::sleep(Duration::from_millis(10)),
+                                Err(e) if hung_up(&e) => break true,
+                                Err(e) => panic!("neither read nor hung up: {e}"),
+                            }
+                        };
+                        ping_ok(&mut bystander);
+                        finished.store(true, std::sync::atomic::Ordering::Release);
+                        (hung_up, peer)
+                    });
+                    // Meanwhile, on the loop: the most unsent output seen, and the charge.
+                    let (mut most_unsent, mut charge) = (0, 0);
+                    while !done.load(std::sync::atomic::Ordering::Acquire) {
+                        most_unsent = most_unsent.max(env.net.unsent_bytes());
+                        charge = env.net.full_sockets().1;
+                        timer::pause(2).await;
+                    }
+                    let (hung_up, peer) = client.await;
+                    (hung_up, peer, most_unsent, charge)
+                }) else {
+                    return;
+                };
+                let (hung_up, peer, most_unsent, charge) = out.value;
+                assert!(hung_up, "the slow reader was never cut off: {}", out.logs);
+                out.one_disconnect_line(peer, "outbound budget");
+                assert_eq!(out.stats.outbound_evictions, 1);
+                assert_eq!(out.stats.faults, 1, "only the slow reader: {}", out.logs);
+                // Linux grants twice the 64 KiB asked for; io_uring adds what it holds.
+                assert!(charge >= 128 * 1024, "a full socket counts {charge} bytes");
+                // Evicted for its unsent bytes and its socket's buffer together, long before
+                // its unsent bytes alone reached the budget.
+                assert!(
+                    most_unsent < BUDGET - charge / 2,
+                    "{most_unsent} bytes unsent before the eviction (budget {BUDGET}, a full \
+                     socket {charge})"
+                );
+            }
+
             /// 40 connects refused in a row: past the first few, one summary line a second
             /// instead of a line each.
             #[test]
@@ -905,6 +1093,21 @@ fn small_receive_buffer(addr: SocketAddr) -> TcpStream {
     socket.connect(&addr.into()).unwrap();
     let stream: TcpStream = socket.into();
     stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    stream
+}
+
+/// A client socket from the loopback address `from` (another host) with a small receive
+/// buffer, so that what the server sends backs up fast.
+fn small_receive_buffer_from(addr: SocketAddr, from: [u8; 4]) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket
+        .bind(&SocketAddr::from((from, 0)).into())
+        .expect("bind a loopback source address");
+    socket.connect(&addr.into()).unwrap();
+    let stream: TcpStream = socket.into();
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    stream.set_nodelay(true).unwrap();
     stream
 }
 

@@ -187,16 +187,26 @@ pub struct NetworkConfig {
     pub listen: Vec<SocketAddr>,
     /// Socket backend.
     pub backend: Backend,
-    /// Outgoing buffer per connection, bytes (4 KiB ..= 64 MiB).
+    /// Unsent output one connection may hold, bytes (4 KiB ..= 64 MiB); past it, it is
+    /// disconnected at once.
     pub send_buffer_size: u32,
+    /// Unsent output a connection may keep for at most `send_soft_timeout`, bytes; 0 = no
+    /// soft limit, else below `send_buffer_size`.
+    pub send_soft_limit: u32,
+    /// How long a connection's unsent output may stay above `send_soft_limit` (1 s ..= 1 h).
+    #[serde(with = "duration")]
+    pub send_soft_timeout: Duration,
+    /// The kernel send buffer asked for each client socket (`SO_SNDBUF`), bytes
+    /// (4 KiB ..= 64 MiB).
+    pub socket_send_buffer: u32,
     /// Largest packet accepted from a client, bytes (3 ..= 65535).
     pub max_packet: u32,
     /// Connections accepted at once; more are accepted and closed at once.
     pub max_connections: u32,
     /// Connections one host (an IPv4 address, an IPv6 /64) may hold open at once.
     pub max_per_ip: u32,
-    /// Unsent output across all connections, bytes; past it the connection holding the most
-    /// is disconnected.
+    /// Output across all connections, bytes — unsent, plus the kernel send buffer of every
+    /// socket left full; past it the connection holding the most is disconnected.
     pub outbound_budget: u64,
     /// A connection that completes no packet for this long is closed; zero = never.
     #[serde(with = "duration")]
@@ -223,6 +233,9 @@ impl Default for NetworkConfig {
             listen: vec![DEFAULT_LISTEN],
             backend: Backend::Auto,
             send_buffer_size: limits.send_buffer_size as u32,
+            send_soft_limit: limits.send_soft_limit as u32,
+            send_soft_timeout: limits.send_soft_timeout,
+            socket_send_buffer: limits.socket_send_buffer as u32,
             max_packet: limits.max_packet as u32,
             max_connections: limits.max_connections as u32,
             max_per_ip: limits.max_per_ip as u32,
@@ -257,6 +270,9 @@ impl From<&NetworkConfig> for Limits {
             max_per_ip: config.max_per_ip as usize,
             max_packet: config.max_packet as usize,
             send_buffer_size: config.send_buffer_size as usize,
+            send_soft_limit: config.send_soft_limit as usize,
+            send_soft_timeout: config.send_soft_timeout,
+            socket_send_buffer: config.socket_send_buffer as usize,
             outbound_budget: config.outbound_budget as usize,
             idle_timeout: config.idle_timeout,
             login_timeout: config.login_timeout,
@@ -459,6 +475,7 @@ pub struct MetricsConfig {
     pub listen: String,
 }
 
+
 /// The address `docs/monitoring.md` shows for `metrics.listen` (9593: the game's 2593, +7000).
 pub const EXAMPLE_METRICS_LISTEN: &str = "127.0.0.1:9593";
 
@@ -617,6 +634,29 @@ impl NetworkConfig {
                 "must be between 4096 and 67108864 bytes (4 KiB to 64 MiB)",
             );
         }
+        if self.send_soft_limit != 0 && self.send_soft_limit >= self.send_buffer_size {
+            return invalid(
+                "network.send_soft_limit",
+                "must be 0 (no soft limit) or less than network.send_buffer_size (the hard \
+                 limit, which disconnects at once)",
+            );
+        }
+        if self.send_soft_limit != 0
+            && !(Duration::from_secs(1)..=Duration::from_secs(3600))
+                .contains(&self.send_soft_timeout)
+        {
+            return invalid(
+                "network.send_soft_timeout",
+                "must be between 1s and 1h while network.send_soft_limit is set (it is checked \
+                 once a second)",
+            );
+        }
+        if !(4096..=64 << 20).contains(&self.socket_send_buffer) {
+            return invalid(
+                "network.socket_send_buffer",
+                "must be between 4096 and 67108864 bytes (4 KiB to 64 MiB)",
+            );
+        }
         if !(3..=65_535).contains(&self.max_packet) {
             return invalid(
                 "network.max_packet",
@@ -633,10 +673,14 @@ impl NetworkConfig {
                 "must be at least 1 (it caps one host's connections; no host could connect)",
             );
         }
-        if self.outbound_budget < u64::from(self.send_buffer_size) {
+        if self.outbound_budget
+            < u64::from(self.send_buffer_size) + 2 * u64::from(self.socket_send_buffer)
+        {
             return invalid(
                 "network.outbound_budget",
-                "must be at least network.send_buffer_size (one connection's own limit)",
+                "must be at least network.send_buffer_size plus twice \
+                 network.socket_send_buffer (one connection's own limit and its kernel send \
+                 buffer, which Linux doubles)",
             );
         }
         if self.login_timeout.is_zero() {

@@ -350,12 +350,13 @@ fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
 
 /// Disconnects split into reasons that do not overlap: the server counts every close, the
 /// closes for a fault (a limit or the protocol broken), and some faults by name.
-pub fn disconnect_reasons(n: &crate::net::NetStats) -> [(&'static str, u64); 7] {
+pub fn disconnect_reasons(n: &crate::net::NetStats) -> [(&'static str, u64); 8] {
     let named = [
         ("login_timeout", n.login_timeouts),
         ("idle_timeout", n.idle_timeouts),
         ("flood", n.flood_disconnects),
         ("send_buffer_overflow", n.send_overflows),
+        ("send_soft_limit", n.send_soft_overflows),
         ("outbound_budget", n.outbound_evictions),
     ];
     let named_sum: u64 = named.iter().map(|(_, v)| v).sum();
@@ -365,6 +366,7 @@ pub fn disconnect_reasons(n: &crate::net::NetStats) -> [(&'static str, u64); 7] 
         named[2],
         named[3],
         named[4],
+        named[5],
         ("protocol", n.faults.saturating_sub(named_sum)),
         ("closed", n.disconnects.saturating_sub(n.faults)),
     ]

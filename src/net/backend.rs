@@ -37,6 +37,12 @@ pub trait Transport {
     /// Takes as much of `data` as the socket (or the backend's in-flight buffer) accepts now;
     /// `Ok(0)` means "full: I will signal when you may write again". Never blocks.
     fn write(&mut self, data: &[u8]) -> io::Result<usize>;
+
+    /// Makes the close that dropping it does an abortive one: output the peer has not taken
+    /// is discarded and the peer gets a reset, so the socket's send buffer is freed at once
+    /// instead of being held by the kernel (or a backend's linger) for a peer that is not
+    /// reading. For connections closed for their unsent output. Default: nothing.
+    fn discard_output(&mut self) {}
 }
 
 /// The error a backend hands every socket once it can no longer move bytes for any of them
@@ -81,6 +87,13 @@ pub trait Backend {
         listener: std::net::TcpListener,
         waker: Waker,
     ) -> io::Result<Box<dyn Acceptor>>;
+
+    /// Output one connection's transport may hold after `write` took it and before the
+    /// kernel has, bytes, when the socket is full: counted in the outbound budget with the
+    /// kernel's send buffer. 0 (the default): `write` hands bytes straight to the kernel.
+    fn transport_output_limit(&self) -> usize {
+        0
+    }
 }
 
 /// A listening socket in a backend's hands.

@@ -11,6 +11,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::task::{Context, Poll, Waker};
 
+use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::backend::{Accepted, Acceptor, Backend, ReadOutcome, Transport};
@@ -90,6 +91,10 @@ struct EpollConn {
 impl Transport for EpollConn {
     fn read(&mut self, buf: &mut Vec<u8>, max: usize) -> ReadOutcome {
         let mut cx = Context::from_waker(&self.waker);
+        // Room for `max` more (nothing when the caller made room already: a partial packet's
+        // buffer is reserved at its declared size), and the kernel writes into the spare
+        // capacity directly: no zeroing of `max` bytes to receive a few.
+        buf.reserve(max);
         loop {
             // Ready first, then try: a `WouldBlock` clears tokio's readiness, and the next
             // `poll_read_ready` registers the waker for the next edge.
@@ -99,9 +104,15 @@ impl Transport for EpollConn {
                 Poll::Ready(Ok(())) => {}
             }
             let start = buf.len();
-            buf.resize(start + max, 0);
-            let result = self.stream.try_read(&mut buf[start..]);
-            buf.truncate(start + *result.as_ref().unwrap_or(&0));
+            let spare = &mut buf.spare_capacity_mut()[..max];
+            let result = self.stream.try_io(Interest::READABLE, || {
+                socket2::SockRef::from(&self.stream).recv(spare)
+            });
+            if let Ok(n) = result {
+                // SAFETY: `recv` initialised the first `n` bytes of the spare capacity (it
+                // returns how many it wrote, at most `max`, all within the capacity).
+                unsafe { buf.set_len(start + n) };
+            }
             match result {
                 Ok(0) => return ReadOutcome::Closed,
                 Ok(n) => return ReadOutcome::Data(n),
@@ -109,6 +120,11 @@ impl Transport for EpollConn {
                 Err(e) => return ReadOutcome::Failed(e),
             }
         }
+    }
+
+    fn discard_output(&mut self) {
+        // SO_LINGER 0: the close resets the connection and frees its send queue.
+        let _ = socket2::SockRef::from(&self.stream).set_linger(Some(std::time::Duration::ZERO));
     }
 
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {

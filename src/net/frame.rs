@@ -76,6 +76,25 @@ impl std::error::Error for FrameError {}
 /// The packet at the front of `buf`: `Ok(None)` while it is incomplete (read more), an error
 /// as soon as its header is impossible (no need to wait for a body that cannot be valid).
 pub fn split(buf: &[u8], max_packet: usize) -> Result<Option<Frame<'_>>, FrameError> {
+    let Some(len) = declared_len(buf, max_packet)? else {
+        return Ok(None);
+    };
+    Ok(buf.get(..len).map(|bytes| Frame { id: buf[0], bytes }))
+}
+
+/// How many more bytes the packet at the front of `buf` needs to be whole: `Ok(0)` when it is
+/// whole already, the rest of the 3-byte header while that is incomplete, else the rest of
+/// the length the header declares. An impossible header is the error [`split`] gives.
+pub(crate) fn missing(buf: &[u8], max_packet: usize) -> Result<usize, FrameError> {
+    match declared_len(buf, max_packet)? {
+        Some(len) => Ok(len.saturating_sub(buf.len())),
+        None => Ok(HEADER_LEN - buf.len()),
+    }
+}
+
+/// The whole length the packet at the front of `buf` declares, header included, once its
+/// header is in (`None` before); an impossible header is the error [`split`] gives.
+pub(crate) fn declared_len(buf: &[u8], max_packet: usize) -> Result<Option<usize>, FrameError> {
     let [id, hi, lo, ..] = *buf else {
         return Ok(None);
     };
@@ -90,7 +109,7 @@ pub fn split(buf: &[u8], max_packet: usize) -> Result<Option<Frame<'_>>, FrameEr
             max: max_packet,
         });
     }
-    Ok(buf.get(..usize::from(len)).map(|bytes| Frame { id, bytes }))
+    Ok(Some(usize::from(len)))
 }
 
 /// Appends one packet built from payload `parts` to `out`.
@@ -131,6 +150,28 @@ mod tests {
         assert_eq!(split(&buf[..4], 8192), Ok(None));
         assert_eq!(split(&buf[..2], 8192), Ok(None));
         assert_eq!(split(&[], 8192), Ok(None));
+    }
+
+    #[test]
+    fn missing_counts_the_header_then_the_declared_length() {
+        let ping = packet(PING, &[b"hello"]);
+        assert_eq!(missing(&[], 8192), Ok(3));
+        assert_eq!(missing(&ping[..2], 8192), Ok(1));
+        assert_eq!(missing(&ping[..3], 8192), Ok(5));
+        assert_eq!(missing(&ping[..7], 8192), Ok(1));
+        assert_eq!(missing(&ping, 8192), Ok(0));
+        let mut two = ping.clone();
+        two.extend_from_slice(&ping[..4]);
+        assert_eq!(missing(&two, 8192), Ok(0), "a whole packet is at the front");
+        assert_eq!(declared_len(&ping[..3], 8192), Ok(Some(8)));
+        assert_eq!(
+            missing(&[0x73, 0x20, 0x01], 8192),
+            Err(FrameError::TooLong {
+                id: 0x73,
+                len: 8193,
+                max: 8192
+            })
+        );
     }
 
     #[test]

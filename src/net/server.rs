@@ -75,10 +75,24 @@ pub struct Limits {
     /// larger length field disconnects the sender.
     pub max_packet: usize,
     /// Unsent output one connection may hold, bytes; past it the connection is disconnected
-    /// (it is not reading).
+    /// at once (it is not reading).
     pub send_buffer_size: usize,
-    /// Unsent output across all connections, bytes: past it, the connection holding the most
-    /// is disconnected, so slow readers cannot grow the process without bound.
+    /// Unsent output a connection may keep for at most `send_soft_timeout`, bytes (Redis's
+    /// soft `client-output-buffer-limit`): one whose output stays above it for longer is
+    /// disconnected, so a reader that keeps just under `send_buffer_size` is not kept
+    /// forever. 0: no soft limit.
+    pub send_soft_limit: usize,
+    /// How long a connection's unsent output may stay above `send_soft_limit` (checked once a
+    /// second).
+    pub send_soft_timeout: Duration,
+    /// The kernel send buffer asked for each client socket, bytes (`SO_SNDBUF`, set on the
+    /// listeners and inherited by what they accept; Linux doubles the request, capped by
+    /// `net.core.wmem_max`). What the kernel grants is counted in the outbound budget for
+    /// every socket left full.
+    pub socket_send_buffer: usize,
+    /// Output across all connections, bytes — unsent, plus the kernel send buffer (and the
+    /// backend's own output buffer) of every socket left full: past it, the connection holding
+    /// the most is disconnected, so slow readers cannot grow the process without bound.
     pub outbound_budget: usize,
     /// A connection that completes no packet for this long (after login) is closed. Zero:
     /// never.
@@ -98,6 +112,9 @@ impl Default for Limits {
             max_per_ip: 16,
             max_packet: 8192,
             send_buffer_size: 256 * 1024,
+            send_soft_limit: 64 * 1024,
+            send_soft_timeout: Duration::from_secs(10),
+            socket_send_buffer: 64 * 1024,
             outbound_budget: 64 << 20,
             idle_timeout: Duration::from_secs(120),
             login_timeout: Duration::from_secs(30),
@@ -135,6 +152,9 @@ pub struct NetStats {
     pub outbound_evictions: u64,
     /// Disconnected for passing `send_buffer_size` of unsent output.
     pub send_overflows: u64,
+    /// Disconnected for keeping more than `send_soft_limit` unsent for longer than
+    /// `send_soft_timeout`.
+    pub send_soft_overflows: u64,
     /// Connections closed, for any reason.
     pub disconnects: u64,
     /// Disconnects for breaking the protocol or a limit.
@@ -172,8 +192,9 @@ struct Server {
     /// arrived in, so no connection waits behind others that keep getting data.
     to_read: VecDeque<ConnId>,
     to_accept: Vec<usize>,
-    /// Where reads land and packets are split; its content never outlives one connection's
-    /// turn.
+    /// Where reads land and packets are split while a connection holds no partial packet;
+    /// its content never outlives one read (a partial packet left at its end moves to the
+    /// connection's own buffer).
     scratch: Vec<u8>,
     stats: NetStats,
     /// The longest packet handler since the loop profile last took it (profiled builds).
@@ -202,7 +223,8 @@ impl Net {
         Net(Rc::new_cyclic(|me| {
             RefCell::new(Server {
                 me: me.clone(),
-                sessions: Sessions::new(limits.send_buffer_size, limits.outbound_budget),
+                sessions: Sessions::new(limits.send_buffer_size, limits.outbound_budget)
+                    .with_soft_limit(limits.send_soft_limit),
                 limits,
                 table,
                 on_disconnect: Vec::new(),
@@ -252,8 +274,8 @@ impl Net {
         backend: &dyn Backend,
         addrs: &[SocketAddr],
     ) -> io::Result<Vec<SocketAddr>> {
-        let send_buffer = self.0.borrow().limits.send_buffer_size;
-        self.start(backend, bind_all(addrs, send_buffer)?)
+        let socket_send_buffer = self.0.borrow().limits.socket_send_buffer;
+        self.start(backend, bind_all(addrs, socket_send_buffer)?)
     }
 
     /// Starts accepting on bound listeners. Call on the loop thread, with the phase slots
@@ -267,8 +289,13 @@ impl Net {
         let signal = Signal::new(LoopContext::current());
         let mut bound = Vec::new();
         let mut acceptors = Vec::new();
+        let mut kernel_send_buffer = 0;
         for (i, socket) in listeners.into_iter().enumerate() {
             let addr = socket.local_addr()?;
+            // What the kernel granted (Linux reports the doubled size it accounts), which
+            // the sockets it accepts inherit.
+            let granted = socket2::SockRef::from(&socket).send_buffer_size()?;
+            kernel_send_buffer = kernel_send_buffer.max(granted);
             let acceptor = backend
                 .listen(socket, signal.waker(Token::Listener(i)))
                 .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
@@ -276,6 +303,7 @@ impl Net {
             acceptors.push(acceptor);
         }
         let mut server = self.0.borrow_mut();
+        server.sessions.socket_charge = kernel_send_buffer + backend.transport_output_limit();
         // The first accept pass (next Network phase) registers the listeners' wakers.
         server.to_accept = (0..acceptors.len()).collect();
         server.acceptors = acceptors;
@@ -343,6 +371,7 @@ impl Net {
             flood_dropped: server.stats.flood_dropped,
             outbound_evictions: server.sessions.evictions,
             send_overflows: server.sessions.overflows,
+            send_soft_overflows: server.sessions.soft_overflows,
             packets_out: server.sessions.packets_out,
             ..server.stats
         }
@@ -360,10 +389,35 @@ impl Net {
         self.0.borrow().per_host.hosts()
     }
 
-    /// Unsent output across all connections, bytes.
+    /// What the outbound budget counts now, bytes: unsent output across all connections,
+    /// plus the socket charge of every socket left full ([`Net::full_sockets`]).
     #[must_use]
     pub fn outbound_bytes(&self) -> usize {
         self.0.borrow().sessions.outbound
+    }
+
+    /// Unsent output across all open connections, bytes (without the full sockets' kernel
+    /// buffers the budget also counts). Walks every connection: for the console and tests.
+    #[must_use]
+    pub fn unsent_bytes(&self) -> usize {
+        let server = self.0.borrow();
+        server
+            .sessions
+            .conns
+            .iter()
+            .map(|(_, s)| s.pending_output())
+            .sum()
+    }
+
+    /// Sockets the last flush left full, and what each counts in the outbound budget, bytes:
+    /// its kernel send buffer as granted, plus the backend's own output buffer (io_uring's).
+    #[must_use]
+    pub fn full_sockets(&self) -> (usize, usize) {
+        let server = self.0.borrow();
+        (
+            server.sessions.charged_sockets,
+            server.sessions.socket_charge,
+        )
     }
 
     /// Limits packet `id` to `rate` per connection (the policy: [`Rate`]).
@@ -376,7 +430,9 @@ impl Server {
     /// Starts the sweep for idle and not-logged-in connections if it is off and there is
     /// something to sweep.
     fn start_sweeper(&mut self) {
-        let no_deadline = self.limits.idle_timeout.is_zero() && self.limits.login_timeout.is_zero();
+        let no_deadline = self.limits.idle_timeout.is_zero()
+            && self.limits.login_timeout.is_zero()
+            && self.limits.send_soft_limit == 0;
         if self.sweeper.is_some() || no_deadline {
             return;
         }
@@ -388,11 +444,19 @@ impl Server {
         }));
     }
 
-    /// Closes connections idle past the timeout and connections not logged in past the login
-    /// deadline; stops itself once none are open.
+    /// Closes connections idle past the timeout, connections not logged in past the login
+    /// deadline and connections over the soft send limit for too long; shrinks the buffer of
+    /// a partial packet nothing arrived for since the last sweep to what it holds; stops
+    /// itself once no connection is open.
     fn sweep_deadlines(&mut self) {
         let now = Instant::now();
         let (idle, login) = (self.limits.idle_timeout, self.limits.login_timeout);
+        let soft = self.limits.send_soft_timeout;
+        for state in self.sessions.conns.values_mut() {
+            if !std::mem::take(&mut state.received) && state.recv.capacity() > state.recv.len() {
+                state.recv.shrink_to_fit();
+            }
+        }
         let overdue: Vec<(ConnId, Deadline)> = self
             .sessions
             .conns
@@ -403,6 +467,8 @@ impl Server {
                     Deadline::Login
                 } else if !idle.is_zero() && now - s.last_packet > idle {
                     Deadline::Idle
+                } else if s.over_soft_since.is_some_and(|since| now - since > soft) {
+                    Deadline::SoftLimit
                 } else {
                     return None;
                 };
@@ -425,6 +491,10 @@ impl Server {
                         humantime::format_duration(idle)
                     )
                 }
+                Deadline::SoftLimit => {
+                    self.sessions.soft_overflow(conn, soft);
+                    continue;
+                }
             };
             self.sessions.close(conn, Disconnect::fault(why));
         }
@@ -441,6 +511,8 @@ impl Server {
 enum Deadline {
     Login,
     Idle,
+    /// Its unsent output stayed above `send_soft_limit` for longer than `send_soft_timeout`.
+    SoftLimit,
 }
 
 /// Binds a listener on every address, in order; the error names the address that failed.
@@ -448,11 +520,11 @@ enum Deadline {
 /// at once.
 pub(crate) fn bind_all(
     addrs: &[SocketAddr],
-    send_buffer_size: usize,
+    socket_send_buffer: usize,
 ) -> io::Result<Vec<std::net::TcpListener>> {
     addrs
         .iter()
-        .map(|&addr| listener::bind(addr, send_buffer_size as u32))
+        .map(|&addr| listener::bind(addr, socket_send_buffer as u32))
         .collect()
 }
 
@@ -619,72 +691,145 @@ impl Server {
 
     /// Reads `conn` until it would block or its turn is used up (bytes or packets), handling
     /// every complete packet. True if it may have more.
+    ///
+    /// Where the bytes land depends on what the connection holds. Holding nothing, they are
+    /// read into the server's scratch buffer and whole packets are handled from there; a
+    /// packet left incomplete at the end of a read is moved, once, into the connection's own
+    /// buffer ([`Server::hold`]). Holding part of a packet, the connection reads only the bytes
+    /// that packet still lacks, straight into its own buffer (reserved at the declared length
+    /// as soon as the header is in): a packet trickled a byte per segment is neither copied
+    /// out and back nor reallocated per read. Once whole, it is handled from there and the
+    /// buffer is freed, and reads go to the scratch buffer again.
     fn read(&mut self, conn: ConnId) -> bool {
-        let Some(state) = self.sessions.conns.get_mut(conn.0) else {
-            return false;
+        let mut turn = Turn {
+            packets: PACKETS_PER_TURN,
+            bytes: 0,
         };
-        if !state.reads_input() {
-            return false;
-        }
-        self.scratch.clear();
-        self.scratch.extend_from_slice(&state.recv);
-        state.recv = Vec::new();
-        let mut packets = PACKETS_PER_TURN;
-        let mut total = 0;
-        // Whole packets held back last turn go first.
-        let more = !self.dispatch(conn, &mut packets)
-            || loop {
-                let Some(state) = self.sessions.conns.get_mut(conn.0) else {
-                    break false;
-                };
-                // A handler may have closed it, or refused it (closing after a flush):
-                // nothing more is taken from the socket either way.
-                if !state.reads_input() {
-                    break false;
-                }
-                match state.transport.read(&mut self.scratch, READ_CHUNK) {
-                    ReadOutcome::Data(n) => {
-                        total += n;
-                        self.stats.bytes_in += n as u64;
-                        if !self.dispatch(conn, &mut packets) || total >= READ_BUDGET {
-                            break true;
-                        }
-                    }
-                    ReadOutcome::WouldBlock => break false,
-                    ReadOutcome::Closed => {
-                        let why = if self.scratch.is_empty() {
-                            "closed by the client"
-                        } else {
-                            "closed by the client in the middle of a packet"
-                        };
-                        self.sessions.close(conn, Disconnect::normal(why));
-                        break false;
-                    }
-                    ReadOutcome::Failed(e) => {
-                        let why = super::reason::io_failed("read", &e);
-                        self.sessions.close(conn, Disconnect::normal(why));
-                        break false;
-                    }
-                }
+        loop {
+            let Some(state) = self.sessions.conns.get_mut(conn.0) else {
+                return false;
             };
+            // A handler may have closed it, or refused it (closing after a flush): nothing
+            // more is taken from the socket either way.
+            if !state.reads_input() {
+                return false;
+            }
+            let step = if state.recv.is_empty() {
+                self.read_fresh(conn, &mut turn)
+            } else {
+                self.read_held(conn, &mut turn)
+            };
+            if let Some(more) = step {
+                return more;
+            }
+        }
+    }
+
+    /// One read of `conn`, which holds nothing, into the scratch buffer; its whole packets
+    /// are handled and what is left is held by the connection. `None`: read on; else the
+    /// turn is over, and whether the connection may have more.
+    fn read_fresh(&mut self, conn: ConnId, turn: &mut Turn) -> Option<bool> {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        let state = self.sessions.conns.get_mut(conn.0)?;
+        let step = match state.transport.read(&mut buf, READ_CHUNK) {
+            ReadOutcome::Data(n) => {
+                turn.bytes += n;
+                self.stats.bytes_in += n as u64;
+                let done = self.dispatch(conn, &mut buf, &mut turn.packets);
+                self.hold(conn, &buf);
+                (!done || turn.bytes >= READ_BUDGET).then_some(true)
+            }
+            outcome => Some(self.read_ended(conn, outcome, "closed by the client")),
+        };
+        // Kept, not freed: one buffer, at most `READ_CHUNK` long.
+        buf.clear();
+        self.scratch = buf;
+        step
+    }
+
+    /// One step of `conn`, which holds part of its input: the whole packets it holds are
+    /// handled, else the bytes the packet at its front still lacks are read into its buffer
+    /// in place. `None`: read on; else the turn is over, and whether it may have more.
+    fn read_held(&mut self, conn: ConnId, turn: &mut Turn) -> Option<bool> {
+        let max_packet = self.limits.max_packet;
+        let state = self.sessions.conns.get_mut(conn.0)?;
+        let mut buf = std::mem::take(&mut state.recv);
+        let step = match frame::missing(&buf, max_packet) {
+            // Whole (or impossible: `dispatch` closes it, naming the fault).
+            Ok(0) | Err(_) => {
+                let done = self.dispatch(conn, &mut buf, &mut turn.packets);
+                (!done).then_some(true)
+            }
+            Ok(lacking) => {
+                make_room(&mut buf, max_packet);
+                match state.transport.read(&mut buf, lacking) {
+                    ReadOutcome::Data(n) => {
+                        turn.bytes += n;
+                        self.stats.bytes_in += n as u64;
+                        state.received = true;
+                        (turn.bytes >= READ_BUDGET).then_some(true)
+                    }
+                    outcome => Some(self.read_ended(
+                        conn,
+                        outcome,
+                        "closed by the client in the middle of a packet",
+                    )),
+                }
+            }
+        };
         if let Some(state) = self.sessions.conns.get_mut(conn.0)
             && state.closing.is_none()
         {
-            state.recv.extend_from_slice(&self.scratch);
+            // Drained: freed, so a connection between packets holds nothing.
+            state.recv = if buf.is_empty() { Vec::new() } else { buf };
         }
-        // Kept, not freed: one buffer, at most `max_packet + READ_CHUNK` long.
-        self.scratch.clear();
-        more
+        step
     }
 
-    /// Handles the complete packets at the front of the scratch buffer, at most `budget` of
-    /// them, and drops them from it; the rest stays. False if the budget ran out first.
-    fn dispatch(&mut self, conn: ConnId, budget: &mut usize) -> bool {
+    /// A read that brought no data: the connection may have more later (`false`: wait for
+    /// its signal), or it closed (`closed` is the reason) or failed.
+    fn read_ended(&mut self, conn: ConnId, outcome: ReadOutcome, closed: &'static str) -> bool {
+        match outcome {
+            ReadOutcome::Data(_) | ReadOutcome::WouldBlock => {}
+            ReadOutcome::Closed => self.sessions.close(conn, Disconnect::normal(closed)),
+            ReadOutcome::Failed(e) => {
+                let why = super::reason::io_failed("read", &e);
+                self.sessions.close(conn, Disconnect::normal(why));
+            }
+        }
+        false
+    }
+
+    /// Gives `conn` the bytes `rest` left at the end of a read into the scratch buffer — a
+    /// packet's start, or whole packets past the turn's packet budget — in a buffer of its
+    /// own, sized for the packet at their front (its declared length once the header is in).
+    fn hold(&mut self, conn: ConnId, rest: &[u8]) {
+        if rest.is_empty() {
+            return;
+        }
+        let max_packet = self.limits.max_packet;
+        let Some(state) = self.sessions.conns.get_mut(conn.0) else {
+            return;
+        };
+        if state.closing.is_some() {
+            return;
+        }
+        debug_assert!(state.recv.is_empty());
+        let mut held = Vec::with_capacity(rest.len().max(room_for(rest, max_packet)));
+        held.extend_from_slice(rest);
+        state.recv = held;
+        state.received = true;
+    }
+
+    /// Handles the complete packets at the front of `buf`, at most `budget` of them, and
+    /// drops them from it; the rest stays. False if the budget ran out first.
+    fn dispatch(&mut self, conn: ConnId, buf: &mut Vec<u8>, budget: &mut usize) -> bool {
         let mut at = 0;
         let max_packet = self.limits.max_packet;
         let mut done = true;
         while self.sessions.is_open(conn) {
-            let frame = match frame::split(&self.scratch[at..], max_packet) {
+            let frame = match frame::split(&buf[at..], max_packet) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(e) => {
@@ -761,7 +906,7 @@ impl Server {
             self.sessions.close(conn, Disconnect::fault(why));
             break;
         }
-        self.scratch.drain(..at);
+        buf.drain(..at);
         done
     }
 
@@ -796,7 +941,9 @@ impl Server {
             }
             if let Some(state) = self.sessions.conns.get_mut(conn.0) {
                 state.compact_send();
-                if state.pending_output() == 0
+                self.sessions.flushed(conn);
+                if let Some(state) = self.sessions.conns.get_mut(conn.0)
+                    && state.pending_output() == 0
                     && let Some(why) = state.linger.take()
                 {
                     self.sessions.close(conn, why);
@@ -825,9 +972,12 @@ impl Server {
                         );
                     }
                 }
-                let Some(state) = self.sessions.conns.remove(conn.0) else {
+                let Some(mut state) = self.sessions.conns.remove(conn.0) else {
                     continue;
                 };
+                if state.discard_output {
+                    state.transport.discard_output();
+                }
                 self.per_host.release(state.host);
                 self.sessions.outbound -= state.pending_output();
                 let why = state
@@ -840,6 +990,35 @@ impl Server {
                 log_at!(level, %peer, %conn, reason = %why.reason, "disconnected");
             }
         }
+    }
+}
+
+/// What is left of one connection's turn in the Network phase.
+struct Turn {
+    /// Packets it may still have handled.
+    packets: usize,
+    /// Bytes read so far (the turn ends at [`READ_BUDGET`]).
+    bytes: usize,
+}
+
+/// The room the packet at the front of `buf` needs, bytes: the header's 3 while that is
+/// incomplete, then the length the header declares (bounded by `max_packet`); 0 for a header
+/// over it (the packet is refused when it is split).
+fn room_for(buf: &[u8], max_packet: usize) -> usize {
+    match frame::declared_len(buf, max_packet) {
+        Ok(Some(len)) => len,
+        Ok(None) => frame::HEADER_LEN,
+        Err(_) => 0,
+    }
+}
+
+/// Makes `buf`, which holds the start of a packet, big enough for the whole packet
+/// ([`room_for`]), so the reads that complete it never reallocate: it grows at most once past
+/// the header.
+fn make_room(buf: &mut Vec<u8>, max_packet: usize) {
+    let whole = room_for(buf, max_packet);
+    if buf.capacity() < whole {
+        buf.reserve_exact(whole - buf.len());
     }
 }
 
@@ -861,3 +1040,6 @@ fn is_per_connection(e: &io::Error) -> bool {
         io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
     )
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,10 +3,14 @@
 //!
 //! Owns the per-connection buffers and the rules that bound them. Both buffers start empty
 //! and unallocated, so an idle connection costs its socket plus this struct: the receive
-//! buffer holds only the tail of a packet that arrived in pieces, the send buffer only what
-//! the socket has not taken yet, and each is freed once it drains. A client that stops
-//! reading cannot make the shard hoard memory for it: past `send_buffer_size` queued bytes
-//! it is disconnected.
+//! buffer holds only a packet that arrived in pieces (the server reads the rest of it into
+//! that buffer in place), the send buffer only what the socket has not taken yet, and each is
+//! freed once it drains. A client that stops reading cannot make the shard hoard memory for
+//! it: past `send_buffer_size` queued bytes it is disconnected, and so is one that keeps more
+//! than `send_soft_limit` queued for longer than `send_soft_timeout` (a reader that keeps
+//! just under the hard limit). The outbound budget counts, besides the queued bytes, the
+//! kernel's send buffer (and a backend's own output buffer) of every socket that said
+//! "full": those bytes are the process's too, only not on its heap.
 //!
 //! This module must never touch a socket's readiness or parse packets: the server does that.
 
@@ -97,8 +101,14 @@ pub(super) struct NetState {
     /// Allowances of the rate-limited packet kinds it has sent, by packet id (a handful at
     /// most, so a short list).
     pub buckets: Vec<(u8, Bucket)>,
-    /// The unparsed tail of the last read (part of a packet); empty and unallocated otherwise.
+    /// A packet that arrived in pieces, so far (rarely also whole packets held back when a
+    /// turn's packet budget ran out); empty and unallocated otherwise. Reserved at the
+    /// packet's declared length once its header is in, so it grows at most once per packet;
+    /// the deadline sweep shrinks it to its bytes when nothing arrived for a whole sweep.
     pub recv: Vec<u8>,
+    /// Bytes arrived since the last deadline sweep (which shrinks an idle partial packet's
+    /// buffer to what it holds).
+    pub received: bool,
     /// Output the socket has not taken yet; `send[sent..]` is still to write.
     pub send: Vec<u8>,
     pub sent: usize,
@@ -113,6 +123,14 @@ pub(super) struct NetState {
     pub linger: Option<Disconnect>,
     /// The socket said "full"; it signals when writable again.
     pub write_blocked: bool,
+    /// The last flush left the socket full: its kernel send buffer (and the backend's output
+    /// buffer) is counted in the outbound budget ([`Sessions::socket_charge`]).
+    pub charged: bool,
+    /// Since when its unsent output has been above `send_soft_limit`, while it is.
+    pub over_soft_since: Option<Instant>,
+    /// Closed for not reading its output: the close resets the connection
+    /// ([`Transport::discard_output`]), so the kernel frees its send buffer at once.
+    pub discard_output: bool,
     pub queued_flush: bool,
     /// In the server's read queue.
     pub queued_read: bool,
@@ -132,6 +150,7 @@ impl NetState {
             connected: now,
             buckets: Vec::new(),
             recv: Vec::new(),
+            received: false,
             send: Vec::new(),
             sent: 0,
             logged_in: false,
@@ -139,6 +158,9 @@ impl NetState {
             closing: None,
             linger: None,
             write_blocked: false,
+            charged: false,
+            over_soft_since: None,
+            discard_output: false,
             queued_flush: false,
             queued_read: false,
         }
@@ -196,12 +218,24 @@ pub(super) fn release_if_large(buf: &mut Vec<u8>) {
 pub struct Sessions {
     pub(super) conns: Slab<NetState>,
     send_limit: usize,
-    /// Unsent output across every connection, bytes, and the most it may be.
+    /// `send_soft_limit`: unsent output a connection may keep for at most the soft timeout
+    /// (the sweep checks it); 0: no soft limit.
+    pub(super) soft_limit: usize,
+    /// What the outbound budget counts, bytes: unsent output across every connection, plus
+    /// [`Sessions::socket_charge`] for each socket left full; and the most it may be.
     pub(super) outbound: usize,
     outbound_budget: usize,
-    /// Connections disconnected for the outbound budget, and for their own send limit.
+    /// Counted in the budget for a socket that said "full": its kernel send buffer as the
+    /// kernel sized it (`SO_SNDBUF` read back), plus what the backend holds between `write`
+    /// and the kernel. 0 until the server knows its listeners.
+    pub(super) socket_charge: usize,
+    /// Sockets counted at [`Sessions::socket_charge`] now.
+    pub(super) charged_sockets: usize,
+    /// Connections disconnected for the outbound budget, for their own send limit, and for
+    /// staying over the soft limit.
     pub(super) evictions: u64,
     pub(super) overflows: u64,
+    pub(super) soft_overflows: u64,
     /// Packets queued to connections since start.
     pub(super) packets_out: u64,
     /// Connections with output queued since the last Flush phase.
@@ -217,15 +251,25 @@ impl Sessions {
         Sessions {
             conns: Slab::new(),
             send_limit,
+            soft_limit: 0,
             outbound: 0,
             outbound_budget,
+            socket_charge: 0,
+            charged_sockets: 0,
             evictions: 0,
             overflows: 0,
+            soft_overflows: 0,
             packets_out: 0,
             to_flush: Vec::new(),
             to_close: Vec::new(),
             churn: Churn::new(),
         }
+    }
+
+    /// The same, with `send_soft_limit` (0: none).
+    #[must_use]
+    pub(crate) fn with_soft_limit(self, soft_limit: usize) -> Sessions {
+        Sessions { soft_limit, ..self }
     }
 
     /// Connection churn: the level at which to log a connection's comings and goings.
@@ -291,7 +335,7 @@ impl Sessions {
         if queued + len > self.send_limit {
             let limit = self.send_limit;
             self.overflows += 1;
-            self.close(
+            self.close_unread(
                 conn,
                 Disconnect::fault(format!(
                     "send buffer overflow: {queued} bytes unsent, limit {limit} \
@@ -313,30 +357,89 @@ impl Sessions {
             return false;
         };
         frame::put(&mut state.send, id, parts);
+        if self.soft_limit > 0
+            && state.over_soft_since.is_none()
+            && state.pending_output() > self.soft_limit
+        {
+            state.over_soft_since = Some(Instant::now());
+        }
         self.packets_out += 1;
         self.outbound += len;
         self.queue_flush(conn);
         true
     }
 
-    /// The open connection with the most unsent output, if any has some.
+    /// What `conn` holds against the outbound budget: its unsent output, plus the socket
+    /// charge while its socket is full.
+    fn held(&self, state: &NetState) -> usize {
+        state.pending_output() + if state.charged { self.socket_charge } else { 0 }
+    }
+
+    /// The open connection holding the most against the budget (unsent output, and its full
+    /// socket's charge), if any has unsent output.
     fn largest_backlog(&self) -> Option<ConnId> {
         self.conns
             .iter()
             .filter(|(_, s)| s.closing.is_none() && s.pending_output() > 0)
-            .max_by_key(|(_, s)| s.pending_output())
+            .max_by_key(|(_, s)| self.held(s))
             .map(|(key, _)| ConnId(key))
     }
 
-    fn evict(&mut self, conn: ConnId) {
-        let held = self.conns.get(conn.0).map_or(0, NetState::pending_output);
-        let budget = self.outbound_budget;
-        self.evictions += 1;
-        self.close(
+    /// After `conn`'s flush: whether its socket is left full (then its kernel send buffer
+    /// counts in the budget, else it stops counting), and whether its unsent output is back
+    /// under the soft limit (then its soft timer stops).
+    pub(super) fn flushed(&mut self, conn: ConnId) {
+        let (charge, soft_limit) = (self.socket_charge, self.soft_limit);
+        let Some(state) = self.conns.get_mut(conn.0) else {
+            return;
+        };
+        if state.closing.is_some() {
+            return; // `close` took it out of the budget
+        }
+        if state.pending_output() <= soft_limit {
+            state.over_soft_since = None;
+        }
+        match (state.charged, state.write_blocked) {
+            (false, true) => {
+                state.charged = true;
+                self.charged_sockets += 1;
+                self.outbound += charge;
+            }
+            (true, false) => {
+                state.charged = false;
+                self.charged_sockets -= 1;
+                self.outbound -= charge;
+            }
+            _ => {}
+        }
+    }
+
+    /// Disconnects `conn` for keeping more than the soft limit unsent for longer than
+    /// `timeout` (the deadline sweep found it so).
+    pub(super) fn soft_overflow(&mut self, conn: ConnId, timeout: std::time::Duration) {
+        let limit = self.soft_limit;
+        self.soft_overflows += 1;
+        self.close_unread(
             conn,
             Disconnect::fault(format!(
-                "outbound budget: all connections together hold {budget} bytes unsent \
-                 (network.outbound_budget) and this one the most, {held}"
+                "send soft limit: over {limit} bytes unsent for longer than {} \
+                 (network.send_soft_limit, network.send_soft_timeout); the client reads too \
+                 slowly",
+                humantime::format_duration(timeout)
+            )),
+        );
+    }
+
+    fn evict(&mut self, conn: ConnId) {
+        let held = self.conns.get(conn.0).map_or(0, |s| self.held(s));
+        let budget = self.outbound_budget;
+        self.evictions += 1;
+        self.close_unread(
+            conn,
+            Disconnect::fault(format!(
+                "outbound budget: all connections together hold {budget} bytes unsent or in \
+                 full sockets' kernel buffers (network.outbound_budget) and this one the most, \
+                 {held}"
             )),
         );
     }
@@ -359,12 +462,27 @@ impl Sessions {
             && state.closing.is_none()
         {
             state.closing = Some(why);
-            // Nothing more is written to it: its output stops counting at once, so one
-            // eviction is enough to make room.
+            // Nothing more is written to it: its output, and its full socket, stop counting
+            // at once, so one eviction is enough to make room.
             self.outbound -= state.pending_output();
+            if std::mem::take(&mut state.charged) {
+                self.outbound -= self.socket_charge;
+                self.charged_sockets -= 1;
+            }
+            state.over_soft_since = None;
             state.send = Vec::new();
             state.sent = 0;
             self.to_close.push(conn);
+        }
+    }
+
+    /// Condemns `conn` for not reading what is sent to it ([`Sessions::close`]); its socket is
+    /// reset rather than closed, so the kernel frees its send buffer at once instead of
+    /// holding it for a peer that does not read.
+    fn close_unread(&mut self, conn: ConnId, why: Disconnect) {
+        self.close(conn, why);
+        if let Some(state) = self.conns.get_mut(conn.0) {
+            state.discard_output = true;
         }
     }
 
@@ -403,6 +521,134 @@ mod tests {
         fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
             Ok(0)
         }
+    }
+
+    /// A socket that takes `room` bytes, then says "full".
+    struct Room(std::rc::Rc<std::cell::Cell<usize>>);
+    impl Transport for Room {
+        fn read(&mut self, _: &mut Vec<u8>, _: usize) -> super::super::backend::ReadOutcome {
+            super::super::backend::ReadOutcome::WouldBlock
+        }
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            let n = data.len().min(self.0.get());
+            self.0.set(self.0.get() - n);
+            Ok(n)
+        }
+    }
+
+    /// What the server's flush does for one connection: write until full, then settle.
+    fn flush(sessions: &mut Sessions, conn: ConnId) {
+        let state = sessions.conns.get_mut(conn.0).unwrap();
+        state.write_blocked = false;
+        while state.pending_output() > 0 {
+            match state.transport.write(&state.send[state.sent..]).unwrap() {
+                0 => {
+                    state.write_blocked = true;
+                    break;
+                }
+                n => {
+                    state.sent += n;
+                    sessions.outbound -= n;
+                }
+            }
+        }
+        sessions.conns.get_mut(conn.0).unwrap().compact_send();
+        sessions.flushed(conn);
+    }
+
+    fn open(sessions: &mut Sessions, room: usize) -> (ConnId, std::rc::Rc<std::cell::Cell<usize>>) {
+        let room = std::rc::Rc::new(std::cell::Cell::new(room));
+        let peer = "127.0.0.2:1".parse().unwrap();
+        let host = Host::of(std::net::IpAddr::from([127, 0, 0, 2]));
+        let state = NetState::new(Box::new(Room(room.clone())), peer, host, Instant::now());
+        (ConnId(sessions.conns.insert(state)), room)
+    }
+
+    #[tokio::test]
+    async fn a_full_socket_counts_its_kernel_buffer_until_it_drains_or_closes() {
+        let mut sessions = Sessions::new(1 << 20, 1 << 20);
+        sessions.socket_charge = 100_000;
+        let (conn, room) = open(&mut sessions, 1000);
+        assert!(sessions.send_packet(conn, 1, &[&[0; 997]]));
+        flush(&mut sessions, conn);
+        assert_eq!(
+            (sessions.outbound, sessions.charged_sockets),
+            (0, 0),
+            "all written"
+        );
+        assert!(sessions.send_packet(conn, 1, &[&[0; 497]]));
+        flush(&mut sessions, conn);
+        assert_eq!(
+            (sessions.outbound, sessions.charged_sockets),
+            (500 + 100_000, 1),
+            "left full: its unsent bytes and its socket's buffer"
+        );
+        // Still full: charged once, not again.
+        assert!(sessions.send_packet(conn, 1, &[&[0; 97]]));
+        flush(&mut sessions, conn);
+        assert_eq!(sessions.outbound, 600 + 100_000);
+        // The peer reads: everything goes, and so does the charge.
+        room.set(10_000);
+        flush(&mut sessions, conn);
+        assert_eq!((sessions.outbound, sessions.charged_sockets), (0, 0));
+        // Full again, then closed: nothing of it stays counted.
+        assert!(sessions.send_packet(conn, 1, &[&[0; 20_000]]));
+        flush(&mut sessions, conn);
+        assert_eq!(sessions.charged_sockets, 1);
+        sessions.close(conn, Disconnect::normal("bye"));
+        assert_eq!((sessions.outbound, sessions.charged_sockets), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn the_budget_evicts_the_full_socket_holding_the_most_its_buffer_included() {
+        // Budget 150 kB; a full socket counts 100 kB besides its unsent bytes.
+        let mut sessions = Sessions::new(1 << 20, 150_000);
+        sessions.socket_charge = 100_000;
+        let (slow, _) = open(&mut sessions, 0);
+        let (busy, _) = open(&mut sessions, 1 << 30);
+        assert!(sessions.send_packet(slow, 1, &[&[0; 10_000]]));
+        flush(&mut sessions, slow);
+        assert_eq!(sessions.outbound, 10_003 + 100_000);
+        // A reader that keeps up queues 30 kB (more than the slow one's unsent bytes, less
+        // than those and its socket): the slow one goes, the other stays.
+        assert!(sessions.send_packet(busy, 1, &[&[0; 30_000]]));
+        assert!(sessions.send_packet(busy, 1, &[&[0; 30_000]]));
+        assert_eq!(sessions.evictions, 1);
+        assert!(!sessions.is_open(slow) && sessions.is_open(busy));
+        assert!(
+            sessions.conns.get(slow.0).unwrap().discard_output,
+            "reset, not closed"
+        );
+        assert_eq!(sessions.outbound, 2 * 30_003);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn output_over_the_soft_limit_is_timed_from_when_it_crossed_until_it_drains() {
+        let mut sessions = Sessions::new(1 << 20, 1 << 20).with_soft_limit(5_000);
+        let (conn, room) = open(&mut sessions, 0);
+        assert!(sessions.send_packet(conn, 1, &[&[0; 4_000]]));
+        flush(&mut sessions, conn);
+        let since = |s: &Sessions| s.conns.get(conn.0).unwrap().over_soft_since;
+        assert_eq!(since(&sessions), None, "under the soft limit");
+        let crossed = Instant::now();
+        assert!(sessions.send_packet(conn, 1, &[&[0; 4_000]]));
+        assert_eq!(since(&sessions), Some(crossed));
+        tokio::time::advance(std::time::Duration::from_secs(3)).await;
+        assert!(sessions.send_packet(conn, 1, &[&[0; 100]]));
+        flush(&mut sessions, conn);
+        assert_eq!(
+            since(&sessions),
+            Some(crossed),
+            "still over: timed from the crossing"
+        );
+        // Read down to the soft limit: the clock stops.
+        room.set(8_006 + 103 - 5_000);
+        flush(&mut sessions, conn);
+        assert_eq!(since(&sessions), None);
+        sessions.soft_overflow(conn, std::time::Duration::from_secs(10));
+        assert_eq!(sessions.soft_overflows, 1);
+        let why = sessions.conns.get(conn.0).unwrap().closing.clone().unwrap();
+        assert_eq!(why.kind(), "send soft limit");
     }
 
     #[tokio::test]

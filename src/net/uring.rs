@@ -191,6 +191,10 @@ impl Backend for Uring {
         let key = ring.borrow_mut().add_listener(listener, waker);
         Ok(Box::new(UringAcceptor { ring, key, local }))
     }
+
+    fn transport_output_limit(&self) -> usize {
+        OUTBOX_LIMIT
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1136,11 +1140,18 @@ impl Ring {
         };
         conn.waker = None;
         let (receiving, sending) = (conn.recv_in_flight, conn.send_in_flight);
+        let discarded = conn.given_up;
         if receiving {
             self.cancel(Op::Recv, key);
         }
-        if sending {
+        if sending && discarded {
+            // Its output was discarded (`Transport::discard_output`): no linger.
+            self.cancel(Op::Send, key);
+        } else if sending {
             self.lingering.push_back((Instant::now() + LINGER, key));
+            // The driver arms the linger timer when it runs: make it run, even when nothing
+            // else (a receive's cancellation) is submitted for this connection.
+            self.kick();
         }
         self.free_if_finished(key);
     }
@@ -1178,6 +1189,18 @@ struct UringConn {
 }
 
 impl Transport for UringConn {
+    fn discard_output(&mut self) {
+        let mut ring = self.ring.borrow_mut();
+        let Some(conn) = ring.conns.get_mut(self.key) else {
+            return;
+        };
+        // Closed with a reset: the kernel drops the socket's send queue at once.
+        let _ = SockRef::from(&conn.socket).set_linger(Some(Duration::ZERO));
+        // No linger for what `write` accepted: the send in flight is cancelled on close.
+        conn.given_up = true;
+        conn.outbox = Vec::new();
+    }
+
     fn read(&mut self, buf: &mut Vec<u8>, max: usize) -> ReadOutcome {
         let mut ring = self.ring.borrow_mut();
         let conn = ring.conns.get_mut(self.key).expect("a transport's slot");

@@ -288,7 +288,7 @@ async fn run_shard(
     let network = &config.network;
     let listeners = match listeners {
         Some(bound) => bound,
-        None => net::bind_all(&network.listen, network.send_buffer_size as usize)
+        None => net::bind_all(&network.listen, network.socket_send_buffer as usize)
             .map_err(ShardError::Listen)?,
     };
     let metrics_listener = monitoring::bind(config)?;

@@ -28,6 +28,7 @@ impl Sessions {
             return Vec::new();
         };
         self.outbound -= state.pending_output();
+        state.over_soft_since = None;
         let out = state.send.split_off(state.sent);
         state.send.clear();
         state.sent = 0;

@@ -175,13 +175,15 @@ impl Shell {
         args.none()?;
         let (n, limits) = (self.net.stats(), self.net.limits());
         let mib = |bytes: usize| bytes as f64 / f64::from(1 << 20);
+        let (full, charge) = self.net.full_sockets();
         Ok(format!(
             "open      {} connections from {} hosts (max {}, {} per host), {} accepted since start\n\
              refused   {} over max_connections, {} over max_per_ip, {} shed out of descriptors\n\
              closed    {} ({} faults): {} login timeout, {} idle timeout, {} flood, {} outbound \
-             budget, {} send buffer overflow\n\
+             budget, {} send buffer overflow, {} send soft limit\n\
              flood     {} packets dropped over their rate\n\
-             outbound  {:.1} MiB unsent of a {:.0} MiB budget\n\
+             outbound  {:.1} MiB of a {:.0} MiB budget: {:.1} MiB unsent, {} full sockets at \
+             {} KiB of kernel buffers each\n\
              traffic   {} packets in, {} bytes in, {} bytes out",
             n.connections,
             self.net.hosts(),
@@ -198,9 +200,13 @@ impl Shell {
             n.flood_disconnects,
             n.outbound_evictions,
             n.send_overflows,
+            n.send_soft_overflows,
             n.flood_dropped,
             mib(self.net.outbound_bytes()),
             mib(limits.outbound_budget),
+            mib(self.net.unsent_bytes()),
+            full,
+            charge / 1024,
             n.packets_in,
             n.bytes_in,
             n.bytes_out,
