@@ -444,6 +444,62 @@ fn output_limits_are_checked() {
 }
 
 #[test]
+fn the_metrics_token_is_checked_and_never_shown() {
+    const TOKEN: &str = "s3cr3t-t0ken-0123456789abcdef";
+    // From the environment: in effect, and redacted in the report.
+    let loaded = load(
+        ConfigFile::None,
+        &[("SHARD_METRICS__TOKEN", TOKEN)],
+        Overrides::default(),
+    );
+    assert_eq!(loaded.config.metrics.token(), Some(TOKEN));
+    let report = loaded.report();
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("metrics.token = "))
+        .unwrap_or_else(|| panic!("no metrics.token line in\n{report}"));
+    assert!(line.contains("\"(redacted)\""), "{line}");
+    assert!(
+        line.ends_with("(environment variable SHARD_METRICS__TOKEN)"),
+        "{line}"
+    );
+    assert!(!report.contains(TOKEN), "{report}");
+    assert!(!format!("{:?}", loaded.config).contains(TOKEN));
+    // Unset: shown as the empty string it is.
+    let report = load(ConfigFile::None, &[], Overrides::default()).report();
+    assert!(report.contains("metrics.token = \"\""), "{report}");
+    // A value of the wrong type in the file is refused without being quoted back.
+    let file = toml_file("[metrics]\ntoken = 123456789012345678\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    assert_eq!(err.key(), Some("metrics.token"), "{err}");
+    assert!(!err.to_string().contains("123456789012345678"), "{err}");
+    // All digits is a token like any other (the environment layer keeps text keys text).
+    let digits = "12345678901234567890";
+    let loaded = load(
+        ConfigFile::None,
+        &[("SHARD_METRICS__TOKEN", digits)],
+        Overrides::default(),
+    );
+    assert_eq!(loaded.config.metrics.token(), Some(digits));
+    // Refused, naming the key and never the value: too short, a character a bearer token
+    // cannot hold.
+    for (value, why) in [
+        ("short-0123", "16 to 512 characters"),
+        ("s3cr3t t0ken 0123456789abcdef", "letters, digits"),
+    ] {
+        let err = load_err(
+            ConfigFile::None,
+            &[("SHARD_METRICS__TOKEN", value)],
+            Overrides::default(),
+        );
+        assert_eq!(err.key(), Some("metrics.token"), "{err}");
+        let text = err.to_string();
+        assert!(text.contains(why), "{text}");
+        assert!(!text.contains(value), "the error quotes the token: {text}");
+    }
+}
+
+#[test]
 fn unknown_key_in_env_names_the_variable() {
     let env = [("SHARD_SERVER__IDEL_WAIT", "0ms")];
     let err = load_err(ConfigFile::None, &env, Overrides::default());

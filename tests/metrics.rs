@@ -1,7 +1,9 @@
 //! The metrics endpoint (`[metrics] listen`) with real components: the shard binary checked
-//! by `promtool` and scraped by a real Prometheus server, the status page loaded in headless
-//! Chromium, `/healthz` against a loop blocked on purpose, the connection bound against many
-//! idle clients, and a bad or busy address.
+//! by `promtool` and scraped by a real Prometheus server (through a bearer token), the status
+//! page loaded in headless Chromium, `/healthz` against a loop blocked on purpose, the
+//! connection bound against many idle clients (and a flood from one IPv6 /64, in a network
+//! namespace of the test's own), the token on every path, the warning when bound beyond
+//! loopback, and a bad or busy address.
 //!
 //! `promtool`, `prometheus` (Debian's `prometheus`) and `chromium` are installed by
 //! `scripts/test`; a test that cannot find them fails naming them (`common::tools`), unless
@@ -10,7 +12,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,7 +22,9 @@ use std::time::{Duration, Instant};
 use common::binary::{shardloop, spawn_logged};
 use common::deadline::{run_within, watchdog};
 use shardloop::metrics::server::MAX_CONNECTIONS;
-use shardloop::metrics::{MetricsServer, PersistFacts, Settings, Sources, WorldCounts};
+use shardloop::metrics::{
+    BearerToken, MetricsServer, PersistFacts, Settings, Sources, WorldCounts,
+};
 use shardloop::runtime::Phase;
 use shardloop::runtime::history::LoopSecond;
 use shardloop::runtime::telemetry::SecondCounts;
@@ -32,12 +36,32 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String) {
 }
 
 fn try_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(addr)?;
+    let (status, _, body) = request(TcpStream::connect(addr)?, path, &[])?;
+    Ok((status, body))
+}
+
+/// A GET with `Authorization: Bearer <token>`: the status and the body.
+fn get_with_token(addr: SocketAddr, path: &str, token: &str) -> (u16, String) {
+    let auth = format!("Authorization: Bearer {token}");
+    let (status, _, body) = request(TcpStream::connect(addr).unwrap(), path, &[&auth])
+        .unwrap_or_else(|e| panic!("GET {path} from {addr}: {e}"));
+    (status, body)
+}
+
+/// A GET on `stream` with `Connection: close` and the `headers` given: the status, the
+/// response's headers and its body.
+fn request(
+    mut stream: TcpStream,
+    path: &str,
+    headers: &[&str],
+) -> std::io::Result<(u16, String, String)> {
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: shard\r\nConnection: close\r\n");
+    for header in headers {
+        head.push_str(header);
+        head.push_str("\r\n");
+    }
+    write!(stream, "{head}\r\n")?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
     let status = response
@@ -45,10 +69,8 @@ fn try_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status line in {response:?}"));
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or(String::new(), |(_, b)| b.to_owned());
-    Ok((status, body))
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    Ok((status, head.to_owned(), body.to_owned()))
 }
 
 /// Polls `check` every 100 ms until it gives a value or `limit` passes.
@@ -72,30 +94,51 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// The shard binary with the endpoint on a free port; its address from the log.
-fn start_shard(dir: &Path) -> (Child, SocketAddr) {
+/// The shard binary with the endpoint on `listen` (port 0: a free one) and the variables
+/// `env`: the child, the endpoint's address from the log (on loopback when it listens on
+/// every address), and its log, every line so far and on as it comes.
+fn start_shard(
+    dir: &Path,
+    listen: &str,
+    env: &[(&str, &str)],
+) -> (Child, SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
     let mut cmd = shardloop(dir, (2_000, 200));
-    cmd.env("SHARD_METRICS__LISTEN", "127.0.0.1:0");
+    cmd.env("SHARD_METRICS__LISTEN", listen)
+        .envs(env.iter().copied());
     let (child, lines) = spawn_logged(&mut cmd);
-    let mut addr = None;
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut addr: Option<SocketAddr> = None;
     let limit = Instant::now() + Duration::from_secs(30);
     while let Ok(line) = lines.recv_timeout(limit.saturating_duration_since(Instant::now())) {
-        if line.contains("metrics endpoint") {
+        if line.contains("metrics endpoint:") {
             let at = line
                 .split("addr=")
                 .nth(1)
                 .expect("the line names the address");
             addr = Some(at.split_whitespace().next().unwrap().parse().unwrap());
         }
-        if line.contains("shard ready") {
+        let ready = line.contains("shard ready");
+        log.lock().unwrap().push(line);
+        if ready {
             break;
         }
     }
-    let addr = addr.expect("the shard logged its metrics endpoint before ready");
-    // Keep draining the log so the child never blocks on a full pipe.
-    std::thread::spawn(move || while lines.recv().is_ok() {});
-    (child, addr)
+    let mut addr = addr.expect("the shard logged its metrics endpoint before ready");
+    if addr.ip().is_unspecified() {
+        addr.set_ip(IpAddr::from([127, 0, 0, 1]));
+    }
+    // Keep reading the log so the child never blocks on a full pipe.
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        while let Ok(line) = lines.recv() {
+            kept.lock().unwrap().push(line);
+        }
+    });
+    (child, addr, log)
 }
+
+/// The bearer token the Prometheus test's shard requires.
+const SCRAPE_TOKEN: &str = "scrape-token-0123456789abcdef";
 
 struct Killed(Child);
 
@@ -113,10 +156,15 @@ fn the_shard_s_metrics_pass_promtool_and_a_real_prometheus_scrapes_them() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (shard, addr) = start_shard(dir.path());
+    // With a token, scraped as docs/monitoring.md says (Prometheus's `authorization`).
+    let (shard, addr, _) = start_shard(
+        dir.path(),
+        "127.0.0.1:0",
+        &[("SHARD_METRICS__TOKEN", SCRAPE_TOKEN)],
+    );
     let _shard = Killed(shard);
 
-    let (status, text) = get(addr, "/metrics");
+    let (status, text) = get_with_token(addr, "/metrics", SCRAPE_TOKEN);
     assert_eq!(status, 200, "{text}");
     for family in [
         "shardloop_loop_iterations_total",
@@ -161,7 +209,8 @@ fn the_shard_s_metrics_pass_promtool_and_a_real_prometheus_scrapes_them() {
         &config,
         format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  \
-             - job_name: shardloop\n    static_configs:\n      - targets: ['{addr}']\n"
+             - job_name: shardloop\n    authorization:\n      credentials: '{SCRAPE_TOKEN}'\n    \
+             static_configs:\n      - targets: ['{addr}']\n"
         ),
     )
     .unwrap();
@@ -240,6 +289,12 @@ impl Drop for Endpoint {
 }
 
 fn endpoint(settings: Settings, history: Vec<LoopSecond>) -> Endpoint {
+    endpoint_on("127.0.0.1:0", settings, history)
+}
+
+/// [`endpoint`], listening on `listen`.
+fn endpoint_on(listen: &str, settings: Settings, history: Vec<LoopSecond>) -> Endpoint {
+    let listen: SocketAddr = listen.parse().unwrap();
     let (ready_tx, ready) = mpsc::channel();
     let (stop, stopped) = mpsc::channel::<()>();
     let whole_history_copies = Arc::new(AtomicUsize::new(0));
@@ -268,8 +323,7 @@ fn endpoint(settings: Settings, history: Vec<LoopSecond>) -> Endpoint {
                         }),
                         persist: Box::new(PersistFacts::default),
                     };
-                    let listener =
-                        shardloop::metrics::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+                    let listener = shardloop::metrics::bind(listen).unwrap();
                     let server =
                         MetricsServer::start(listener, sources, Default::default(), settings)
                             .unwrap();
@@ -504,13 +558,197 @@ fn the_example_alert_rules_pass_promtool_check_and_their_unit_tests() {
     }
 }
 
-/// A TCP connection to `to` from the local address `from` (any of 127.0.0.0/8 on Linux).
+/// A TCP connection to `to` from the local address `from` (any of 127.0.0.0/8 on Linux, or
+/// an address the test's network namespace has).
 fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    let from: SocketAddr = format!("{from}:0").parse().unwrap();
+    let from: IpAddr = from.parse().unwrap();
+    let from = SocketAddr::new(from, 0);
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(from),
+        socket2::Type::STREAM,
+        None,
+    )
+    .unwrap();
     socket.bind(&from.into()).unwrap();
     socket.connect(&to.into()).unwrap();
     socket.into()
+}
+
+/// Waits until the server has closed at least `at_least` of `streams` (set non-blocking).
+fn wait_closed(streams: &mut [TcpStream], at_least: usize, what: &str) {
+    for c in streams.iter() {
+        c.set_nonblocking(true).unwrap();
+    }
+    let mut closed = vec![false; streams.len()];
+    poll(Duration::from_secs(5), what, || {
+        for (c, done) in streams.iter_mut().zip(&mut closed) {
+            *done = *done
+                || match c.read(&mut [0u8; 1]) {
+                    Ok(0) => true,
+                    Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                    Ok(_) => false,
+                };
+        }
+        let n = closed.iter().filter(|d| **d).count();
+        (n >= at_least).then_some(())
+    });
+}
+
+#[test]
+fn a_flood_from_many_addresses_of_one_ipv6_64_evicts_its_own_connections_not_the_scraper_s() {
+    // Twice the bound's worth of flooders, one connection from each address of one /64, and
+    // a scraper from another /64.
+    let flooders: Vec<Ipv6Addr> = (1..=2 * MAX_CONNECTIONS as u16)
+        .map(|i| Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, i))
+        .collect();
+    let scraper = Ipv6Addr::new(0x2001, 0xdb8, 0, 2, 0, 0, 0, 1);
+    let mut addresses = flooders.clone();
+    addresses.push(scraper);
+    if !common::netns::with_addresses(&addresses) {
+        return;
+    }
+    let _watchdog = watchdog(Duration::from_secs(60), "an IPv6 /64 flood");
+    let endpoint = endpoint_on("[::1]:0", Settings::default(), Vec::new());
+    // The scraper holds two connections before the flood: the oldest idle ones, and, counted
+    // by address, the address holding the most.
+    let scraper_conns: Vec<TcpStream> = (0..2)
+        .map(|_| connect_from(&scraper.to_string(), endpoint.addr))
+        .collect();
+    let mut flood: Vec<TcpStream> = flooders
+        .iter()
+        .map(|a| connect_from(&a.to_string(), endpoint.addr))
+        .collect();
+    let over = flood.len() + scraper_conns.len() - MAX_CONNECTIONS;
+    wait_closed(&mut flood, over, "flood connections closed");
+    // Counted by host (the /64), the flood held the most: the scraper's connections stayed.
+    for stream in scraper_conns {
+        match request(stream, "/healthz", &[]) {
+            Ok((status, _, body)) => assert_eq!(status, 200, "{body}"),
+            Err(e) => panic!("a scraper's connection was closed for the flood: {e}"),
+        }
+    }
+    let (_, metrics) = get(endpoint.addr, "/metrics");
+    assert!(
+        metrics.contains(&format!(
+            "shardloop_metrics_http_closed_total{{reason=\"evicted\"}} {over}"
+        )),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn with_a_token_every_path_but_healthz_needs_it() {
+    const TOKEN: &str = "t0ken-for-the-test-0123456789";
+    let _watchdog = watchdog(Duration::from_secs(60), "the token");
+    let settings = Settings {
+        token: Some(BearerToken::new(TOKEN)),
+        ..Settings::default()
+    };
+    let endpoint = endpoint(settings, history());
+    let addr = endpoint.addr;
+    let auth = |value: &str| format!("Authorization: {value}");
+    for (path, headers) in [
+        ("/metrics", vec![]),
+        (
+            "/metrics",
+            vec![auth("Bearer t0ken-for-the-test-012345678X")],
+        ),
+        ("/metrics", vec![auth("Bearer t0ken")]),
+        ("/metrics", vec![auth(&format!("Basic {TOKEN}"))]),
+        ("/metrics", vec![auth(TOKEN)]),
+        ("/", vec![]),
+        ("/nothing-here", vec![]),
+    ] {
+        let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let (status, head, body) =
+            request(TcpStream::connect(addr).unwrap(), path, &headers).unwrap();
+        assert_eq!(status, 401, "{path} {headers:?}: {body}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("www-authenticate: bearer realm=\"shardloop\""),
+            "{head}"
+        );
+        assert!(!body.contains(TOKEN), "{body}");
+    }
+    // /healthz is open; with the token everything answers, the scheme in any case.
+    assert_eq!(get(addr, "/healthz").0, 200);
+    assert_eq!(get_with_token(addr, "/", TOKEN).0, 200);
+    assert_eq!(get_with_token(addr, "/nothing-here", TOKEN).0, 404);
+    let lower = auth(&format!("bearer {TOKEN}"));
+    let (status, _, _) = request(TcpStream::connect(addr).unwrap(), "/healthz", &[&lower]).unwrap();
+    assert_eq!(status, 200);
+    let (status, metrics) = get_with_token(addr, "/metrics", TOKEN);
+    assert_eq!(status, 200, "{metrics}");
+    assert!(
+        metrics.contains("shardloop_metrics_http_unauthorized_total 7"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn bound_beyond_loopback_the_shard_warns_and_never_shows_its_token() {
+    const TOKEN: &str = "never-shown-0123456789abcdef";
+    let _watchdog = watchdog(Duration::from_secs(90), "beyond loopback");
+    let beyond = |log: &[String]| -> Vec<String> {
+        log.iter()
+            .filter(|l| l.contains("bound beyond loopback"))
+            .cloned()
+            .collect()
+    };
+    // On loopback: no warning.
+    let dir = tempfile::tempdir().unwrap();
+    let (shard, _, log) = start_shard(dir.path(), "127.0.0.1:0", &[]);
+    drop(Killed(shard));
+    assert_eq!(beyond(&log.lock().unwrap()), Vec::<String>::new());
+    // On every address, without a token: it says there is no authentication.
+    let dir = tempfile::tempdir().unwrap();
+    let (shard, addr, log) = start_shard(dir.path(), "0.0.0.0:0", &[]);
+    assert_eq!(get(addr, "/metrics").0, 200);
+    drop(Killed(shard));
+    let warned = beyond(&log.lock().unwrap());
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains("WARN") && warned[0].contains("has no authentication"),
+        "{warned:?}"
+    );
+    // With a token from the environment: requests need it, the warning says so, and
+    // neither the log nor check-config shows it.
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("SHARD_METRICS__TOKEN", TOKEN)];
+    let (shard, addr, log) = start_shard(dir.path(), "0.0.0.0:0", &env);
+    assert_eq!(get(addr, "/metrics").0, 401);
+    assert_eq!(get(addr, "/healthz").0, 200);
+    assert_eq!(get_with_token(addr, "/metrics", TOKEN).0, 200);
+    poll(Duration::from_secs(10), "the 401 logged", || {
+        let log = log.lock().unwrap();
+        log.iter().any(|l| l.contains("answered 401")).then_some(())
+    });
+    drop(Killed(shard));
+    let log = log.lock().unwrap();
+    let warned = beyond(&log);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains("WARN") && warned[0].contains("requests need the bearer token"),
+        "{warned:?}"
+    );
+    assert!(
+        log.iter().all(|l| !l.contains(TOKEN)),
+        "the token is in the log:\n{}",
+        log.join("\n")
+    );
+    let out = run_within(
+        shardloop(dir.path(), (100, 10))
+            .envs(env)
+            .arg("check-config"),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("metrics.token = \"(redacted)\""),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(TOKEN), "{stdout}");
 }
 
 #[test]
@@ -526,23 +764,12 @@ fn a_connection_flood_from_one_address_evicts_its_own_connections_not_another_pe
     let mut flooders: Vec<TcpStream> = (0..flood)
         .map(|_| connect_from("127.0.0.1", endpoint.addr))
         .collect();
-    for c in &flooders {
-        c.set_nonblocking(true).unwrap();
-    }
     // Wait until the server has taken the whole flood (it closed all but the cap's worth).
-    let mut closed = vec![false; flood];
-    poll(Duration::from_secs(5), "flood connections closed", || {
-        for (c, done) in flooders.iter_mut().zip(&mut closed) {
-            *done = *done
-                || match c.read(&mut [0u8; 1]) {
-                    Ok(0) => true,
-                    Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-                    Ok(_) => false,
-                };
-        }
-        let n = closed.iter().filter(|d| **d).count();
-        (n >= flood - MAX_CONNECTIONS).then_some(())
-    });
+    wait_closed(
+        &mut flooders,
+        flood - MAX_CONNECTIONS,
+        "flood connections closed",
+    );
     write!(
         scraper,
         "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"

@@ -38,6 +38,7 @@ mod duration;
 mod error;
 mod load;
 mod report;
+mod secret;
 mod section;
 mod toml_lines;
 mod zone;
@@ -60,6 +61,7 @@ pub use error::ENV_PREFIX;
 pub use error::{ConfigError, Origin, SectionFault};
 pub use load::{ConfigFile, DEFAULT_CONFIG_PATH, LoadOptions, Overrides, process_env};
 pub use report::{Entry, Loaded};
+pub use secret::{REDACTED, Secret};
 pub use section::{Section, SectionSpec};
 pub use zone::Zone;
 
@@ -473,8 +475,15 @@ impl TimeConfig {
 pub struct MetricsConfig {
     /// Address to serve on, e.g. `"127.0.0.1:9593"`; empty (the default) = off.
     pub listen: String,
+    /// A bearer token every request but `/healthz` must carry (`Authorization: Bearer …`);
+    /// empty (the default) = no authentication. Never logged; `check-config` redacts it.
+    pub token: Secret,
 }
 
+/// The shortest `metrics.token` accepted, bytes.
+pub const MIN_METRICS_TOKEN: usize = 16;
+/// The longest `metrics.token` accepted, bytes.
+pub const MAX_METRICS_TOKEN: usize = 512;
 
 /// The address `docs/monitoring.md` shows for `metrics.listen` (9593: the game's 2593, +7000).
 pub const EXAMPLE_METRICS_LISTEN: &str = "127.0.0.1:9593";
@@ -486,7 +495,32 @@ impl MetricsConfig {
         self.listen.trim().parse().ok()
     }
 
+    /// The bearer token, `None` when not set.
+    pub fn token(&self) -> Option<&str> {
+        self.token.expose()
+    }
+
     fn check(&self) -> Result<(), Invalid> {
+        if let Some(token) = self.token() {
+            // The reasons never quote the token.
+            if !(MIN_METRICS_TOKEN..=MAX_METRICS_TOKEN).contains(&token.len()) {
+                return invalid(
+                    "metrics.token",
+                    format!(
+                        "must be {MIN_METRICS_TOKEN} to {MAX_METRICS_TOKEN} characters long (it \
+                         has {}): generate one with `openssl rand -hex 32`",
+                        token.len()
+                    ),
+                );
+            }
+            if !token.bytes().all(is_token_byte) {
+                return invalid(
+                    "metrics.token",
+                    "may hold only letters, digits and - . _ ~ + / = (what an HTTP bearer \
+                     token is made of; the value is not shown)",
+                );
+            }
+        }
         let text = self.listen.trim();
         if !text.is_empty() && text.parse::<SocketAddr>().is_err() {
             return invalid(
@@ -499,6 +533,11 @@ impl MetricsConfig {
         }
         Ok(())
     }
+}
+
+/// A byte an HTTP bearer token may hold (RFC 6750's `b64token`).
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b)
 }
 
 impl Config {

@@ -10,13 +10,27 @@ use figment::{Figment, Source};
 
 use super::error::{ConfigError, Origin};
 use super::load::{CLI_NAME, ENV_NAME, FileSource};
-use super::{Config, Invalid, toml_lines};
+use super::{Config, Invalid, REDACTED, toml_lines};
 
 /// The engine's sections in the order of `config/shard.toml`, for the report (declared game
 /// sections follow them, in the order they were declared).
 const SECTIONS: [&str; 7] = [
     "server", "network", "world", "autosave", "archive", "time", "metrics",
 ];
+
+/// The keys whose values are secrets ([`super::Secret`]): the report and every error show
+/// `"(redacted)"` for them when they are set.
+const SECRETS: [&str; 1] = ["metrics.token"];
+
+/// `value` as the report and the errors show the value of `key`: TOML-style, or
+/// `"(redacted)"` for a secret that is set (whatever its type).
+fn shown(key: &str, value: &Value) -> String {
+    match value {
+        Value::String(_, s) if s.is_empty() => render(value),
+        _ if SECRETS.contains(&key) => format!("{REDACTED:?}"),
+        _ => render(value),
+    }
+}
 
 /// The effective configuration, with where each value came from.
 #[derive(Debug, Clone)]
@@ -55,7 +69,7 @@ impl Loaded {
 
     /// Every key with its effective value and origin: the engine's sections in file order,
     /// then the declared game sections in the order they were declared; keys sorted within
-    /// each section.
+    /// each section. A secret that is set shows as `"(redacted)"`.
     pub fn entries(&self) -> Vec<Entry> {
         let mut leaves = Vec::new();
         if let Ok(Value::Dict(_, dict)) = Value::serialize(&self.config) {
@@ -78,7 +92,7 @@ impl Loaded {
             .into_iter()
             .map(|(key, value)| Entry {
                 origin: self.provenance.origin(&self.figment, &key),
-                value: render(&value),
+                value: shown(&key, &value),
                 key,
             })
             .collect()
@@ -205,8 +219,8 @@ impl Provenance {
             .find_value(&key)
             .ok()
             .and_then(|v| match (index, v) {
-                (Some(i), Value::Array(_, items)) => items.get(i).map(render),
-                (None, v) => Some(render(&v)),
+                (Some(i), Value::Array(_, items)) => items.get(i).map(|v| shown(&key, v)),
+                (None, v) => Some(shown(&key, &v)),
                 _ => None,
             });
         let origin = self.origin(figment, &key);
@@ -235,7 +249,7 @@ impl Provenance {
     pub(super) fn invalid_at(&self, figment: &Figment, key: &str, reason: String) -> ConfigError {
         ConfigError::Invalid {
             key: key.to_owned(),
-            value: figment.find_value(key).ok().map(|v| render(&v)),
+            value: figment.find_value(key).ok().map(|v| shown(key, &v)),
             origin: self.origin(figment, key),
             reason,
         }

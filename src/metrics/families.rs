@@ -30,6 +30,7 @@ use super::disk::DirSize;
 use super::probe::Snapshot;
 use super::process::ProcessFacts;
 use super::saves::SaveMetrics;
+use super::server::HttpCounts;
 
 /// The content type of [`classic_text`]'s output.
 pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -97,6 +98,8 @@ pub struct Readings<'a> {
     pub snapshot_age: Duration,
     /// When the endpoint started, Unix seconds.
     pub start_time: f64,
+    /// What the endpoint itself refused: connections at its bound, unauthorized requests.
+    pub http: HttpCounts,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -127,6 +130,7 @@ pub fn encode(snapshot: &Snapshot, readings: &Readings<'_>) -> String {
     register_net(&mut registry, snapshot);
     register_world(&mut registry, snapshot);
     register_persist(&mut registry, snapshot, readings);
+    register_http(&mut registry, &readings.http);
     let mut out = String::with_capacity(16 * 1024);
     // Writing to a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
@@ -445,6 +449,25 @@ fn register_persist(registry: &mut Registry, snapshot: &Snapshot, readings: &Rea
     );
 }
 
+fn register_http(registry: &mut Registry, http: &HttpCounts) {
+    let closed = Family::<ReasonLabel, prometheus_client::metrics::counter::Counter>::default();
+    for (reason, value) in [("evicted", http.evicted), ("refused", http.refused)] {
+        closed.get_or_create(&ReasonLabel { reason }).inc_by(value);
+    }
+    registry.register(
+        "metrics_http_closed",
+        "Connections to this endpoint closed at its connection bound: an idle one evicted for \
+         a newcomer, or the newcomer refused while every one was busy",
+        closed,
+    );
+    counter(
+        registry,
+        "metrics_http_unauthorized",
+        "Requests to this endpoint answered 401: without the bearer token (metrics.token)",
+        http.unauthorized,
+    );
+}
+
 /// The wheel lag histogram: the loop's power-of-two buckets, cumulative as Prometheus wants.
 #[derive(Debug)]
 struct LagFamily(LagHistogram);
@@ -574,6 +597,7 @@ mod tests {
             watchdog_stalls: 0,
             snapshot_age: Duration::ZERO,
             start_time: 0.0,
+            http: HttpCounts::default(),
         };
         encode(&snapshot, &readings)
             .lines()

@@ -33,4 +33,4 @@ pub mod server;
 
 pub use probe::{PersistFacts, Snapshot, Sources, WorldCounts};
 pub use saves::SaveLog;
-pub use server::{MetricsServer, Settings, bind};
+pub use server::{BearerToken, HttpCounts, MetricsServer, Settings, bind};

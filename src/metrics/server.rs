@@ -4,14 +4,22 @@
 //! Bounds, so that slow or many clients cannot exhaust the shard's descriptors or reach the
 //! loop: at most [`MAX_CONNECTIONS`] connections are kept; when a new one arrives at the cap,
 //! a connection with no request in flight (an idle keep-alive, a client still dribbling its
-//! headers) is closed for it — the oldest of those from the peer address holding the most
-//! connections, so that a flood from one address closes its own connections, not the
-//! scraper's — and if every one is mid-request the newcomer is closed instead. Headers must arrive within [`HEADER_TIMEOUT`]; a connection lives at most
+//! headers) is closed for it — the oldest of those from the host holding the most
+//! connections, a host as the game port counts one (an IPv4 address or an IPv6 /64:
+//! `net::host_key`), so that a flood from one host closes its own connections, not
+//! the scraper's — and if every one is mid-request the newcomer is closed instead (both
+//! counted, and logged at most once a minute). Headers must arrive within [`HEADER_TIMEOUT`];
+//! a connection lives at most
 //! [`CONNECTION_LIFETIME`] (then it is closed after its current request). `/metrics` never
 //! waits for the loop: it reads the copy the loop published last ([`super::publish`]) and
 //! reports its age. Only the status page asks the loop, at most once per [`PAGE_REUSE`] (a page
 //! rendered within that is served again, and concurrent reloads wait for the one being
 //! rendered); it waits at most [`PROBE_TIMEOUT`] for the answer.
+//!
+//! With a token set ([`Settings::token`], `metrics.token`), every request but `/healthz` must
+//! carry `Authorization: Bearer <token>`, else it is answered `401` (counted, logged at most
+//! once a minute, the token never). `/healthz` stays open: orchestrators probe it, and it tells
+//! only whether the loop iterates. Bound beyond loopback, the endpoint warns at startup.
 //!
 //! This module must never touch loop state: everything it knows about the loop comes from the
 //! published copy, a probe's answer or the heartbeat.
@@ -24,7 +32,7 @@ use std::path::PathBuf;
 use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -37,6 +45,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use crate::net::{HostKey, host_key};
 use crate::runtime::LoopContext;
 
 use super::disk::DiskCache;
@@ -65,6 +74,143 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub const PAGE_REUSE: Duration = Duration::from_secs(1);
 /// Directories are walked for their size at most this often.
 pub const DISK_EVERY: Duration = Duration::from_secs(30);
+/// The endpoint logs its evictions, refusals and unauthorized requests at most this often.
+pub const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// The bearer token requests must carry (`metrics.token`). Its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BearerToken(Arc<str>);
+
+impl BearerToken {
+    /// A token; the caller has checked it is a valid bearer token (the configuration does).
+    #[must_use]
+    pub fn new(token: &str) -> BearerToken {
+        BearerToken(token.into())
+    }
+
+    /// Whether the `Authorization` header value `value` carries this token: the scheme
+    /// `Bearer` (any case), then the token, compared in constant time for its length.
+    fn accepts(&self, value: &[u8]) -> bool {
+        let Some(at) = value.iter().position(|&b| b == b' ') else {
+            return false;
+        };
+        let (scheme, rest) = value.split_at(at);
+        let given = rest.trim_ascii();
+        scheme.eq_ignore_ascii_case(b"bearer") && same_bytes(given, self.0.as_bytes())
+    }
+}
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerToken(redacted)")
+    }
+}
+
+/// `a == b`, in a time that depends on their length only, not on where they differ.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len()
+        && std::hint::black_box(a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
+}
+
+/// What the endpoint refused since it started, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HttpCounts {
+    /// Idle connections closed at the connection bound to make room for a newcomer.
+    pub evicted: u64,
+    /// Newcomers closed at the connection bound because every connection was mid-request.
+    pub refused: u64,
+    /// Requests answered `401`: no `Authorization: Bearer` with the token.
+    pub unauthorized: u64,
+}
+
+/// [`HttpCounts`] as the HTTP thread bumps them, with when each was last logged.
+#[derive(Debug, Default)]
+struct HttpCounters {
+    evicted: AtomicU64,
+    refused: AtomicU64,
+    unauthorized: AtomicU64,
+    /// What was last logged of each, and when (the thread's tasks share it).
+    logged: std::sync::Mutex<Logged>,
+}
+
+#[derive(Debug, Default)]
+struct Logged {
+    bound_at: Option<Instant>,
+    bound_counts: (u64, u64),
+    unauthorized_at: Option<Instant>,
+    unauthorized: u64,
+}
+
+impl HttpCounters {
+    fn read(&self) -> HttpCounts {
+        HttpCounts {
+            evicted: self.evicted.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            unauthorized: self.unauthorized.load(Ordering::Relaxed),
+        }
+    }
+
+    fn logged(&self) -> std::sync::MutexGuard<'_, Logged> {
+        self.logged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts a connection closed at the bound (`evicted`: an idle one for a newcomer; else
+    /// the newcomer), and logs the counts since the last line, at most once a [`LOG_EVERY`].
+    fn closed_at_bound(&self, evicted: bool, peer: IpAddr) {
+        match evicted {
+            true => self.evicted.fetch_add(1, Ordering::Relaxed),
+            false => self.refused.fetch_add(1, Ordering::Relaxed),
+        };
+        let now = Instant::now();
+        let mut logged = self.logged();
+        if logged.bound_at.is_some_and(|at| now - at < LOG_EVERY) {
+            return;
+        }
+        let counts = (
+            self.evicted.load(Ordering::Relaxed),
+            self.refused.load(Ordering::Relaxed),
+        );
+        let (evicted, refused) = (
+            counts.0 - logged.bound_counts.0,
+            counts.1 - logged.bound_counts.1,
+        );
+        logged.bound_at = Some(now);
+        logged.bound_counts = counts;
+        tracing::warn!(
+            last = %peer,
+            evicted,
+            refused,
+            "metrics endpoint at its {MAX_CONNECTIONS} connections: idle ones closed for \
+             newcomers (the oldest of the host holding the most), newcomers closed while all \
+             were busy (the next such line comes a minute later at the soonest)"
+        );
+    }
+
+    /// Counts a request answered `401`, and logs the count since the last line, at most once
+    /// a [`LOG_EVERY`] (never the header it carried).
+    fn unauthorized(&self, peer: IpAddr) {
+        let total = self.unauthorized.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = Instant::now();
+        let mut logged = self.logged();
+        if logged
+            .unauthorized_at
+            .is_some_and(|at| now - at < LOG_EVERY)
+        {
+            return;
+        }
+        let refused = total - logged.unauthorized;
+        logged.unauthorized_at = Some(now);
+        logged.unauthorized = total;
+        tracing::warn!(
+            last = %peer,
+            refused,
+            "metrics endpoint: requests without the bearer token (metrics.token) answered 401 \
+             (the next such line comes a minute later at the soonest)"
+        );
+    }
+}
 
 /// How the endpoint behaves.
 #[derive(Debug, Clone)]
@@ -75,6 +221,9 @@ pub struct Settings {
     pub disk_dirs: Vec<(&'static str, PathBuf)>,
     /// The directories are walked at most this often.
     pub disk_every: Duration,
+    /// Every request but `/healthz` must carry `Authorization: Bearer <token>`; `None`: no
+    /// authentication.
+    pub token: Option<BearerToken>,
 }
 
 impl Default for Settings {
@@ -83,6 +232,7 @@ impl Default for Settings {
             stale_after: health::DEFAULT_STALE_AFTER,
             disk_dirs: Vec::new(),
             disk_every: DISK_EVERY,
+            token: None,
         }
     }
 }
@@ -132,12 +282,14 @@ impl MetricsServer {
             .enable_time()
             .build()?;
         let (stop, stopped) = oneshot::channel();
+        let token_set = settings.token.is_some();
         let thread = std::thread::Builder::new()
             .name("metrics-http".into())
             .spawn(move || {
                 runtime.block_on(async move {
                     let app = App::new(probe, slot, context, saves, &settings);
-                    if let Err(e) = serve(listener, app, stopped).await {
+                    let token = settings.token.clone();
+                    if let Err(e) = serve(listener, app, token, stopped).await {
                         tracing::error!("the metrics endpoint stopped: {e}");
                     }
                 });
@@ -145,6 +297,9 @@ impl MetricsServer {
                 runtime.shutdown_timeout(Duration::from_millis(200));
             })?;
         tracing::info!(%addr, "metrics endpoint: /metrics, /healthz and a status page at /");
+        if !addr.ip().is_loopback() {
+            warn_beyond_loopback(addr, token_set);
+        }
         Ok(MetricsServer {
             addr,
             stop: Some(stop),
@@ -180,6 +335,25 @@ impl Drop for MetricsServer {
     }
 }
 
+/// The startup warning of an endpoint other hosts may reach (`addr` is not loopback): what
+/// protects it, and that it should sit behind a firewall.
+fn warn_beyond_loopback(addr: SocketAddr, token: bool) {
+    match token {
+        false => tracing::warn!(
+            %addr,
+            "the metrics endpoint is bound beyond loopback and has no authentication: anyone \
+             who reaches it reads the shard's figures and status page; set metrics.token (or \
+             SHARD_METRICS__TOKEN) to require a bearer token, and keep it behind a firewall"
+        ),
+        true => tracing::warn!(
+            %addr,
+            "the metrics endpoint is bound beyond loopback: requests need the bearer token \
+             (metrics.token), which plain HTTP carries unencrypted; keep it behind a firewall \
+             (or a TLS proxy)"
+        ),
+    }
+}
+
 /// What the handlers share.
 struct App {
     probe: mpsc::Sender<Request>,
@@ -187,6 +361,8 @@ struct App {
     watch: Arc<Watch>,
     disk: DiskCache,
     saves: SaveMetrics,
+    /// What the endpoint refused (bumped by the accept loop and the connections).
+    http: Arc<HttpCounters>,
     started: Instant,
     start_time: f64,
     /// The last status page and when it was rendered; locked while a request renders a new
@@ -208,6 +384,7 @@ impl App {
             watch: Arc::new(Watch::new(context, settings.stale_after)),
             disk: DiskCache::new(settings.disk_dirs.clone(), settings.disk_every),
             saves,
+            http: Arc::new(HttpCounters::default()),
             started: Instant::now(),
             start_time: jiff::Timestamp::now().as_millisecond() as f64 / 1e3,
             page: tokio::sync::Mutex::new(None),
@@ -295,6 +472,7 @@ async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         watchdog_stalls: app.watch.watchdog_stalls(),
         snapshot_age: published.age(),
         start_time: app.start_time,
+        http: app.http.read(),
     };
     let text = families::encode(&published.snapshot, &readings);
     let openmetrics = headers
@@ -354,8 +532,10 @@ async fn not_found() -> Response {
 /// One connection's state, shared by the accept loop and the connection's task.
 #[derive(Debug)]
 struct Conn {
-    /// The peer's address (what eviction counts connections by).
+    /// The peer's address.
     peer: IpAddr,
+    /// The peer's host, as the game port counts one: what eviction counts connections by.
+    host: HostKey,
     /// Requests being answered (0: idle, may be evicted).
     in_flight: AtomicUsize,
     /// The task has finished.
@@ -384,10 +564,12 @@ impl Drop for InFlight {
 async fn serve(
     listener: std::net::TcpListener,
     app: Arc<App>,
+    token: Option<BearerToken>,
     stopped: oneshot::Receiver<()>,
 ) -> io::Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let watcher = tokio::spawn(app.watch.clone().run());
+    let http = app.http.clone();
     let router = routes(app);
     let mut live: VecDeque<Arc<Conn>> = VecDeque::new();
     let mut stopped = pin!(stopped);
@@ -406,50 +588,106 @@ async fn serve(
             },
         };
         live.retain(|c| !c.done.load(Ordering::Acquire));
+        let host = host_key(peer.ip());
         if live.len() >= MAX_CONNECTIONS {
-            match evictable(&live, peer.ip()).and_then(|i| live.remove(i)) {
-                Some(evicted) => evicted.close.notify_one(),
-                None => continue, // every one is mid-request: the newcomer is closed
+            match evictable(&live, host).and_then(|i| live.remove(i)) {
+                Some(evicted) => {
+                    evicted.close.notify_one();
+                    http.closed_at_bound(true, evicted.peer);
+                }
+                None => {
+                    // Every one is mid-request: the newcomer is closed.
+                    http.closed_at_bound(false, peer.ip());
+                    continue;
+                }
             }
         }
         let conn = Arc::new(Conn {
             peer: peer.ip(),
+            host,
             in_flight: AtomicUsize::new(0),
             done: AtomicBool::new(false),
             close: Notify::new(),
         });
         live.push_back(conn.clone());
-        tokio::spawn(serve_connection(stream, router.clone(), conn));
+        let guard = Guard {
+            token: token.clone(),
+            http: http.clone(),
+        };
+        tokio::spawn(serve_connection(stream, router.clone(), conn, guard));
     }
     watcher.abort();
     Ok(())
 }
 
-/// Which of `live` (oldest first, at the cap) to close for a newcomer from `newcomer`: the
-/// oldest with no request in flight among the connections of the address that holds the most
-/// (the newcomer counted with its own), so that one address flooding connections only closes
-/// its own. `None` if every one is mid-request.
-fn evictable(live: &VecDeque<Arc<Conn>>, newcomer: IpAddr) -> Option<usize> {
-    let held =
-        |ip: IpAddr| live.iter().filter(|c| c.peer == ip).count() + usize::from(ip == newcomer);
+/// Which of `live` (oldest first, at the cap) to close for a newcomer from the host
+/// `newcomer`: the oldest with no request in flight among the connections of the host that
+/// holds the most (the newcomer counted with its own), so that one host flooding connections
+/// — from one address or from many in its /64 — only closes its own. `None` if every one is
+/// mid-request.
+fn evictable(live: &VecDeque<Arc<Conn>>, newcomer: HostKey) -> Option<usize> {
+    let held = |host: HostKey| {
+        live.iter().filter(|c| c.host == host).count() + usize::from(host == newcomer)
+    };
     live.iter()
         .enumerate()
         .filter(|(_, c)| c.in_flight.load(Ordering::Acquire) == 0)
         // `max_by_key` keeps the last of equals: reversed, that is the oldest.
         .rev()
-        .max_by_key(|(_, c)| held(c.peer))
+        .max_by_key(|(_, c)| held(c.host))
         .map(|(i, _)| i)
 }
 
-async fn serve_connection(stream: tokio::net::TcpStream, router: Router, conn: Arc<Conn>) {
+/// What a connection checks before it routes a request: the token, if one is set.
+struct Guard {
+    token: Option<BearerToken>,
+    http: Arc<HttpCounters>,
+}
+
+impl Guard {
+    /// `None` if `request` may go on; else the `401` to answer it with. `/healthz` is open.
+    fn check<B>(&self, request: &hyper::Request<B>, peer: IpAddr) -> Option<Response> {
+        let token = self.token.as_ref()?;
+        if request.uri().path() == "/healthz" {
+            return None;
+        }
+        let carried = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .is_some_and(|value| token.accepts(value.as_bytes()));
+        if carried {
+            return None;
+        }
+        self.http.unauthorized(peer);
+        Some(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer realm=\"shardloop\"")],
+                "unauthorized: this endpoint needs `Authorization: Bearer <metrics.token>` \
+                 (only /healthz is open)\n",
+            )
+                .into_response(),
+        )
+    }
+}
+
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    router: Router,
+    conn: Arc<Conn>,
+    guard: Guard,
+) {
     let inner = TowerToHyperService::new(router);
     let counted = conn.clone();
     let service = hyper::service::service_fn(move |request| {
-        let guard = InFlight::new(&counted);
-        let answer = hyper::service::Service::call(&inner, request);
+        let in_flight = InFlight::new(&counted);
+        let answer = match guard.check(&request, counted.peer) {
+            Some(refused) => futures::future::Either::Left(std::future::ready(Ok(refused))),
+            None => futures::future::Either::Right(hyper::service::Service::call(&inner, request)),
+        };
         async move {
             let response = answer.await;
-            drop(guard);
+            drop(in_flight);
             response.map_err(|e: Infallible| match e {})
         }
     });

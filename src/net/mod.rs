@@ -42,3 +42,16 @@ pub use rate::Rate;
 pub(crate) use server::bind_all;
 pub use server::{Limits, Net, NetStats};
 pub use session::{Disconnect, Sessions};
+
+/// Whom a connection from an address counts against for `network.max_per_ip` — its host: an
+/// IPv4 address, or an IPv6 /64 (an IPv4 address carried in IPv6 counts as itself) — as an
+/// opaque key, so that another listener (the metrics endpoint) groups its connections by the
+/// same notion of a host as the game port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct HostKey(admission::Host);
+
+/// The host a connection from `ip` counts against ([`HostKey`]).
+#[must_use]
+pub(crate) fn host_key(ip: std::net::IpAddr) -> HostKey {
+    HostKey(admission::Host::of(ip))
+}

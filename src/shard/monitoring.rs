@@ -100,6 +100,7 @@ pub(super) fn start(
             ("backups", config.server.data_dir.join("Backups")),
             ("archives", config.archive_path()),
         ],
+        token: config.metrics.token().map(metrics::BearerToken::new),
         ..Settings::default()
     };
     MetricsServer::start(listener, sources, save_log.metrics(), settings)

@@ -13,16 +13,12 @@
 //! a test binary always has: hence the child.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
-use super::{deadline, skip};
+use super::skip;
 
 /// Set in the child, so a mount that fails there too is final instead of another child.
 const IN_NAMESPACE: &str = "SHARDLOOP_TEST_IN_USERNS";
-
-/// How long the child may take: the slowest tmpfs test runs in seconds.
-const CHILD_LIMIT: Duration = Duration::from_secs(240);
 
 pub struct Tmpfs {
     /// The mount point.
@@ -118,52 +114,13 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Runs the calling test (named by its thread, as libtest names them) in a user and mount
-/// namespace of its own, and fails this test if it failed there.
+/// Runs the calling test in a user and mount namespace of its own, and fails this test if it
+/// failed there.
 #[track_caller]
 fn rerun_in_user_namespace() {
-    let thread = std::thread::current();
-    let test = thread
-        .name()
-        .filter(|name| *name != "main")
-        .expect("a tmpfs test runs on libtest's thread named after it");
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut cmd = Command::new("unshare");
-    cmd.args(["--user", "--map-root-user", "--mount", "--"])
-        .arg(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(IN_NAMESPACE, "1");
-    let spawned = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
-    let out = match spawned {
-        Ok(child) => deadline::output_within(child, CHILD_LIMIT),
-        Err(e) => {
-            skip::cannot_run(format!(
-                "not root, and cannot run unshare for a user namespace: {e}"
-            ));
-            return;
-        }
-    };
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    // What the child printed belongs to this test's output (shown when it fails).
-    print!("{stdout}");
-    eprint!("{stderr}");
-    if !stdout.contains("running 1 test") {
-        // The namespace was refused before the test binary started.
-        skip::cannot_run(format!(
-            "cannot mount a tmpfs: not root, and this kernel refuses an unprivileged user \
-             namespace ({})",
-            stderr.trim()
-        ));
-        return;
-    }
-    assert!(
-        out.status.success() && stdout.contains("test result: ok. 1 passed"),
-        "{test} failed in its user namespace ({}); its output is above",
-        out.status
+    super::userns::rerun(
+        &["--mount"],
+        IN_NAMESPACE,
+        "cannot mount a tmpfs without root",
     );
 }

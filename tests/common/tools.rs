@@ -17,6 +17,7 @@ fn package(tool: &str) -> &str {
         "promtool" | "prometheus" => "prometheus",
         "mount" | "umount" => "mount",
         "unshare" => "util-linux",
+        "ip" => "iproute2",
         other => other,
     }
 }
