@@ -7,7 +7,7 @@
 //! one-at-a-time bookkeeping is the crate's single flight (`persist/single_flight.rs`), as
 //! for saves; a request answers with its [`Request`] outcome.
 //!
-//! `archivestatus` reads what is on disk from an [`Inventory`] that each run takes on its
+//! `archivestatus` reads what is on disk from an `Inventory` that each run takes on its
 //! thread as it ends (and the archiver once at startup), so the console never lists a
 //! directory on the loop.
 //!
@@ -254,7 +254,7 @@ fn log(outcome: &Result<rollup::Report, rollup::RollupError>) {
 
 /// The console's `archivestatus`: per kind, how many archives and their bytes; the last
 /// run; when the next is due. Reads no disk: what is on it comes from the last run's
-/// [`Inventory`] (or startup's).
+/// `Inventory` (or startup's).
 pub fn status(archiver: &Archiver, next_save: Option<Timestamp>, now: Timestamp) -> String {
     let plan = archiver.plan();
     let inventory = archiver.inner.inventory.borrow();
