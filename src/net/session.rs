@@ -281,6 +281,40 @@ impl Sessions {
     /// disconnected first (usually the slowest reader, rarely `conn` itself).
     pub fn send_packet(&mut self, conn: ConnId, id: u8, parts: &[&[u8]]) -> bool {
         let len = frame::HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>();
+        self.queue_output(conn, len, 1, |out| frame::put(out, id, parts))
+    }
+
+    /// Queues `frames`, whole packets already framed one after the other (`packets` of
+    /// them), for `conn` in one copy: what [`Sessions::send_packet`] would queue for each,
+    /// under the same send limit and outbound budget. The fan-out of world changes sends
+    /// each player its iteration's packets this way.
+    pub fn send_frames(&mut self, conn: ConnId, frames: &[u8], packets: u64) -> bool {
+        self.queue_output(conn, frames.len(), packets, |out| {
+            out.extend_from_slice(frames);
+        })
+    }
+
+    /// Bytes queued for `conn` and not yet written (0 for a connection that is gone).
+    #[must_use]
+    pub fn pending_output(&self, conn: ConnId) -> usize {
+        self.conns.get(conn.0).map_or(0, NetState::pending_output)
+    }
+
+    /// The most output one connection may hold unsent (`network.send_buffer_size`).
+    #[must_use]
+    pub fn send_limit(&self) -> usize {
+        self.send_limit
+    }
+
+    /// Queues `len` bytes (`packets` packets) that `write` appends to `conn`'s output,
+    /// after the send limit and the outbound budget have had their say.
+    fn queue_output(
+        &mut self,
+        conn: ConnId,
+        len: usize,
+        packets: u64,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> bool {
         let Some(state) = self.conns.get(conn.0) else {
             return false;
         };
@@ -312,8 +346,8 @@ impl Sessions {
         let Some(state) = self.conns.get_mut(conn.0) else {
             return false;
         };
-        frame::put(&mut state.send, id, parts);
-        self.packets_out += 1;
+        write(&mut state.send);
+        self.packets_out += packets;
         self.outbound += len;
         self.queue_flush(conn);
         true
