@@ -393,7 +393,11 @@ impl FanOut {
                 Some(ring) => ring,
                 None => held.entry(conn).or_default(),
             };
-            let stats = hold(ring, visible.map(|(_, r)| &group.said[r.clone()]));
+            let stats = hold(
+                ring,
+                visible.map(|(_, r)| &group.said[r.clone()]),
+                chatter_limit,
+            );
             out.held += stats.0;
             out.dropped += stats.1;
         }
@@ -428,23 +432,34 @@ impl FanOut {
     }
 }
 
-/// Holds `lines` in `ring`, dropping the oldest past [`HELD_CHATTER`]; (held, dropped).
+/// Holds `lines` in `ring`, dropping the oldest past [`HELD_CHATTER`] lines or `max_bytes`
+/// bytes; (held, dropped).
 fn hold<'a>(
     ring: &mut VecDeque<Vec<u8>>,
     lines: impl Iterator<Item = &'a [u8]>,
+    max_bytes: usize,
 ) -> (u64, u64) {
     let (mut held, mut dropped) = (0, 0);
+    let mut bytes: usize = ring.iter().map(Vec::len).sum();
     for line in lines {
-        if ring.len() >= HELD_CHATTER
-            && let Some(mut oldest) = ring.pop_front()
+        let mut spare = None;
+        while !ring.is_empty() && (ring.len() >= HELD_CHATTER || bytes + line.len() > max_bytes)
         {
-            dropped += 1;
-            oldest.clear();
-            oldest.extend_from_slice(line);
-            ring.push_back(oldest);
-        } else {
-            ring.push_back(line.to_vec());
+            if let Some(oldest) = ring.pop_front() {
+                bytes -= oldest.len();
+                dropped += 1;
+                spare = Some(oldest);
+            }
         }
+        if line.len() > max_bytes {
+            dropped += 1;
+            continue;
+        }
+        let mut buffer = spare.unwrap_or_default();
+        buffer.clear();
+        buffer.extend_from_slice(line);
+        bytes += buffer.len();
+        ring.push_back(buffer);
         held += 1;
     }
     (held, dropped)
@@ -573,7 +588,156 @@ fn records_within(records: &[u8], max: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::super::players::Player;
     use super::*;
+    use crate::world::MapId;
+    use tokio::time::Instant;
+
+    const MOVED: u8 = 0xB1;
+    const SAID: u8 = 0xB2;
+    const OWN: u8 = 0xB3;
+    const PACKETS: DeltaPackets = DeltaPackets {
+        moved: Some((MOVED, |serial, at, out| {
+            out.extend_from_slice(&serial.0.to_be_bytes());
+            out.extend_from_slice(&at.x.to_be_bytes());
+        })),
+        said: Some((SAID, |_, line, out| out.extend_from_slice(line.as_bytes()))),
+        batch: None,
+    };
+
+    /// Players on detached connections around a spot, and the fan-out between them.
+    struct Bed {
+        sessions: Sessions,
+        players: Players,
+        fan: FanOut,
+    }
+
+    impl Bed {
+        fn new(send_limit: usize) -> Bed {
+            Bed {
+                sessions: Sessions::new(send_limit, usize::MAX),
+                players: Players::default(),
+                fan: FanOut::default(),
+            }
+        }
+
+        fn join(&mut self, serial: u32, at: Location) -> ConnId {
+            let peer = std::net::SocketAddr::from(([127, 0, 0, 1], 1000 + serial as u16));
+            let conn = self.sessions.open_detached(peer, Instant::now());
+            self.players.insert(Serial(serial), Player { conn, at });
+            conn
+        }
+
+        /// One Deltas phase over `changes` (and whatever was deferred before them).
+        fn iterate(&mut self, changes: impl IntoIterator<Item = Seen>) {
+            self.fan.queue.extend(changes);
+            self.fan
+                .run(&PACKETS, &mut self.players, &mut self.sessions);
+        }
+
+        /// The packets queued for `conn`, taken: (id, payload).
+        fn read(&mut self, conn: ConnId) -> Vec<(u8, Vec<u8>)> {
+            let bytes = self.sessions.take_output(conn);
+            let mut out = Vec::new();
+            let mut rest = bytes.as_slice();
+            while let Ok(Some(f)) = frame::split(rest, usize::from(u16::MAX)) {
+                out.push((f.id, f.payload().to_vec()));
+                rest = &rest[f.bytes.len()..];
+            }
+            out
+        }
+    }
+
+    fn spot(x: u16) -> Location {
+        Location::new(x, 100, 0, MapId::FELUCCA)
+    }
+
+    #[test]
+    fn a_player_near_a_speech_flood_stays_connected_and_gets_its_own_packets() {
+        let mut bed = Bed::new(16 << 10);
+        let slow = bed.join(1, spot(100));
+        let reader = bed.join(2, spot(101));
+        let line = |n: usize| format!("{n:05} {}", "x".repeat(200));
+        let mut n = 0;
+        for _ in 0..100 {
+            let lines: Vec<Seen> = (0..5)
+                .map(|k| {
+                    n += 1;
+                    Seen::Said(Serial(900 + k), spot(102), line(n))
+                })
+                .collect();
+            bed.iterate(lines);
+            // The reader reads everything, every line, in order.
+            let heard: Vec<_> = bed.read(reader);
+            assert_eq!(heard.len(), 5);
+            assert_eq!(heard[4], (SAID, line(n).into_bytes()));
+            assert!(bed.sessions.is_open(slow), "chatter never disconnects");
+            assert!(bed.sessions.pending_output(slow) <= 8 << 10);
+        }
+        let stats = bed.players.fan_out();
+        assert!(stats.chatter_dropped > 0 && stats.chatter_held > stats.chatter_dropped);
+        // Its own packets still reach it, after what it was sent before.
+        assert!(bed.sessions.send_packet(slow, OWN, &[b"yours"]));
+        let got = bed.read(slow);
+        assert_eq!(got.last(), Some(&(OWN, b"yours".to_vec())));
+        assert_eq!(got[0], (SAID, line(1).into_bytes()), "the first lines went out");
+        // Once it has read, the held lines follow: the newest kept, in order.
+        bed.iterate([]);
+        let held: Vec<_> = bed.read(slow);
+        assert!(!held.is_empty());
+        let numbers: Vec<usize> = held
+            .iter()
+            .map(|(_, p)| std::str::from_utf8(&p[..5]).unwrap().parse().unwrap())
+            .collect();
+        assert!(numbers.windows(2).all(|w| w[0] < w[1]), "in order: {numbers:?}");
+        let mut newest = *numbers.last().unwrap();
+        while !bed.fan.held.is_empty() {
+            bed.iterate([]);
+            let more = bed.read(slow);
+            let first: usize = std::str::from_utf8(&more[0].1[..5]).unwrap().parse().unwrap();
+            assert!(first > newest, "in order");
+            newest = std::str::from_utf8(&more.last().unwrap().1[..5])
+                .unwrap()
+                .parse()
+                .unwrap();
+        }
+        assert_eq!(newest, n, "the oldest lines were the ones dropped");
+        assert!(bed.sessions.is_open(slow) && bed.sessions.is_open(reader));
+    }
+
+    #[test]
+    fn work_past_the_budget_waits_for_the_next_iteration_in_order() {
+        let mut bed = Bed::new(64 << 20);
+        // 100 watchers see three sectors' worth of movers (x 96.., 112.., 128..).
+        let watchers: Vec<ConnId> = (1..=100).map(|s| bed.join(s, spot(112))).collect();
+        let per_group = FANOUT_PER_ITERATION / 100 + 1;
+        let moves: Vec<Seen> = (0..3 * per_group)
+            .map(|k| {
+                let group = (k % 3) as u16;
+                Seen::Moved(Serial(1000 + k as u32), spot(96 + 16 * group + 1))
+            })
+            .collect();
+        let expected: Vec<Vec<u32>> = (0..3)
+            .map(|g| (0..per_group).map(|i| 1000 + (3 * i + g) as u32).collect())
+            .collect();
+        let movers = |got: &[(u8, Vec<u8>)]| -> Vec<u32> {
+            got.iter()
+                .map(|(_, p)| u32::from_be_bytes(p[..4].try_into().unwrap()))
+                .collect()
+        };
+        bed.iterate(moves);
+        assert_eq!(bed.players.fan_out().deferred, 2 * per_group as u64);
+        for g in 0..3 {
+            for &w in &watchers {
+                assert_eq!(movers(&bed.read(w)), expected[g], "group {g}");
+            }
+            assert_eq!(bed.fan.queue.len(), (2 - g) * per_group);
+            bed.iterate([]);
+        }
+        let stats = bed.players.fan_out();
+        assert_eq!(stats.deferred, 3 * per_group as u64);
+        assert_eq!(stats.deferring_iterations, 2);
+    }
 
     fn record(id: u8, len: usize) -> Vec<u8> {
         let mut r = vec![id];
