@@ -144,7 +144,8 @@ pub fn deltas_handler(
                         fan.queue.push(Seen::Moved(change.serial, at));
                     }
                     if let Some(line) = change.said.filter(|_| packets.said.is_some()) {
-                        fan.queue.push(Seen::Said(change.serial, at, line.to_owned()));
+                        fan.queue
+                            .push(Seen::Said(change.serial, at, line.to_owned()));
                     }
                 },
                 |_, _| {},
@@ -381,7 +382,10 @@ impl FanOut {
                 *count += group.lines.len() as u64;
                 continue;
             }
-            let visible = group.lines.iter().filter(|(spot, _)| whole || sees(&at, spot));
+            let visible = group
+                .lines
+                .iter()
+                .filter(|(spot, _)| whole || sees(&at, spot));
             if !slow {
                 for (_, r) in visible {
                     buffer.extend_from_slice(&group.said[r.clone()]);
@@ -443,8 +447,7 @@ fn hold<'a>(
     let mut bytes: usize = ring.iter().map(Vec::len).sum();
     for line in lines {
         let mut spare = None;
-        while !ring.is_empty() && (ring.len() >= HELD_CHATTER || bytes + line.len() > max_bytes)
-        {
+        while !ring.is_empty() && (ring.len() >= HELD_CHATTER || bytes + line.len() > max_bytes) {
             if let Some(oldest) = ring.pop_front() {
                 bytes -= oldest.len();
                 dropped += 1;
@@ -680,7 +683,11 @@ mod tests {
         assert!(bed.sessions.send_packet(slow, OWN, &[b"yours"]));
         let got = bed.read(slow);
         assert_eq!(got.last(), Some(&(OWN, b"yours".to_vec())));
-        assert_eq!(got[0], (SAID, line(1).into_bytes()), "the first lines went out");
+        assert_eq!(
+            got[0],
+            (SAID, line(1).into_bytes()),
+            "the first lines went out"
+        );
         // Once it has read, the held lines follow: the newest kept, in order.
         bed.iterate([]);
         let held: Vec<_> = bed.read(slow);
@@ -689,12 +696,18 @@ mod tests {
             .iter()
             .map(|(_, p)| std::str::from_utf8(&p[..5]).unwrap().parse().unwrap())
             .collect();
-        assert!(numbers.windows(2).all(|w| w[0] < w[1]), "in order: {numbers:?}");
+        assert!(
+            numbers.windows(2).all(|w| w[0] < w[1]),
+            "in order: {numbers:?}"
+        );
         let mut newest = *numbers.last().unwrap();
         while !bed.fan.held.is_empty() {
             bed.iterate([]);
             let more = bed.read(slow);
-            let first: usize = std::str::from_utf8(&more[0].1[..5]).unwrap().parse().unwrap();
+            let first: usize = std::str::from_utf8(&more[0].1[..5])
+                .unwrap()
+                .parse()
+                .unwrap();
             assert!(first > newest, "in order");
             newest = std::str::from_utf8(&more.last().unwrap().1[..5])
                 .unwrap()

@@ -26,8 +26,8 @@ mod visibility;
 pub use behaviours::{BehaviourStats, Behaviours};
 pub use context::GameContext;
 pub use deltas::{
-    DeltaPackets, EncodeMoved, EncodeSaid, FANOUT_PER_ITERATION, HELD_CHATTER, SYSTEM, deltas_handler,
-    wire,
+    DeltaPackets, EncodeMoved, EncodeSaid, FANOUT_PER_ITERATION, HELD_CHATTER, SYSTEM,
+    deltas_handler, wire,
 };
 pub use dispatch::{Packet, PacketHandler, text};
 pub use install::install;

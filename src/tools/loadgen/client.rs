@@ -118,7 +118,9 @@ async fn ping(
         ping.clear();
         frame::put(&mut ping, client::PING, &[payload]);
         if let Some(ticks) = &mut ticks
-            && tokio::time::timeout_at(window.end, ticks.tick()).await.is_err()
+            && tokio::time::timeout_at(window.end, ticks.tick())
+                .await
+                .is_err()
         {
             break;
         }

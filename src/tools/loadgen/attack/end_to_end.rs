@@ -181,7 +181,10 @@ fn crowd_logs_in_on_one_spot_and_spends_its_burst_each_interval() {
         .map(|n| crate::demo::packets::start_location(n))
         .collect();
     for at in &spots {
-        assert!(at.distance(&spots[0]).is_some_and(|d| d < 16), "{names:?}: {spots:?}");
+        assert!(
+            at.distance(&spots[0]).is_some_and(|d| d < 16),
+            "{names:?}: {spots:?}"
+        );
     }
 }
 
@@ -458,7 +461,10 @@ fn hostile_flags_parse_with_their_defaults() {
     let trickle = line("--connect 127.0.0.1:2593 --mode trickle");
     assert_eq!(trickle.interval(), Duration::from_millis(10));
     let crowd = line("--connect 127.0.0.1:2593 --mode crowd");
-    assert_eq!((crowd.interval(), crowd.burst), (Duration::from_secs(2), 20));
+    assert_eq!(
+        (crowd.interval(), crowd.burst),
+        (Duration::from_secs(2), 20)
+    );
     let ping = line("--connect 127.0.0.1:2593 --interval 5ms");
     assert_eq!(ping.interval, Some(Duration::from_millis(5)));
     let given = line(

@@ -25,7 +25,10 @@ pub(super) async fn run(
 ) -> Result<(), ClientError> {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    while until(deadline, async { Ok(ticks.tick().await) }).await?.is_some() {
+    while until(deadline, async { Ok(ticks.tick().await) })
+        .await?
+        .is_some()
+    {
         for byte in ping.chunks(1) {
             if until(deadline, conn.send(byte)).await?.is_none() {
                 return Ok(());
