@@ -422,7 +422,7 @@ impl FanOut {
         // Backlogs shrink only as the Flush phase writes: a look every few runs is enough,
         // and keeps a crowd of slow readers from costing every iteration.
         self.runs = self.runs.wrapping_add(1);
-        if self.runs % RELEASE_EVERY != 0 {
+        if !self.runs.is_multiple_of(RELEASE_EVERY) {
             return;
         }
         let chatter_limit = sessions.send_limit() / 2;
