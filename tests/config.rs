@@ -337,6 +337,15 @@ fn network_and_spin_limits_are_checked() {
 /// Environment variables, the key the error must name, a phrase it must say.
 type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
 
+/// Each case's variables make the load fail, naming the case's key and saying its phrase.
+fn assert_invalid(cases: &[Case]) {
+    for &(env, key, why) in cases {
+        let err = load_err(ConfigFile::None, env, Overrides::default());
+        assert_eq!(err.key(), Some(key), "{err}");
+        assert!(err.to_string().contains(why), "{err}");
+    }
+}
+
 #[test]
 fn admission_and_flood_limits_are_checked() {
     let cases: [Case; 6] = [
@@ -374,11 +383,7 @@ fn admission_and_flood_limits_are_checked() {
             "\"lots\"",
         ),
     ];
-    for (env, key, why) in cases {
-        let err = load_err(ConfigFile::None, env, Overrides::default());
-        assert_eq!(err.key(), Some(key), "{err}");
-        assert!(err.to_string().contains(why), "{err}");
-    }
+    assert_invalid(&cases);
     // A rate of 0 turns a limit off; its burst may then be anything.
     let off = [
         ("SHARD_NETWORK__PING_RATE", "0"),
@@ -388,6 +393,98 @@ fn admission_and_flood_limits_are_checked() {
     assert_eq!(
         shardloop::net::Limits::from(&loaded.config.network).ping_rate,
         None
+    );
+}
+
+#[test]
+fn connect_rate_prefix_and_prelogin_limits_are_checked_naming_key_and_value() {
+    let cases: [Case; 8] = [
+        (
+            &[("SHARD_NETWORK__MAX_PER_IPV6_PREFIX", "0")],
+            "network.max_per_ipv6_prefix",
+            "at least 1",
+        ),
+        (
+            &[("SHARD_NETWORK__IPV6_PREFIX", "72")],
+            "network.ipv6_prefix",
+            "between 32 and 64 bits",
+        ),
+        (
+            &[("SHARD_NETWORK__IPV6_PREFIX", "16")],
+            "network.ipv6_prefix",
+            "= 16",
+        ),
+        (
+            &[("SHARD_NETWORK__IPV4_PREFIX", "33")],
+            "network.ipv4_prefix",
+            "between 8 and 32 bits",
+        ),
+        (
+            &[("SHARD_NETWORK__MAX_PRELOGIN", "0")],
+            "network.max_prelogin",
+            "between 1 and network.max_connections (1024)",
+        ),
+        (
+            &[("SHARD_NETWORK__MAX_CONNECTIONS", "100")],
+            "network.max_prelogin",
+            "= 256",
+        ),
+        (
+            &[("SHARD_NETWORK__CONNECT_BURST", "0")],
+            "network.connect_burst",
+            "at least 1",
+        ),
+        (
+            &[("SHARD_NETWORK__CONNECT_BAN", "a while")],
+            "network.connect_ban",
+            "a while",
+        ),
+    ];
+    assert_invalid(&cases);
+    // Off: no connect rate (its burst and ban may then be anything), no IPv4 prefix cap.
+    let off = [
+        ("SHARD_NETWORK__CONNECT_RATE", "0"),
+        ("SHARD_NETWORK__CONNECT_BURST", "0"),
+        ("SHARD_NETWORK__MAX_PER_IPV4_PREFIX", "0"),
+    ];
+    let limits = shardloop::net::Limits::from(
+        &load(ConfigFile::None, &off, Overrides::default())
+            .config
+            .network,
+    );
+    assert_eq!(
+        (limits.connect_rate, limits.max_per_ipv4_prefix),
+        (None, None)
+    );
+    // The defaults: 4 connects a second in bursts of 16, a minute's ban, IPv6 by /56, a
+    // quarter of the connections not logged in.
+    let limits = shardloop::net::Limits::from(
+        &load(ConfigFile::None, &[], Overrides::default())
+            .config
+            .network,
+    );
+    assert_eq!(
+        limits.connect_rate,
+        Some(shardloop::net::Rate {
+            per_sec: 4,
+            burst: 16
+        })
+    );
+    assert_eq!(limits.connect_ban, Duration::from_secs(60));
+    assert_eq!((limits.ipv6_prefix, limits.max_per_ipv6_prefix), (56, 32));
+    assert_eq!((limits.max_prelogin, limits.max_connections), (256, 1024));
+    let on = [
+        ("SHARD_NETWORK__MAX_PER_IPV4_PREFIX", "8"),
+        ("SHARD_NETWORK__IPV4_PREFIX", "22"),
+    ];
+    let limits = shardloop::net::Limits::from(
+        &load(ConfigFile::None, &on, Overrides::default())
+            .config
+            .network,
+    );
+    assert_eq!(
+        (limits.max_per_ipv4_prefix, limits.ipv4_prefix),
+        (Some(8), 22)
     );
 }
 

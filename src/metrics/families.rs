@@ -296,11 +296,28 @@ fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
         "Client connections open",
         n.connections as u64,
     );
+    gauge(
+        registry,
+        "net_prelogin_connections",
+        "Client connections open that have not logged in yet",
+        n.prelogin as u64,
+    );
+    gauge(
+        registry,
+        "net_hosts",
+        "Hosts (IPv4 addresses, IPv6 /64s) with a connection open",
+        n.hosts as u64,
+    );
     counter(registry, "net_accepted", "Connections accepted", n.accepted);
     let refused = Family::<ReasonLabel, prometheus_client::metrics::counter::Counter>::default();
     for (reason, value) in [
         ("max_connections", n.refused),
         ("max_per_ip", n.refused_per_ip),
+        ("max_per_ipv6_prefix", n.refused_per_ipv6_prefix),
+        ("max_per_ipv4_prefix", n.refused_per_ipv4_prefix),
+        ("max_prelogin", n.refused_prelogin),
+        ("connect_rate", n.refused_rate),
+        ("banned", n.refused_banned),
         ("out_of_descriptors", n.shed),
     ] {
         refused.get_or_create(&ReasonLabel { reason }).inc_by(value);
@@ -309,6 +326,24 @@ fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
         "net_refused",
         "Connections accepted and closed at once, by reason",
         refused,
+    );
+    counter(
+        registry,
+        "net_connect_bans",
+        "Sources banned for connecting far faster than network.connect_rate",
+        n.bans,
+    );
+    gauge(
+        registry,
+        "net_banned_sources",
+        "Sources (IPv4 addresses, IPv6 prefixes) banned right now",
+        n.banned as u64,
+    );
+    counter(
+        registry,
+        "net_connect_rate_untracked",
+        "Connects let through without a connect rate: the table of sources was full",
+        n.rate_untracked,
     );
     let disconnects =
         Family::<ReasonLabel, prometheus_client::metrics::counter::Counter>::default();
@@ -350,9 +385,10 @@ fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
 
 /// Disconnects split into reasons that do not overlap: the server counts every close, the
 /// closes for a fault (a limit or the protocol broken), and some faults by name.
-pub fn disconnect_reasons(n: &crate::net::NetStats) -> [(&'static str, u64); 7] {
+pub fn disconnect_reasons(n: &crate::net::NetStats) -> [(&'static str, u64); 8] {
     let named = [
         ("login_timeout", n.login_timeouts),
+        ("evicted_before_login", n.prelogin_evictions),
         ("idle_timeout", n.idle_timeouts),
         ("flood", n.flood_disconnects),
         ("send_buffer_overflow", n.send_overflows),
@@ -365,6 +401,7 @@ pub fn disconnect_reasons(n: &crate::net::NetStats) -> [(&'static str, u64); 7] 
         named[2],
         named[3],
         named[4],
+        named[5],
         ("protocol", n.faults.saturating_sub(named_sum)),
         ("closed", n.disconnects.saturating_sub(n.faults)),
     ]

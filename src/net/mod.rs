@@ -14,6 +14,7 @@
 
 mod admission;
 pub(crate) mod backend;
+mod ban_filter;
 mod churn;
 mod conn_id;
 mod epoll;

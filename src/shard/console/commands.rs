@@ -45,7 +45,7 @@ pub(in crate::shard) const COMMANDS: &[Spec<Shell>] = &[
     Spec {
         name: "netstats",
         args: "",
-        help: "connections, hosts, refusals, timeouts, flood drops, unsent output",
+        help: "connections, hosts, refusals, bans, timeouts, flood drops, unsent output",
         run: Shell::net_stats,
     },
     Spec {
@@ -175,25 +175,57 @@ impl Shell {
         args.none()?;
         let (n, limits) = (self.net.stats(), self.net.limits());
         let mib = |bytes: usize| bytes as f64 / f64::from(1 << 20);
+        let ipv4_prefix_cap = limits
+            .max_per_ipv4_prefix
+            .map_or_else(|| "off".to_owned(), |cap| cap.to_string());
+        let connect_rate = limits.connect_rate.map_or_else(
+            || "no connect rate".to_owned(),
+            |rate| {
+                format!(
+                    "connect rate {rate}, ban {}",
+                    humantime::format_duration(limits.connect_ban)
+                )
+            },
+        );
         Ok(format!(
-            "open      {} connections from {} hosts (max {}, {} per host), {} accepted since start\n\
-             refused   {} over max_connections, {} over max_per_ip, {} shed out of descriptors\n\
-             closed    {} ({} faults): {} login timeout, {} idle timeout, {} flood, {} outbound \
-             budget, {} send buffer overflow\n\
+            "open      {} connections from {} hosts, {} not logged in (max {}, {} per host, {} \
+             per IPv6 /{}, {} per IPv4 /{}, {} not logged in), {} accepted since start\n\
+             refused   {} over max_connections, {} over max_per_ip, {} over \
+             max_per_ipv6_prefix, {} over max_per_ipv4_prefix, {} over max_prelogin, {} over \
+             connect_rate, {} banned, {} shed out of descriptors\n\
+             bans      {} sources banned now, {} since start ({connect_rate}); {} connects \
+             untracked (table full)\n\
+             closed    {} ({} faults): {} login timeout, {} evicted before login, {} idle \
+             timeout, {} flood, {} outbound budget, {} send buffer overflow\n\
              flood     {} packets dropped over their rate\n\
              outbound  {:.1} MiB unsent of a {:.0} MiB budget\n\
              traffic   {} packets in, {} bytes in, {} bytes out",
             n.connections,
-            self.net.hosts(),
+            n.hosts,
+            n.prelogin,
             limits.max_connections,
             limits.max_per_ip,
+            limits.max_per_ipv6_prefix,
+            limits.ipv6_prefix,
+            ipv4_prefix_cap,
+            limits.ipv4_prefix,
+            limits.max_prelogin,
             n.accepted,
             n.refused,
             n.refused_per_ip,
+            n.refused_per_ipv6_prefix,
+            n.refused_per_ipv4_prefix,
+            n.refused_prelogin,
+            n.refused_rate,
+            n.refused_banned,
             n.shed,
+            n.banned,
+            n.bans,
+            n.rate_untracked,
             n.disconnects,
             n.faults,
             n.login_timeouts,
+            n.prelogin_evictions,
             n.idle_timeouts,
             n.flood_disconnects,
             n.outbound_evictions,
@@ -367,7 +399,7 @@ impl Shell {
             self.players.borrow().len(),
             net.connections,
             net.accepted,
-            net.refused,
+            net.refused_total(),
             net.faults,
             timer::live(),
             self.behaviours_report(),
