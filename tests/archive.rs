@@ -51,6 +51,7 @@ fn plan(root: &Path, compression: Compression) -> Plan {
         keep_backups: 2,
         max_age: None,
         limits: Default::default(),
+        remote: None,
     }
 }
 

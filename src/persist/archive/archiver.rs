@@ -40,7 +40,11 @@ struct Inner {
     layout: Layout,
     plan: Plan,
     clock: Clock,
+    /// Called on the loop after every run ([`Archiver::after_each_run`]).
+    after_run: AfterRun,
 }
+
+type AfterRun = Rc<std::cell::RefCell<Vec<Box<dyn Fn(&LastRun)>>>>;
 
 /// What a run does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +70,7 @@ impl Archiver {
             layout,
             plan,
             clock,
+            after_run: AfterRun::default(),
         });
         let runs = inner.clone();
         Archiver {
@@ -118,6 +123,12 @@ impl Archiver {
     pub fn plan(&self) -> &Plan {
         &self.inner.plan
     }
+
+    /// Calls `f` on the loop thread after every run that ends (rollup or prune), with how it
+    /// went: the off-site uploader looks for new archives then.
+    pub fn after_each_run(&self, f: impl Fn(&LastRun) + 'static) {
+        self.inner.after_run.borrow_mut().push(Box::new(f));
+    }
 }
 
 impl Inner {
@@ -136,6 +147,7 @@ impl Inner {
             })
         });
         let dir = self.plan.dir.clone();
+        let after_run = self.after_run.clone();
         async move {
             let thread = |step, source| PersistError::new(job.operation(), step, &dir, source);
             let outcome = match work.await {
@@ -147,7 +159,9 @@ impl Inner {
                 )),
             };
             log(&outcome);
-            LastRun { at: now, outcome }
+            let last = LastRun { at: now, outcome };
+            after_run.borrow().iter().for_each(|f| f(&last));
+            last
         }
     }
 }
@@ -170,6 +184,12 @@ fn log(outcome: &Result<rollup::Report, PersistError>) {
                     archive_bytes = w.archive_bytes,
                     took = ?w.took,
                     "archive written"
+                );
+            }
+            if !report.held.is_empty() {
+                tracing::info!(
+                    archives_held = report.held.len(),
+                    "archives retention would delete are kept until their off-site copy is verified"
                 );
             }
             if !report.pruned.is_empty() || !report.deleted_backups.is_empty() {

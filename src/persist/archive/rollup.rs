@@ -16,7 +16,9 @@
 //!    `<Kind>/<period><ext>`;
 //! 3. retention: keep the newest `retention` archives of each kind (and, with `prune`, none
 //!    older than `max_age`); a kind whose retention is 0 is off: none are made, and the ones
-//!    that exist are kept (never deleted, by count or by age);
+//!    that exist are kept (never deleted, by count or by age); with archives going off-site
+//!    (`Plan::remote`), an archive is deleted only once its copy there is verified
+//!    (`upload::is_off_site`), and kept until then;
 //! 4. only if every archive of step 2 was written: delete the backups that are neither among
 //!    the newest `keep_backups` nor still needed by an archive that does not exist yet.
 //!
@@ -43,6 +45,8 @@ use jiff::tz::TimeZone;
 use super::bounded::Limits;
 use super::check::{self, CheckError};
 use super::format::{self, Entry, Format};
+use super::remote::RemoteUrl;
+use super::upload;
 use crate::persist::error::{Operation, PersistError};
 use crate::persist::file::Kind;
 use crate::persist::fsio;
@@ -136,6 +140,9 @@ pub struct Plan {
     /// Limits of any read of an archive (as a restore's): checking an archive found in
     /// place, reading back one just written.
     pub limits: Limits,
+    /// Where archives also go off-site (`[archive.remote]`), if they do: retention then
+    /// deletes an archive only once its copy there is verified.
+    pub remote: Option<RemoteUrl>,
 }
 
 impl Plan {
@@ -168,6 +175,8 @@ pub struct Report {
     pub deleted_backups: Vec<PathBuf>,
     /// Archive files that did not verify, renamed out of the way: (new path, why).
     pub set_aside: Vec<(PathBuf, CheckError)>,
+    /// Archives retention would have deleted, kept until their off-site copy is verified.
+    pub held: Vec<PathBuf>,
     /// The whole run, wall-clock time.
     pub took: Duration,
 }
@@ -244,7 +253,8 @@ fn run_steps(
             report.written.push(written);
         }
     }
-    report.pruned = apply_retention(plan, now).map_err(fail("applying retention in", &plan.dir))?;
+    report.pruned = apply_retention(plan, now, &mut report.held)
+        .map_err(fail("applying retention in", &plan.dir))?;
     report.deleted_backups = delete_redundant_backups(plan, &backups, now)
         .map_err(fail("deleting archived backups in", backups_dir))?;
     Ok(())
@@ -257,7 +267,7 @@ fn fail(step: &'static str, path: &Path) -> impl FnOnce(io::Error) -> PersistErr
 
 /// Retention and age pruning only (the console's `prunearchives`).
 pub fn prune(plan: &Plan, now: Timestamp) -> Result<Vec<PathBuf>, PersistError> {
-    apply_retention(plan, now).map_err(PersistError::at(
+    apply_retention(plan, now, &mut Vec::new()).map_err(PersistError::at(
         Operation::Prune,
         "applying retention in",
         &plan.dir,
@@ -497,7 +507,13 @@ pub fn archives(plan: &Plan, period: Period) -> io::Result<Vec<(String, PathBuf)
     Ok(found)
 }
 
-fn apply_retention(plan: &Plan, now: Timestamp) -> io::Result<Vec<PathBuf>> {
+/// Deletes what retention does not keep; an archive still to be verified off-site goes to
+/// `held` instead.
+fn apply_retention(
+    plan: &Plan,
+    now: Timestamp,
+    held: &mut Vec<PathBuf>,
+) -> io::Result<Vec<PathBuf>> {
     let mut deleted = Vec::new();
     for period in Period::ALL {
         let keep = plan.retention(period);
@@ -513,7 +529,10 @@ fn apply_retention(plan: &Plan, now: Timestamp) -> io::Result<Vec<PathBuf>> {
                 let start = period.start(key, &plan.zone).unwrap_or(now);
                 now.duration_since(start).as_secs_f64() > age.as_secs_f64()
             });
-            if i < surplus || too_old {
+            let doomed = i < surplus || too_old;
+            if doomed && !may_delete(plan, path) {
+                held.push(path.clone());
+            } else if doomed {
                 std::fs::remove_file(path)?;
                 deleted.push(path.clone());
             }
@@ -523,6 +542,13 @@ fn apply_retention(plan: &Plan, now: Timestamp) -> io::Result<Vec<PathBuf>> {
         }
     }
     Ok(deleted)
+}
+
+/// Retention may delete `archive`: archives do not go off-site, or its copy there is verified.
+fn may_delete(plan: &Plan, archive: &Path) -> bool {
+    plan.remote
+        .as_ref()
+        .is_none_or(|url| upload::is_off_site(url, archive))
 }
 
 /// Deletes the backups that are neither among the newest `keep_backups` nor the newest of a
