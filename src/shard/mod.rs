@@ -17,7 +17,7 @@
 //! Shutdown: a stop request (a signal, or `shutdown` on the console) ends the wait; the
 //! autosave schedule and the game timers stop; a final save is taken while players are still
 //! connected (they hear it) and waited for, as is any archive rollup it started (and, for at
-//! most 10 s, an off-site upload in progress); then the
+//! most 10 s, a last off-site pass sending what that rollup wrote); then the
 //! listeners and connections close (players leave the world), the status line stops with
 //! one last `loop:` line, and [`Shard::run`] returns what it did, the final save's outcome
 //! included.

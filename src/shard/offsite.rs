@@ -69,25 +69,19 @@ pub(super) fn start(
     Ok(Some(uploader))
 }
 
-/// At shutdown, after the last rollup: lets an upload in progress finish (for at most
-/// [`STOP_GRACE`]), then stops the uploader.
+/// At shutdown, after the last rollup: one last pass (what that rollup wrote goes up, if the
+/// store is there), for at most [`STOP_GRACE`], then the uploader stops.
 pub(super) async fn stop(uploader: &Option<Uploader>) {
     let Some(uploader) = uploader else { return };
-    let status = uploader.status();
-    if status.uploading.is_some() {
-        tracing::info!("waiting for the off-site upload in progress");
-    }
-    if !uploader.stop(STOP_GRACE).await {
-        tracing::warn!(
-            waiting = status.queue,
-            "the off-site upload did not finish in {}: it goes again at the next start",
+    match uploader.stop(STOP_GRACE).await {
+        None => tracing::warn!(
+            "the off-site uploads did not finish within {}: what is left goes at the next start",
             humantime::format_duration(STOP_GRACE)
-        );
-    } else if status.queue > 0 {
-        tracing::info!(
-            waiting = status.queue,
-            "archives not yet off-site go at the next start"
-        );
+        ),
+        Some(0) => {}
+        Some(waiting) => {
+            tracing::info!(waiting, "archives not yet off-site go at the next start")
+        }
     }
 }
 

@@ -178,17 +178,21 @@ fn list_command(config: &Config, layout: &Layout, archives: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let remote_failed = config
-        .archive
-        .remote
-        .remote()
-        .and_then(|remote| match list_remote(&remote) {
-            Ok(more) => {
-                listed.extend(more);
-                None
-            }
-            Err(why) => Some(format!("cannot list the off-site archives in {}: {why}", remote.url)),
-        });
+    let remote_failed =
+        config
+            .archive
+            .remote
+            .remote()
+            .and_then(|remote| match list_remote(&remote) {
+                Ok(more) => {
+                    listed.extend(more);
+                    None
+                }
+                Err(why) => Some(format!(
+                    "cannot list the off-site archives in {}: {why}",
+                    remote.url
+                )),
+            });
     println!("{}", restore::Table(&listed));
     match remote_failed {
         Some(why) => {

@@ -52,7 +52,7 @@ pub const DEFAULT_MULTIPART_BYTES: u64 = 16 << 20;
 /// The part size of a multipart upload (S3 needs at least 5 MiB for every part but the last).
 pub const DEFAULT_PART_BYTES: usize = 8 << 20;
 /// Parts of one multipart upload in flight at once.
-const PARTS_IN_FLIGHT: usize = 4;
+const PARTS_IN_FLIGHT: usize = 2;
 /// S3 allows 2 KiB of user metadata per object; a manifest escaped longer than this is left
 /// out (the listing then shows no counts for the object).
 const MAX_MANIFEST_METADATA: usize = 1536;
@@ -146,9 +146,11 @@ fn split_s3(text: &str) -> Result<(&str, &str), String> {
     }
     let (bucket, path) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.contains('@') {
-        return Err("holds credentials: never put them in the configuration; set \
+        return Err(
+            "holds credentials: never put them in the configuration; set \
              AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment"
-            .to_owned());
+                .to_owned(),
+        );
     }
     check_bucket(bucket)?;
     Ok((bucket, path.trim_end_matches('/')))
@@ -183,9 +185,11 @@ pub fn check_endpoint(endpoint: &str, allow_http: bool) -> Result<(), String> {
         rest
     } else if let Some(rest) = endpoint.strip_prefix("http://") {
         if !allow_http {
-            return Err("is plain http://, which archive.remote.allow_http = false refuses: \
+            return Err(
+                "is plain http://, which archive.remote.allow_http = false refuses: \
                  use https://, or set allow_http = true for a test server on loopback"
-                .to_owned());
+                    .to_owned(),
+            );
         }
         rest
     } else {
@@ -196,9 +200,11 @@ pub fn check_endpoint(endpoint: &str, allow_http: bool) -> Result<(), String> {
     };
     let host = rest.split('/').next().unwrap_or("");
     if host.contains('@') {
-        return Err("holds credentials: never put them in the configuration; set \
+        return Err(
+            "holds credentials: never put them in the configuration; set \
              AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment"
-            .to_owned());
+                .to_owned(),
+        );
     }
     if host.is_empty() || rest.contains(['?', '#', ' ']) {
         return Err("is not a host with an optional port and path".to_owned());
@@ -426,6 +432,14 @@ impl Sum {
     }
 }
 
+/// The sum of `bytes`.
+pub fn sum_bytes(bytes: &[u8]) -> Sum {
+    Sum {
+        bytes: bytes.len() as u64,
+        sha256: Sha256::digest(bytes).into(),
+    }
+}
+
 /// Reads `path` through and sums it. Blocking.
 pub fn sum_file(path: &Path) -> io::Result<Sum> {
     let mut file = File::open(path)?;
@@ -578,29 +592,13 @@ impl Store {
         sum: &Sum,
         manifest: Option<&str>,
     ) -> Result<(), Failure> {
-        let location = object_path(key)?;
-        let mut attributes = Attributes::new();
-        attributes.insert(Attribute::Metadata(SHA256_KEY.into()), sum.hex().into());
-        if let Some(escaped) = manifest
-            .map(escape)
-            .filter(|e| e.len() <= MAX_MANIFEST_METADATA)
-        {
-            attributes.insert(Attribute::Metadata(MANIFEST_KEY.into()), escaped.into());
-        }
-        let uploading = || format!("uploading {}", self.url.object_url(key));
         if sum.bytes < self.multipart_bytes {
             let bytes = std::fs::read(file).map_err(|e| Failure::local("reading", file, e))?;
-            let options = PutOptions {
-                mode: PutMode::Create,
-                attributes,
-                ..PutOptions::default()
-            };
-            self.objects
-                .put_opts(&location, PutPayload::from(bytes), options)
-                .await
-                .map_err(|e| Failure::store(uploading(), e))?;
-            return Ok(());
+            return self.upload_bytes(bytes, key, sum, manifest).await;
         }
+        let location = object_path(key)?;
+        let attributes = attributes(sum, manifest);
+        let uploading = || format!("uploading {}", self.url.object_url(key));
         if self.stat(key).await?.is_some() {
             return Err(Failure::new(
                 Cause::Conflict,
@@ -632,6 +630,34 @@ impl Store {
         }
     }
 
+    /// Uploads `bytes` (whose sum is `sum`, below the multipart size) as the object `key` in
+    /// one conditional `PUT` (`PutMode::Create`): [`upload`](Self::upload) for a caller that
+    /// holds the file's bytes already.
+    pub async fn upload_bytes(
+        &self,
+        bytes: Vec<u8>,
+        key: &str,
+        sum: &Sum,
+        manifest: Option<&str>,
+    ) -> Result<(), Failure> {
+        let options = PutOptions {
+            mode: PutMode::Create,
+            attributes: attributes(sum, manifest),
+            ..PutOptions::default()
+        };
+        self.objects
+            .put_opts(&object_path(key)?, PutPayload::from(bytes), options)
+            .await
+            .map(|_| ())
+            .map_err(|e| Failure::store(format!("uploading {}", self.url.object_url(key)), e))
+    }
+
+    /// Whether a file of `bytes` goes up in one `PUT` ([`upload_bytes`](Self::upload_bytes))
+    /// rather than in parts.
+    pub fn in_one_put(&self, bytes: u64) -> bool {
+        bytes < self.multipart_bytes
+    }
+
     /// Feeds `file` to a multipart upload, a part at a time, at most [`PARTS_IN_FLIGHT`]
     /// parts in flight.
     async fn send_parts(&self, file: &Path, parts: &mut WriteMultipart) -> Result<(), Failure> {
@@ -642,7 +668,8 @@ impl Store {
                 .wait_for_capacity(PARTS_IN_FLIGHT)
                 .await
                 .map_err(|e| Failure::store(format!("uploading {}", file.display()), e))?;
-            let n = read_full(&mut input, &mut buf).map_err(|e| Failure::local("reading", file, e))?;
+            let n =
+                read_full(&mut input, &mut buf).map_err(|e| Failure::local("reading", file, e))?;
             if n == 0 {
                 return Ok(());
             }
@@ -729,9 +756,10 @@ impl Store {
         max_bytes: u64,
     ) -> Result<Downloaded, Failure> {
         let url = self.url.object_url(key);
-        let stat = self.stat(key).await?.ok_or_else(|| {
-            Failure::new(Cause::Store, format!("{url}: there is no such object"))
-        })?;
+        let stat = self
+            .stat(key)
+            .await?
+            .ok_or_else(|| Failure::new(Cause::Store, format!("{url}: there is no such object")))?;
         if stat.bytes > max_bytes {
             return Err(Failure::new(
                 Cause::Mismatch,
@@ -781,7 +809,10 @@ impl Store {
         if bytes != stat.bytes {
             return Err(Failure::new(
                 Cause::Mismatch,
-                format!("{url}: {bytes} bytes arrived of the {} it holds", stat.bytes),
+                format!(
+                    "{url}: {bytes} bytes arrived of the {} it holds",
+                    stat.bytes
+                ),
             ));
         }
         let checksum_verified = match &stat.sha256 {
@@ -836,6 +867,19 @@ pub async fn listed(store: &Store) -> Result<Vec<Listed>, Failure> {
         });
     }
     Ok(listed)
+}
+
+/// The metadata an object gets: its checksum, and the save's manifest if it fits.
+fn attributes(sum: &Sum, manifest: Option<&str>) -> Attributes {
+    let mut attributes = Attributes::new();
+    attributes.insert(Attribute::Metadata(SHA256_KEY.into()), sum.hex().into());
+    if let Some(escaped) = manifest
+        .map(escape)
+        .filter(|e| e.len() <= MAX_MANIFEST_METADATA)
+    {
+        attributes.insert(Attribute::Metadata(MANIFEST_KEY.into()), escaped.into());
+    }
+    attributes
 }
 
 fn object_path(key: &str) -> Result<ObjectPath, Failure> {
@@ -903,9 +947,16 @@ pub fn aws_environment(vars: impl IntoIterator<Item = (String, String)>) -> Stri
         .into_iter()
         .filter(|(name, _)| name.starts_with("AWS_"))
         .map(|(name, value)| {
-            let secret = ["KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "SESSION"]
-                .iter()
-                .any(|s| name.contains(s));
+            let secret = [
+                "KEY",
+                "SECRET",
+                "TOKEN",
+                "PASSWORD",
+                "CREDENTIAL",
+                "SESSION",
+            ]
+            .iter()
+            .any(|s| name.contains(s));
             let value = if secret || value.contains('@') {
                 "(redacted)".to_owned()
             } else {
@@ -928,7 +979,10 @@ mod tests {
     #[test]
     fn urls_name_a_bucket_and_a_prefix_and_refuse_the_rest() {
         let url = RemoteUrl::parse("s3://shard-backups/eu/shard-1/").unwrap();
-        assert_eq!((url.bucket(), url.prefix()), ("shard-backups", "eu/shard-1"));
+        assert_eq!(
+            (url.bucket(), url.prefix()),
+            ("shard-backups", "eu/shard-1")
+        );
         assert_eq!(url.to_string(), "s3://shard-backups/eu/shard-1");
         assert_eq!(
             url.key(Period::Daily, "2026-12-03.tar.zst"),
@@ -958,7 +1012,10 @@ mod tests {
     fn only_names_shaped_as_archives_under_the_prefix_are_archives() {
         let url = RemoteUrl::parse("s3://bkt/shard").unwrap();
         let daily = url.archive_of("shard/Daily/2026-12-03.tar.zst");
-        assert_eq!(daily, Some((Period::Daily, "2026-12-03.tar.zst".to_owned())));
+        assert_eq!(
+            daily,
+            Some((Period::Daily, "2026-12-03.tar.zst".to_owned()))
+        );
         assert!(url.archive_of("shard/Hourly/2026-12-03-10.zip").is_some());
         for foreign in [
             "shard/Daily/notes.txt",
@@ -985,7 +1042,10 @@ mod tests {
         assert!(check_endpoint("https://user:pw@host", false).is_err());
         assert!(check_endpoint("minio:9000", false).is_err());
         let (url, key) = parse_object_url("s3://bkt/p/Daily/2026-12-03.tar.zst").unwrap();
-        assert_eq!((url.bucket(), key.as_str()), ("bkt", "p/Daily/2026-12-03.tar.zst"));
+        assert_eq!(
+            (url.bucket(), key.as_str()),
+            ("bkt", "p/Daily/2026-12-03.tar.zst")
+        );
         assert!(parse_object_url("s3://bkt/p/Daily/notes.txt").is_err());
         assert!(parse_object_url("s3://bkt").is_err());
     }
@@ -1015,9 +1075,18 @@ mod tests {
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned()));
         let shown = aws_environment(env);
-        assert!(!shown.contains("s3cr3t") && !shown.contains("AKIAEXAMPLE"), "{shown}");
-        assert!(shown.contains("AWS_DEFAULT_REGION=\"eu-west-1\""), "{shown}");
-        assert!(shown.contains("AWS_SECRET_ACCESS_KEY=(redacted)"), "{shown}");
+        assert!(
+            !shown.contains("s3cr3t") && !shown.contains("AKIAEXAMPLE"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("AWS_DEFAULT_REGION=\"eu-west-1\""),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("AWS_SECRET_ACCESS_KEY=(redacted)"),
+            "{shown}"
+        );
         assert!(!shown.contains("HOME"), "{shown}");
     }
 

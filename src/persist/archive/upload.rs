@@ -2,8 +2,8 @@
 //! own, however long the store is away.
 //!
 //! A pass, each time a rollup or prune ends (and once at start):
-//! 1. every archive in `Hourly/`, `Daily/`, `Monthly/` without a valid mark (below) is
-//!    summed (size, SHA-256) and looked up in the bucket: an object there that matches is
+//! 1. every archive in `Hourly/`, `Daily/`, `Monthly/` without a valid mark (below), oldest
+//!    first, three at a time, is summed (size, SHA-256) and looked up in the bucket: an object there that matches is
 //!    marked; a name taken by another object is a conflict (the local archive is kept, never
 //!    overwritten, and the operator told); a free name is uploaded (`Store::upload`, never
 //!    over an object), looked up again, and marked only if its size and checksum are the
@@ -43,30 +43,32 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use super::check;
 use super::format::Format;
-use super::remote::{Backoff, Cause, Failure, RemoteUrl, Store, Sum, sum_file};
+use super::remote::{Backoff, Cause, Failure, RemoteUrl, Store, Sum, sum_bytes, sum_file};
 use super::rollup::{self, Period, Plan};
-use crate::persist::{Clock, background, fsio};
+use crate::persist::{Clock, background};
 
 /// The directory under the archive directory that holds the marks.
 pub const MARKS_DIR: &str = ".offsite";
 /// The longest a mark file may be (a real one is about 300 bytes).
 const MAX_MARK_BYTES: u64 = 4096;
+/// Archives uploaded at once (each below the multipart size is read whole into memory, so
+/// this bounds the memory uploads take: a few times `DEFAULT_MULTIPART_BYTES`).
+const UPLOADS_IN_FLIGHT: usize = 3;
 
 /// The uploader's state, as the loop last heard it: `archivestatus` and `/metrics` read it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Status {
     /// Where archives go (`s3://bucket/prefix`).
     pub url: String,
-    /// Archives waiting for an off-site copy that is verified (the one uploading included).
+    /// Archives waiting for an off-site copy that is verified (those uploading included).
     pub queue: usize,
-    /// The archive being uploaded now, if one is.
-    pub uploading: Option<String>,
     /// Archives uploaded and verified since start.
     pub uploaded: u64,
     /// Their bytes.
@@ -110,9 +112,6 @@ impl fmt::Display for Status {
                 .map_or("never".to_owned(), |t| t.to_string()),
             self.queue
         )?;
-        if let Some(name) = &self.uploading {
-            write!(f, ", uploading {name}")?;
-        }
         if self.remote_deleted > 0 {
             write!(f, "; {} deleted by retention", self.remote_deleted)?;
         }
@@ -165,7 +164,8 @@ pub struct Uploader {
     commands: mpsc::UnboundedSender<Command>,
     stopping: Arc<AtomicBool>,
     status: Rc<std::cell::RefCell<Status>>,
-    done: Rc<std::cell::RefCell<Option<oneshot::Receiver<()>>>>,
+    /// Says the thread ended, and how many archives were still waiting then.
+    done: Rc<std::cell::RefCell<Option<oneshot::Receiver<usize>>>>,
 }
 
 impl Uploader {
@@ -193,27 +193,32 @@ impl Uploader {
             ..Status::default()
         };
         let worker = Worker {
-            plan,
-            store,
+            shared: Shared {
+                plan,
+                store,
+                clock,
+                stopping: stopping.clone(),
+            },
             retry,
-            clock,
             status: status.clone(),
             events,
-            stopping: stopping.clone(),
             owned: HashMap::new(),
         };
         std::thread::Builder::new()
             .name("shardloop-offsite".to_owned())
             .spawn(move || {
                 background::lower_priority();
-                match tokio::runtime::Builder::new_current_thread()
+                let waiting = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
                 {
                     Ok(runtime) => runtime.block_on(worker.run(commands_rx)),
-                    Err(e) => tracing::error!("off-site uploads cannot start their runtime: {e}"),
-                }
-                let _ = done_tx.send(());
+                    Err(e) => {
+                        tracing::error!("off-site uploads cannot start their runtime: {e}");
+                        0
+                    }
+                };
+                let _ = done_tx.send(waiting);
             })?;
         let shared = Rc::new(std::cell::RefCell::new(status));
         let heard = shared.clone();
@@ -244,50 +249,74 @@ impl Uploader {
         self.status.borrow().clone()
     }
 
-    /// Stops the thread: it finishes the archive it is uploading, if any, and starts no
-    /// other. Waits at most `grace` (on the loop's clock, without blocking it); `false` if the
-    /// thread was still busy then (it is abandoned: what it did not finish goes at the next
-    /// start).
-    pub async fn stop(&self, grace: Duration) -> bool {
-        self.stopping.store(true, Ordering::Relaxed);
+    /// Stops the thread after one last pass (what the shutdown's last rollup wrote goes up,
+    /// if the store is there), waiting at most `grace` for it (on the loop's clock, without
+    /// blocking it): the archives still waiting then. `None` if the thread was still busy: it
+    /// finishes the archive it is uploading and starts no other (what it did not do goes at
+    /// the next start).
+    pub async fn stop(&self, grace: Duration) -> Option<usize> {
         let _ = self.commands.send(Command::Stop);
-        let Some(done) = self.done.borrow_mut().take() else {
-            return true;
-        };
-        tokio::time::timeout(grace, done).await.is_ok()
+        let done = self.done.borrow_mut().take()?;
+        match tokio::time::timeout(grace, done).await {
+            Ok(waiting) => Some(waiting.unwrap_or(0)),
+            Err(_) => {
+                self.stopping.store(true, Ordering::Relaxed);
+                None
+            }
+        }
     }
 }
 
 /// The uploader's thread.
 struct Worker {
-    plan: Plan,
-    store: Store,
+    /// What the uploads read: shared by the ones in flight.
+    shared: Shared,
     retry: Backoff,
-    clock: Clock,
     status: Status,
     events: mpsc::UnboundedSender<Event>,
-    stopping: Arc<AtomicBool>,
     /// Objects looked up for retention: (name, size) → carries a shard's checksum.
     owned: HashMap<(String, u64), bool>,
 }
 
+/// What every upload of a pass reads.
+struct Shared {
+    plan: Plan,
+    store: Store,
+    clock: Clock,
+    stopping: Arc<AtomicBool>,
+}
+
+/// How one archive's upload ended.
+enum Sent {
+    /// Uploaded and verified: its bytes.
+    Uploaded(u64),
+    /// It was there already, verified.
+    Found,
+    /// Not started: the pass is stopping.
+    Skipped,
+}
+
 impl Worker {
-    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+    /// Passes until stopped; the archives still waiting then.
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) -> usize {
         let mut due = Some(tokio::time::Instant::now());
         loop {
             let woken = tokio::select! {
                 command = commands.recv() => command,
                 () = wait_until(due) => Some(Command::Wake),
             };
-            // Wakes that piled up meanwhile are one pass.
-            let mut command = woken;
+            // Wakes that piled up meanwhile are one pass; a stop is a last pass.
+            let Some(mut command) = woken else {
+                return self.status.queue;
+            };
             while let Ok(more) = commands.try_recv() {
-                if matches!(command, Some(Command::Wake)) {
-                    command = Some(more);
+                if matches!(command, Command::Wake) {
+                    command = more;
                 }
             }
-            if !matches!(command, Some(Command::Wake)) || self.stopped() {
-                return;
+            let last = matches!(command, Command::Stop);
+            if self.shared.stopped() {
+                return self.status.queue;
             }
             due = match self.pass().await {
                 Ok(verified) => {
@@ -298,26 +327,26 @@ impl Worker {
                     }
                     None
                 }
-                Err(_) if self.stopped() => return,
+                Err(_) if self.shared.stopped() => return self.status.queue,
                 Err(failure) => Some(self.failed(failure)),
             };
-            self.status.uploading = None;
             self.status.passes += 1;
             self.publish();
+            if last {
+                return self.status.queue;
+            }
         }
     }
 
-    fn stopped(&self) -> bool {
-        self.stopping.load(Ordering::Relaxed)
-    }
-
     fn publish(&self) {
-        let _ = self.events.send(Event::Status(Box::new(self.status.clone())));
+        let _ = self
+            .events
+            .send(Event::Status(Box::new(self.status.clone())));
     }
 
     /// Counts and logs a failed pass; when the next is due.
     fn failed(&mut self, failure: Failure) -> tokio::time::Instant {
-        let now = self.clock.now();
+        let now = self.shared.clock.now();
         self.status.failing += 1;
         self.status.failures[failure.cause as usize] += 1;
         let wait = self.retry.after(self.status.failing);
@@ -337,52 +366,134 @@ impl Worker {
     }
 
     /// One pass (module docs): the archives verified off-site by it that were not before.
+    /// [`UPLOADS_IN_FLIGHT`] archives go up at once, oldest first; a failure of the store
+    /// starts no more (those in flight finish) and fails the pass.
     async fn pass(&mut self) -> Result<usize, Failure> {
-        let pending = self.pending()?;
+        let pending = self.shared.pending()?;
         self.status.queue = pending.len();
         self.publish();
-        let mut verified = 0;
-        for (period, path) in pending {
-            if self.stopped() {
-                return Ok(verified);
-            }
-            let name = file_name(&path);
-            let key = self.store.url().key(period, &name);
-            self.status.uploading = Some(name.clone());
-            self.publish();
-            match self.send(&path, &key).await {
-                Ok(()) => {
+        let shared = &self.shared;
+        let failed: std::cell::Cell<bool> = std::cell::Cell::new(false);
+        let mut sends = futures::stream::iter(pending)
+            .map(|(period, path)| {
+                let failed = &failed;
+                async move {
+                    let name = file_name(&path);
+                    let key = shared.store.url().key(period, &name);
+                    let sent = match failed.get() || shared.stopped() {
+                        true => Ok(Sent::Skipped),
+                        false => shared.send(&path, &key).await,
+                    };
+                    (name, key, sent)
+                }
+            })
+            .buffer_unordered(UPLOADS_IN_FLIGHT);
+        let (mut verified, mut first_failure) = (0, None);
+        while let Some((name, key, sent)) = sends.next().await {
+            match sent {
+                Ok(Sent::Skipped) => continue,
+                Ok(sent) => {
                     verified += 1;
+                    if let Sent::Uploaded(bytes) = sent {
+                        self.status.uploaded += 1;
+                        self.status.uploaded_bytes += bytes;
+                        self.owned.insert((key, bytes), true);
+                    }
                     self.status.queue = self.status.queue.saturating_sub(1);
-                    self.status.last_success = Some(self.clock.now());
+                    self.status.last_success = Some(shared.clock.now());
                     self.status.conflicts.retain(|c| *c != name);
                 }
                 Err(failure) if matches!(failure.cause, Cause::Conflict | Cause::Mismatch) => {
-                    self.conflict(&name, failure);
+                    conflict(&mut self.status, &shared.clock, &name, failure);
                 }
-                Err(failure) => return Err(failure),
+                Err(failure) => {
+                    failed.set(true);
+                    first_failure.get_or_insert(failure);
+                }
             }
+            self.publish();
         }
-        self.status.uploading = None;
-        if self.stopped() {
+        drop(sends);
+        if let Some(failure) = first_failure {
+            return Err(failure);
+        }
+        if self.shared.stopped() {
             return Ok(verified);
         }
         self.retention().await?;
         Ok(verified)
     }
 
-    /// An archive whose name in the bucket is taken: said once, counted once, kept on disk.
-    fn conflict(&mut self, name: &str, failure: Failure) {
-        if self.status.conflicts.iter().any(|c| c == name) {
-            return;
+    /// Retention in the bucket (module docs, step 2).
+    async fn retention(&mut self) -> Result<(), Failure> {
+        let store = &self.shared.store;
+        let plan = &self.shared.plan;
+        let (objects, _others) = store.archives().await?;
+        let now = self.shared.clock.now();
+        for period in Period::ALL {
+            let keep = plan.retention[period as usize] as usize;
+            if keep == 0 {
+                continue;
+            }
+            let mut ours = Vec::new();
+            for object in objects.iter().filter(|o| o.period == period) {
+                if owns(&mut self.owned, store, &object.key, object.bytes).await? {
+                    ours.push(object);
+                }
+            }
+            let surplus = ours.len().saturating_sub(keep);
+            for (i, object) in ours.iter().enumerate() {
+                let too_old = plan.max_age.is_some_and(|age| {
+                    let start = period.start(object.period_key(), &plan.zone).unwrap_or(now);
+                    now.duration_since(start).as_secs_f64() > age.as_secs_f64()
+                });
+                if (i < surplus || too_old) && !self.shared.stopped() {
+                    store.delete(&object.key).await?;
+                    self.status.remote_deleted += 1;
+                    tracing::info!(
+                        object = %store.url().object_url(&object.key),
+                        "off-site archive deleted by retention"
+                    );
+                }
+            }
         }
-        tracing::warn!(
-            "off-site: {}; {name} stays on disk (retention keeps it) until that name is free",
-            failure.message
-        );
-        self.status.failures[failure.cause as usize] += 1;
-        self.status.last_failure = Some((self.clock.now(), failure));
-        self.status.conflicts.push(name.to_owned());
+        Ok(())
+    }
+}
+
+/// An archive whose name in the bucket is taken: said once, counted once, kept on disk.
+fn conflict(status: &mut Status, clock: &Clock, name: &str, failure: Failure) {
+    if status.conflicts.iter().any(|c| c == name) {
+        return;
+    }
+    tracing::warn!(
+        "off-site: {}; {name} stays on disk (retention keeps it) until that name is free",
+        failure.message
+    );
+    status.failures[failure.cause as usize] += 1;
+    status.last_failure = Some((clock.now(), failure));
+    status.conflicts.push(name.to_owned());
+}
+
+/// The object carries the checksum a shard writes (looked up once per name and size).
+async fn owns(
+    owned: &mut HashMap<(String, u64), bool>,
+    store: &Store,
+    key: &str,
+    bytes: u64,
+) -> Result<bool, Failure> {
+    let id = (key.to_owned(), bytes);
+    if let Some(owned) = owned.get(&id) {
+        return Ok(*owned);
+    }
+    let found = store.stat(key).await?.is_some_and(|s| s.sha256.is_some());
+    owned.insert(id, found);
+    Ok(found)
+}
+
+impl Shared {
+    fn stopped(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
     }
 
     /// The archives on disk without a valid mark, oldest first within each kind.
@@ -404,13 +515,26 @@ impl Worker {
         Ok(pending)
     }
 
-    /// Makes sure the archive at `path` is in the bucket as `key`, verified, and marks it.
-    async fn send(&mut self, path: &Path, key: &str) -> Result<(), Failure> {
+    /// Makes sure the archive at `path` is in the bucket as `key`, verified, and marks it:
+    /// uploaded (never over an object: a name taken is looked up, and if the object there is
+    /// this file, an earlier attempt landed and it is only marked), then looked up to check
+    /// its size and checksum.
+    async fn send(&self, path: &Path, key: &str) -> Result<Sent, Failure> {
         let local = |what: &str, e: io::Error| Failure {
             cause: Cause::Local,
             message: format!("{what} {}: {e}", path.display()),
         };
-        let sum = sum_file(path).map_err(|e| local("reading", e))?;
+        // Below the multipart size the file is read once, summed and sent from memory.
+        let size = std::fs::metadata(path)
+            .map_err(|e| local("reading", e))?
+            .len();
+        let (sum, bytes) = match self.store.in_one_put(size) {
+            true => {
+                let bytes = std::fs::read(path).map_err(|e| local("reading", e))?;
+                (sum_bytes(&bytes), Some(bytes))
+            }
+            false => (sum_file(path).map_err(|e| local("reading", e))?, None),
+        };
         let object = self.store.url().object_url(key);
         let taken = |found: &super::remote::Stat| Failure {
             cause: Cause::Conflict,
@@ -428,20 +552,27 @@ impl Worker {
                 sum.bytes
             ),
         };
-        match self.store.stat(key).await? {
-            Some(found) if found.matches(&sum) => {
-                return self.mark(path, key, &sum).map_err(|e| local("marking", e));
-            }
-            Some(found) => return Err(taken(&found)),
-            None => {}
-        }
         let format = Format::from_name(&file_name(path));
         let manifest = format.and_then(|f| check::manifest(path, f, self.plan.limits).ok());
         let began = Instant::now();
-        match self.store.upload(path, key, &sum, manifest.as_deref()).await {
+        let manifest = manifest.as_deref();
+        let sent = match bytes {
+            Some(bytes) => self.store.upload_bytes(bytes, key, &sum, manifest).await,
+            None => self.store.upload(path, key, &sum, manifest).await,
+        };
+        match sent {
             Ok(()) => {}
-            // Taken since the look-up: ours if an earlier attempt landed after all.
-            Err(failure) if failure.cause == Cause::Conflict => {}
+            Err(failure) if failure.cause == Cause::Conflict => {
+                return match self.store.stat(key).await? {
+                    Some(found) if found.matches(&sum) => {
+                        self.mark(path, key, &sum)
+                            .map_err(|e| local("marking", e))?;
+                        Ok(Sent::Found)
+                    }
+                    Some(found) => Err(taken(&found)),
+                    None => Err(failure),
+                };
+            }
             Err(failure) => return Err(failure),
         }
         let found = self.store.stat(key).await?.ok_or_else(|| Failure {
@@ -460,72 +591,19 @@ impl Worker {
                 false => taken(&found),
             });
         }
-        self.mark(path, key, &sum).map_err(|e| local("marking", e))?;
-        self.owned.insert((key.to_owned(), sum.bytes), true);
-        self.status.uploaded += 1;
-        self.status.uploaded_bytes += sum.bytes;
+        self.mark(path, key, &sum)
+            .map_err(|e| local("marking", e))?;
         tracing::info!(
             object = %object,
             bytes = sum.bytes,
             took = ?began.elapsed(),
             "archive uploaded off-site and verified"
         );
-        Ok(())
+        Ok(Sent::Uploaded(sum.bytes))
     }
 
     fn mark(&self, path: &Path, key: &str, sum: &Sum) -> io::Result<()> {
         write_mark(self.store.url(), key, path, sum, self.clock.now())
-    }
-
-    /// Retention in the bucket (module docs, step 2).
-    async fn retention(&mut self) -> Result<(), Failure> {
-        let (objects, _others) = self.store.archives().await?;
-        let now = self.clock.now();
-        for period in Period::ALL {
-            let keep = self.plan.retention[period as usize] as usize;
-            if keep == 0 {
-                continue;
-            }
-            let mut ours = Vec::new();
-            for object in objects.iter().filter(|o| o.period == period) {
-                if self.owns(&object.key, object.bytes).await? {
-                    ours.push(object);
-                }
-            }
-            let surplus = ours.len().saturating_sub(keep);
-            for (i, object) in ours.iter().enumerate() {
-                let too_old = self.plan.max_age.is_some_and(|age| {
-                    let start = period
-                        .start(object.period_key(), &self.plan.zone)
-                        .unwrap_or(now);
-                    now.duration_since(start).as_secs_f64() > age.as_secs_f64()
-                });
-                if (i < surplus || too_old) && !self.stopped() {
-                    self.store.delete(&object.key).await?;
-                    self.status.remote_deleted += 1;
-                    tracing::info!(
-                        object = %self.store.url().object_url(&object.key),
-                        "off-site archive deleted by retention"
-                    );
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The object carries the checksum a shard writes (looked up once per name and size).
-    async fn owns(&mut self, key: &str, bytes: u64) -> Result<bool, Failure> {
-        let id = (key.to_owned(), bytes);
-        if let Some(owned) = self.owned.get(&id) {
-            return Ok(*owned);
-        }
-        let owned = self
-            .store
-            .stat(key)
-            .await?
-            .is_some_and(|s| s.sha256.is_some());
-        self.owned.insert(id, owned);
-        Ok(owned)
     }
 }
 
@@ -602,7 +680,10 @@ fn read_capped(path: &Path) -> io::Result<String> {
     Ok(text)
 }
 
-/// Marks `archive` (whose sum is `sum`) as verified at `url` as `key`: written atomically.
+/// Marks `archive` (whose sum is `sum`) as verified at `url` as `key`: written under a temp
+/// name and renamed, so a mark is whole or absent. Not fsynced: a mark only ever claims what
+/// is true (the object was verified), and one lost in a crash costs a look-up in the bucket at
+/// the next pass, never an upload or a deletion.
 fn write_mark(
     url: &RemoteUrl,
     key: &str,
@@ -624,13 +705,13 @@ fn write_mark(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let temp = format!(
+    let temp = path.with_file_name(format!(
         "{}mark-{}-{}",
         crate::persist::layout::TEMP_PREFIX,
         std::process::id(),
         file_name(archive)
-    );
-    fsio::replace(&path, &temp, text.as_bytes())
+    ));
+    std::fs::write(&temp, text).and_then(|()| std::fs::rename(&temp, &path))
 }
 
 #[cfg(test)]
@@ -677,7 +758,10 @@ mod tests {
         };
         status.failures[Cause::Unreachable as usize] = 3;
         let text = status.to_string();
-        assert!(text.starts_with("off-site s3://bkt/shard: 0 uploaded"), "{text}");
+        assert!(
+            text.starts_with("off-site s3://bkt/shard: 0 uploaded"),
+            "{text}"
+        );
         assert!(text.contains("2 waiting"), "{text}");
         assert!(text.contains("failures unreachable 3"), "{text}");
         assert!(text.contains("next try at 2026-12-04T00:00:40Z"), "{text}");
