@@ -664,6 +664,49 @@ fn out_of_range_values_name_key_and_source() {
 }
 
 #[test]
+fn a_bad_remote_archive_url_or_endpoint_names_its_key_and_never_holds_a_secret() {
+    let file = toml_file("[archive.remote]\nurl = \"https://bucket/prefix\"\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    assert_eq!(err.key(), Some("archive.remote.url"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 2)));
+    assert!(err.to_string().contains("s3://"), "{err}");
+
+    // Credentials in the URL: refused, and the refusal says where they belong.
+    let env = [("SHARD_ARCHIVE__REMOTE__URL", "s3://AKIA:secret@bkt/p")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("archive.remote.url"));
+    assert_eq!(
+        err.origin(),
+        Some(&env_origin("SHARD_ARCHIVE__REMOTE__URL"))
+    );
+    assert!(err.to_string().contains("AWS_SECRET_ACCESS_KEY"), "{err}");
+
+    let env = [
+        ("SHARD_ARCHIVE__REMOTE__URL", "s3://bkt/p"),
+        ("SHARD_ARCHIVE__REMOTE__ENDPOINT", "http://127.0.0.1:9000"),
+    ];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("archive.remote.endpoint"));
+    assert!(err.to_string().contains("allow_http"), "{err}");
+
+    let env = [
+        ("SHARD_ARCHIVE__REMOTE__RETRY_INITIAL", "1m"),
+        ("SHARD_ARCHIVE__REMOTE__RETRY_MAX", "10s"),
+    ];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("archive.remote.retry_max"));
+
+    let env = [
+        ("SHARD_ARCHIVE__REMOTE__URL", "s3://bkt/shard-1"),
+        ("SHARD_ARCHIVE__REMOTE__ENDPOINT", "http://127.0.0.1:9000"),
+        ("SHARD_ARCHIVE__REMOTE__ALLOW_HTTP", "true"),
+    ];
+    let loaded = load(ConfigFile::None, &env, Overrides::default());
+    let remote = loaded.config.archive.remote.remote().unwrap();
+    assert_eq!(remote.url.to_string(), "s3://bkt/shard-1");
+}
+
+#[test]
 fn bad_time_zone_is_an_error() {
     let env = [("SHARD_TIME__ZONE", "Mars/Olympus_Mons")];
     let err = load_err(ConfigFile::None, &env, Overrides::default());

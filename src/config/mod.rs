@@ -419,6 +419,8 @@ pub struct ArchiveConfig {
     /// Largest archive a restore unpacks (or any read of an archive decompresses), in bytes of
     /// extracted files (declared or actual). Default: 384 MiB, ~64x a default world's save.
     pub max_restore_bytes: u64,
+    /// Off-site copies of the archives in an S3-compatible bucket (off by default).
+    pub remote: RemoteConfig,
 }
 
 impl Default for ArchiveConfig {
@@ -435,6 +437,38 @@ impl Default for ArchiveConfig {
             max_age: Duration::from_secs(60 * 24 * 3600),
             keep_backups: 2,
             max_restore_bytes: crate::persist::archive::bounded::DEFAULT_MAX_RESTORE_BYTES,
+            remote: RemoteConfig::default(),
+        }
+    }
+}
+
+/// `[archive.remote]`: where archives go off-site. Credentials and the region come from the
+/// standard `AWS_*` environment variables, never from here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// `s3://bucket/prefix`; empty (the default) = off.
+    pub url: String,
+    /// The store's address for S3-compatible stores (MinIO, R2…); empty = AWS.
+    pub endpoint: String,
+    /// Allow a plain `http://` endpoint (a test server on loopback).
+    pub allow_http: bool,
+    /// The wait before retrying after a failed upload (then twice as long each time).
+    #[serde(with = "duration")]
+    pub retry_initial: Duration,
+    /// The longest wait between retries; they go on for as long as it takes.
+    #[serde(with = "duration")]
+    pub retry_max: Duration,
+}
+
+impl Default for RemoteConfig {
+    fn default() -> Self {
+        RemoteConfig {
+            url: String::new(),
+            endpoint: String::new(),
+            allow_http: false,
+            retry_initial: Duration::from_secs(5),
+            retry_max: Duration::from_secs(600),
         }
     }
 }
@@ -783,6 +817,34 @@ impl ArchiveConfig {
             return invalid(
                 "archive.max_restore_bytes",
                 "must be at least 1048576 (1 MiB)",
+            );
+        }
+        self.remote.check()
+    }
+}
+
+impl RemoteConfig {
+    fn check(&self) -> Result<(), Invalid> {
+        use crate::persist::archive::remote;
+        let url = self.url.trim();
+        if !url.is_empty()
+            && let Err(why) = remote::RemoteUrl::parse(url)
+        {
+            return invalid("archive.remote.url", why);
+        }
+        if let Err(why) = remote::check_endpoint(self.endpoint.trim(), self.allow_http) {
+            return invalid("archive.remote.endpoint", why);
+        }
+        if self.retry_initial.is_zero() {
+            return invalid("archive.remote.retry_initial", "must be greater than 0");
+        }
+        if self.retry_max < self.retry_initial {
+            return invalid(
+                "archive.remote.retry_max",
+                format!(
+                    "must be at least archive.remote.retry_initial ({})",
+                    format_duration(self.retry_initial)
+                ),
             );
         }
         Ok(())

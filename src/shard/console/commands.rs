@@ -19,6 +19,7 @@ use super::language::{self, Args, Spec, duration};
 use super::loopstats::{self, CsvWriter};
 use crate::game::Players;
 use crate::net::Net;
+use crate::persist::archive::upload::Uploader;
 use crate::persist::archive::{self, Archiver};
 use crate::persist::{Autosave, Cadence, Request, Saver};
 use crate::runtime;
@@ -118,6 +119,7 @@ pub(in crate::shard) struct Shell {
     pub(in crate::shard) saver: Saver,
     pub(in crate::shard) autosave: Autosave,
     pub(in crate::shard) archiver: Option<Archiver>,
+    pub(in crate::shard) offsite: Option<Uploader>,
     pub(in crate::shard) data_dir: PathBuf,
     /// The addresses the listeners are bound to (a configured port 0 resolved), and the
     /// backend serving them.
@@ -299,7 +301,11 @@ impl Shell {
     fn archive_status(&self, args: Args<'_>) -> Result<String, String> {
         args.none()?;
         Ok(self.with_archiver(|a| {
-            archive::archiver::status(a, self.autosave.next(), jiff::Timestamp::now())
+            let local = archive::archiver::status(a, self.autosave.next(), jiff::Timestamp::now());
+            match &self.offsite {
+                Some(offsite) => format!("{local}\n{}", offsite.status()),
+                None => local,
+            }
         }))
     }
 
