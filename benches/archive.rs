@@ -157,6 +157,7 @@ fn loop_during(world: World, root: &Path, rollup: bool) -> (Duration, u64, Durat
                         keep_backups: 2,
                         max_age: None,
                         limits: Default::default(),
+                        remote: None,
                     };
                     let archiver = Archiver::new(layout, plan, Clock::System);
                     archiver.request();

@@ -305,6 +305,9 @@ impl Bed {
         let net = Net::new(Limits {
             max_connections: 2 * scenario.players,
             max_per_ip: usize::MAX,
+            max_per_ipv6_prefix: usize::MAX,
+            max_prelogin: usize::MAX,
+            connect_rate: None,
             send_buffer_size: 16 << 20,
             outbound_budget: usize::MAX,
             idle_timeout: Duration::ZERO,

@@ -80,6 +80,9 @@ fn shard(kind: BackendKind, idle_wait: Duration) -> Server {
             let net = Net::new(Limits {
                 max_connections: 2 * CONNECTIONS,
                 max_per_ip: usize::MAX,
+                max_per_ipv6_prefix: usize::MAX,
+                max_prelogin: usize::MAX,
+                connect_rate: None,
                 ping_rate: None,
                 ..Limits::default()
             });

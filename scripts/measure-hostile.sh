@@ -26,6 +26,13 @@
 #    (at most 15 per address). Figures: walkers' RTT p99, errors (a walker closed by the
 #    server counts as an error), loop cpu.
 #
+# Not run here (by hand, against a shard started as in A): the fan-out crowd,
+#   shardloop loadgen --connect 127.0.0.1:PORT --mode crowd --connections 1000 \
+#       --source-range 127.0.0.2-127.0.0.99 --duration 20s   (1000 bots on one spot, each
+#       spending its move burst every 2 s; needs max_per_ip >= 11 and max_connections >= 1000)
+# and partial packets, `--mode trickle --connections 16` against `--mode ping-only
+# --connections 16 --interval 10ms` (the same bytes as whole pings).
+#
 # Builds nothing: run `cargo build --release` first (or point SHARDLOOP_BIN at a binary).
 set -euo pipefail
 
@@ -37,12 +44,8 @@ work=$(mktemp -d)
 results=$work/results
 : >"$results"
 
-cleanup() {
-    local j
-    for j in $(jobs -p); do kill "$j" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    if [[ -n ${KEEP_WORK:-} ]]; then echo "logs kept in $work" >&2; else rm -rf "$work"; fi
-}
+# shellcheck source=scripts/shard-session.sh
+source "$(dirname "$0")/shard-session.sh"
 trap cleanup EXIT
 
 if [[ ! -x "$bin" ]]; then
@@ -54,60 +57,9 @@ ulimit -n "$(ulimit -Hn)"
 # shellcheck source=scripts/cpu-time.sh
 source "$(dirname "$0")/cpu-time.sh"
 
-# record KEY VALUE: one figure of this round, for the summary.
-record() { echo "$1 $2" >>"$results"; }
-
-# start_shard NAME [VAR=value ...]: starts the shard in its own data dir with its console on
-# fd 3 (a fifo), waits for "shard ready"; sets $pid, $log, $out.
-start_shard() {
-    local name=$1
-    shift
-    mkdir -p "$work/$name"
-    log=$work/$name.log
-    out=$work/$name.out
-    rm -f "$work/console"
-    mkfifo "$work/console"
-    exec 3<>"$work/console"
-    (cd "$work/$name" && exec env SHARD_SERVER__PROBE_HOST=false \
-        SHARD_SERVER__LOOP_STATS_INTERVAL=5s SHARD_AUTOSAVE__ENABLED=false \
-        SHARD_NETWORK__LISTEN="[\"127.0.0.1:$port\"]" "$@" \
-        timeout -k 10 900 "$bin" <"$work/console" >"$out" 2>"$log") &
-    pid=$!
-    for _ in $(seq 1200); do
-        grep -q "shard ready" "$log" 2>/dev/null && break
-        sleep 0.1
-    done
-    if ! grep -q "shard ready" "$log"; then
-        echo "measure-hostile: $name never became ready" >&2
-        cat "$log" >&2
-        exit 1
-    fi
-    # The shard runs under `timeout` ($pid): find the shard itself for /proc and signals.
-    spid=$(pgrep -P "$pid" -x shardloop)
-}
-
-console() { echo "$1" >&3; }
-
-# stop_shard: SIGTERM (the final save), waits for it (the `timeout` around it bounds that);
-# sets $rc to its exit code.
-stop_shard() {
-    rc=0
-    kill -TERM "$spid" 2>/dev/null || true
-    wait "$pid" || rc=$?
-    exec 3>&-
-}
-
 # loadgen ARGS...: loadgen against the shard, bounded in time.
 loadgen() {
     timeout -k 5 $((seconds + 60)) "$bin" loadgen --connect "127.0.0.1:$port" "$@" || true
-}
-
-# to_ms "1.5 ms" | "512 µs" | "1.234ms" | "12.000µs" | "0.000ns" | "1.00 s" -> milliseconds
-to_ms() {
-    awk -v v="$*" 'BEGIN {
-        n = v; sub(/[^0-9.].*$/, "", n); u = v; sub(/^[0-9.]+ */, "", u)
-        f = (u ~ /^ms/) ? 1 : (u ~ /^(µs|us)/) ? 1e-3 : (u ~ /^ns/) ? 1e-6 : (u ~ /^s/) ? 1000 : 1
-        printf "%.3f\n", n * f }'
 }
 
 # loop_figures FROM_LINE: the loop: lines after line FROM_LINE of $log, the first dropped;
@@ -196,7 +148,7 @@ window_a() {
 for round in $(seq "$rounds"); do
     echo "== round $round: A, one player, quiet then facing 2000 hostile sockets (${seconds}s windows)"
     echo "   load: $(cut -d' ' -f1-3 /proc/loadavg)"
-    start_shard "a-$round" SHARD_NETWORK__LOGIN_TIMEOUT=5s
+    start_shard "a-$round" "$bin" SHARD_NETWORK__LOGIN_TIMEOUT=5s
     window_a quiet
     attack_for=$((seconds + 6))
     attackers=()
@@ -225,7 +177,7 @@ for round in $(seq "$rounds"); do
 
     echo "== round $round: B, 200 walkers, then with 20 move-flood bots among them (${seconds}s)"
     echo "   load: $(cut -d' ' -f1-3 /proc/loadavg)"
-    start_shard "b-$round"
+    start_shard "b-$round" "$bin"
     for phase in quiet flood; do
         if [[ $phase == flood ]]; then
             # The shard disconnects a move-flood bot within about a millisecond ("flood"), and
@@ -273,16 +225,7 @@ for round in $(seq "$rounds"); do
     echo "  shutdown: exit $rc"
 done
 
-# Summary: the median over rounds of each figure.
-med() {
-    awk -v k="$1" '$1 == k && $2 ~ /^[0-9.]+$/ { print $2 }' "$results" | sort -g |
-        awk '{ a[NR] = $1 } END {
-            if (NR == 0) print "nan"
-            else if (NR % 2) print a[(NR + 1) / 2]
-            else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-}
-# each KEY: every round's value, for the record.
-each() { awk -v k="$1" '$1 == k { printf "%s%s", sep, $2; sep = "," }' "$results"; }
+# Summary: the median over rounds of each figure (med, each: shard-session.sh).
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
 verdict() {
     awk -v v="$1" -v t="$2" 'BEGIN {

@@ -39,7 +39,8 @@ sample() {
 run() {
     local name=$1 bin=$2 pid idle busy
     (cd "$work" && exec env SHARD_SERVER__PROBE_HOST=false SHARD_AUTOSAVE__ENABLED=false \
-        SHARD_NETWORK__MAX_PER_IP=4096 SHARD_NETWORK__PING_RATE=0 \
+        SHARD_NETWORK__MAX_PER_IP=4096 SHARD_NETWORK__PING_RATE=0 SHARD_NETWORK__CONNECT_RATE=0 \
+        SHARD_NETWORK__MAX_PRELOGIN=1024 \
         SHARD_NETWORK__LISTEN="[\"127.0.0.1:$port\"]" \
         "$bin" run --data-dir "$work/data-$name" </dev/null >/dev/null 2>"$work/$name.log") &
     pid=$!

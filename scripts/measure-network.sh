@@ -44,15 +44,18 @@ source "$(dirname "$0")/cpu-time.sh"
 # start_shard NAME [VAR=value ...]: starts the shard, waits for "shard ready"; sets $pid.
 #
 # These are throughput measurements, not a test of the limits: every client comes from
-# 127.0.0.1 and pings flat out. So the admission and flood limits (`network.max_per_ip`,
-# default 16 per host, and `network.ping_rate`, default 4/s) are lifted here: with them, all
-# but 16 of the 1000 clients would be refused and the rest held to 4 pings a second.
-# scripts/measure-hostile.sh measures the shard with its default limits.
+# 127.0.0.1, connects at once and pings flat out without logging in. So the admission and
+# flood limits (`network.max_per_ip`, default 16 per host; `network.connect_rate`, 4 connects
+# a second per host; `network.max_prelogin`, 256 not logged in; `network.ping_rate`, default
+# 4/s) are lifted here: with them, all but 16 of the 1000 clients would be refused and the rest
+# held to 4 pings a second. scripts/measure-hostile.sh measures the shard with its default
+# limits.
 start_shard() {
     local name=$1
     shift
     (cd "$work" && exec env SHARD_SERVER__PROBE_HOST=false SHARD_SERVER__LOOP_STATS_INTERVAL=5s \
-        SHARD_NETWORK__MAX_PER_IP=4096 SHARD_NETWORK__PING_RATE=0 \
+        SHARD_NETWORK__MAX_PER_IP=4096 SHARD_NETWORK__PING_RATE=0 SHARD_NETWORK__CONNECT_RATE=0 \
+        SHARD_NETWORK__MAX_CONNECTIONS=2000 SHARD_NETWORK__MAX_PRELOGIN=2000 \
         SHARD_NETWORK__LISTEN="[\"127.0.0.1:$port\"]" "$@" \
         "$bin" </dev/null >/dev/null 2>"$work/$name.log") &
     pid=$!

@@ -20,27 +20,11 @@ use shardloop::persist::{self, Layout, Manifest, Snapshot};
 use shardloop::world::{self, World};
 
 mod common;
+use common::backups::backup;
 use common::tmpfs::Tmpfs;
 
 fn world() -> World {
     world::generate(5, 2000, 300)
-}
-
-/// A complete automatic backup of `world` created at `at` (as a save would leave it).
-fn backup(layout: &Layout, world: &World, at: &str) -> PathBuf {
-    let created: Timestamp = at.parse().unwrap();
-    // On the same filesystem as the backups, so that the rename below works on a tmpfs too.
-    std::fs::create_dir_all(layout.root()).unwrap();
-    let scratch = tempfile::tempdir_in(layout.root()).unwrap();
-    let l = Layout::new(scratch.path(), scratch.path().join("Saves"));
-    persist::save::write(&l, Snapshot::take(world, created, |_| true), 1).unwrap();
-    std::fs::create_dir_all(&layout.backups).unwrap();
-    let target = layout
-        .backups
-        .join(created.strftime("%Y-%m-%d-%H-%M-%S").to_string());
-    std::fs::rename(&l.saves, &target).unwrap();
-    std::fs::write(target.join(persist::layout::BACKUP_MARKER), "").unwrap();
-    target
 }
 
 fn plan(root: &Path, compression: Compression) -> Plan {
@@ -53,6 +37,7 @@ fn plan(root: &Path, compression: Compression) -> Plan {
         keep_backups: 2,
         max_age: None,
         limits: Default::default(),
+        remote: None,
     }
 }
 

@@ -97,6 +97,7 @@ fn plan(data: &Path) -> Plan {
         keep_backups: 2,
         max_age: None,
         limits: Default::default(),
+        remote: None,
     }
 }
 

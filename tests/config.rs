@@ -337,8 +337,8 @@ fn network_and_spin_limits_are_checked() {
 /// Environment variables, the key the error must name, a phrase it must say.
 type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
 
-/// Each case's variables are refused with an error naming its key and saying its phrase.
-fn refused(cases: &[Case]) {
+/// Each case's variables make the load fail, naming the case's key and saying its phrase.
+fn assert_invalid(cases: &[Case]) {
     for &(env, key, why) in cases {
         let err = load_err(ConfigFile::None, env, Overrides::default());
         assert_eq!(err.key(), Some(key), "{err}");
@@ -383,7 +383,7 @@ fn admission_and_flood_limits_are_checked() {
             "\"lots\"",
         ),
     ];
-    refused(&cases);
+    assert_invalid(&cases);
     // A rate of 0 turns a limit off; its burst may then be anything.
     let off = [
         ("SHARD_NETWORK__PING_RATE", "0"),
@@ -430,7 +430,7 @@ fn output_limits_are_checked() {
             "plus twice network.socket_send_buffer",
         ),
     ];
-    refused(&cases);
+    assert_invalid(&cases);
     // A soft limit of 0 is off, whatever its timeout.
     let off = [
         ("SHARD_NETWORK__SEND_SOFT_LIMIT", "0"),
@@ -440,6 +440,98 @@ fn output_limits_are_checked() {
     assert_eq!(
         shardloop::net::Limits::from(&loaded.config.network).send_soft_limit,
         0
+    );
+}
+
+#[test]
+fn connect_rate_prefix_and_prelogin_limits_are_checked_naming_key_and_value() {
+    let cases: [Case; 8] = [
+        (
+            &[("SHARD_NETWORK__MAX_PER_IPV6_PREFIX", "0")],
+            "network.max_per_ipv6_prefix",
+            "at least 1",
+        ),
+        (
+            &[("SHARD_NETWORK__IPV6_PREFIX", "72")],
+            "network.ipv6_prefix",
+            "between 32 and 64 bits",
+        ),
+        (
+            &[("SHARD_NETWORK__IPV6_PREFIX", "16")],
+            "network.ipv6_prefix",
+            "= 16",
+        ),
+        (
+            &[("SHARD_NETWORK__IPV4_PREFIX", "33")],
+            "network.ipv4_prefix",
+            "between 8 and 32 bits",
+        ),
+        (
+            &[("SHARD_NETWORK__MAX_PRELOGIN", "0")],
+            "network.max_prelogin",
+            "between 1 and network.max_connections (1024)",
+        ),
+        (
+            &[("SHARD_NETWORK__MAX_CONNECTIONS", "100")],
+            "network.max_prelogin",
+            "= 256",
+        ),
+        (
+            &[("SHARD_NETWORK__CONNECT_BURST", "0")],
+            "network.connect_burst",
+            "at least 1",
+        ),
+        (
+            &[("SHARD_NETWORK__CONNECT_BAN", "a while")],
+            "network.connect_ban",
+            "a while",
+        ),
+    ];
+    assert_invalid(&cases);
+    // Off: no connect rate (its burst and ban may then be anything), no IPv4 prefix cap.
+    let off = [
+        ("SHARD_NETWORK__CONNECT_RATE", "0"),
+        ("SHARD_NETWORK__CONNECT_BURST", "0"),
+        ("SHARD_NETWORK__MAX_PER_IPV4_PREFIX", "0"),
+    ];
+    let limits = shardloop::net::Limits::from(
+        &load(ConfigFile::None, &off, Overrides::default())
+            .config
+            .network,
+    );
+    assert_eq!(
+        (limits.connect_rate, limits.max_per_ipv4_prefix),
+        (None, None)
+    );
+    // The defaults: 4 connects a second in bursts of 16, a minute's ban, IPv6 by /56, a
+    // quarter of the connections not logged in.
+    let limits = shardloop::net::Limits::from(
+        &load(ConfigFile::None, &[], Overrides::default())
+            .config
+            .network,
+    );
+    assert_eq!(
+        limits.connect_rate,
+        Some(shardloop::net::Rate {
+            per_sec: 4,
+            burst: 16
+        })
+    );
+    assert_eq!(limits.connect_ban, Duration::from_secs(60));
+    assert_eq!((limits.ipv6_prefix, limits.max_per_ipv6_prefix), (56, 32));
+    assert_eq!((limits.max_prelogin, limits.max_connections), (256, 1024));
+    let on = [
+        ("SHARD_NETWORK__MAX_PER_IPV4_PREFIX", "8"),
+        ("SHARD_NETWORK__IPV4_PREFIX", "22"),
+    ];
+    let limits = shardloop::net::Limits::from(
+        &load(ConfigFile::None, &on, Overrides::default())
+            .config
+            .network,
+    );
+    assert_eq!(
+        (limits.max_per_ipv4_prefix, limits.ipv4_prefix),
+        (Some(8), 22)
     );
 }
 
@@ -672,6 +764,49 @@ fn out_of_range_values_name_key_and_source() {
     let env = [("SHARD_WORLD__DISK_RESERVE", "0")];
     let off = load(ConfigFile::None, &env, Overrides::default());
     assert_eq!(off.config.world.disk_reserve, 0, "0 turns the reserve off");
+}
+
+#[test]
+fn a_bad_remote_archive_url_or_endpoint_names_its_key_and_never_holds_a_secret() {
+    let file = toml_file("[archive.remote]\nurl = \"https://bucket/prefix\"\n");
+    let err = load_err(required(&file), &[], Overrides::default());
+    assert_eq!(err.key(), Some("archive.remote.url"));
+    assert_eq!(err.origin(), Some(&file_origin(&file, 2)));
+    assert!(err.to_string().contains("s3://"), "{err}");
+
+    // Credentials in the URL: refused, and the refusal says where they belong.
+    let env = [("SHARD_ARCHIVE__REMOTE__URL", "s3://AKIA:secret@bkt/p")];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("archive.remote.url"));
+    assert_eq!(
+        err.origin(),
+        Some(&env_origin("SHARD_ARCHIVE__REMOTE__URL"))
+    );
+    assert!(err.to_string().contains("AWS_SECRET_ACCESS_KEY"), "{err}");
+
+    let env = [
+        ("SHARD_ARCHIVE__REMOTE__URL", "s3://bkt/p"),
+        ("SHARD_ARCHIVE__REMOTE__ENDPOINT", "http://127.0.0.1:9000"),
+    ];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("archive.remote.endpoint"));
+    assert!(err.to_string().contains("allow_http"), "{err}");
+
+    let env = [
+        ("SHARD_ARCHIVE__REMOTE__RETRY_INITIAL", "1m"),
+        ("SHARD_ARCHIVE__REMOTE__RETRY_MAX", "10s"),
+    ];
+    let err = load_err(ConfigFile::None, &env, Overrides::default());
+    assert_eq!(err.key(), Some("archive.remote.retry_max"));
+
+    let env = [
+        ("SHARD_ARCHIVE__REMOTE__URL", "s3://bkt/shard-1"),
+        ("SHARD_ARCHIVE__REMOTE__ENDPOINT", "http://127.0.0.1:9000"),
+        ("SHARD_ARCHIVE__REMOTE__ALLOW_HTTP", "true"),
+    ];
+    let loaded = load(ConfigFile::None, &env, Overrides::default());
+    let remote = loaded.config.archive.remote.remote().unwrap();
+    assert_eq!(remote.url.to_string(), "s3://bkt/shard-1");
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! What `[archive]` hands persistence: the rollup [`Plan`], the restore [`Limits`], and the
-//! archive [`Format`] that `archive.compression` names.
+//! What `[archive]` hands persistence: the rollup [`Plan`], the restore [`Limits`], the
+//! archive [`Format`] that `archive.compression` names, and the off-site [`Remote`] of
+//! `[archive.remote]`.
 //!
 //! Persistence defines these plain settings and never reads the configuration; this is the
 //! one place that turns the operator's keys into them.
@@ -11,7 +12,8 @@ use std::path::PathBuf;
 
 use jiff::tz::TimeZone;
 
-use super::{ArchiveConfig, Compression};
+use super::{ArchiveConfig, Compression, RemoteConfig};
+use crate::persist::archive::remote::{Backoff, Remote, RemoteUrl};
 use crate::persist::archive::restore::{DEFAULT_MAX_ENTRIES, Limits};
 use crate::persist::archive::{Format, Plan};
 
@@ -31,6 +33,7 @@ impl ArchiveConfig {
             keep_backups: self.keep_backups,
             max_age: self.prune.then_some(self.max_age),
             limits: self.restore_limits(),
+            remote: self.remote.remote().map(|r| r.url),
         }
     }
 
@@ -40,6 +43,31 @@ impl ArchiveConfig {
         Limits {
             max_bytes: self.max_restore_bytes,
             max_entries: DEFAULT_MAX_ENTRIES,
+        }
+    }
+}
+
+impl RemoteConfig {
+    /// The off-site settings, `None` when `url` is empty (off). The object store's own
+    /// settings (credentials, region) come from the `AWS_*` environment when a client is
+    /// built (`Store::open`).
+    pub fn remote(&self) -> Option<Remote> {
+        let url = RemoteUrl::parse(self.url.trim()).ok()?;
+        Some(self.remote_at(url))
+    }
+
+    /// The settings for another bucket or prefix through this section's endpoint (a restore
+    /// of `s3://bucket/key` names its own, whether or not `url` is set).
+    pub fn remote_at(&self, url: RemoteUrl) -> Remote {
+        let endpoint = self.endpoint.trim();
+        Remote {
+            endpoint: (!endpoint.is_empty()).then(|| endpoint.to_owned()),
+            allow_http: self.allow_http,
+            retry: Backoff {
+                first: self.retry_initial,
+                max: self.retry_max,
+            },
+            ..Remote::new(url)
         }
     }
 }
@@ -89,6 +117,31 @@ mod tests {
         let limits = config.restore_limits();
         assert_eq!(limits.max_bytes, 5 << 20);
         assert_eq!(limits.max_entries, DEFAULT_MAX_ENTRIES);
+    }
+
+    #[test]
+    fn the_remote_settings_carry_every_key_and_are_off_when_the_url_is_empty() {
+        let config = ArchiveConfig::default();
+        assert_eq!(config.remote.remote(), None);
+        assert_eq!(config.plan(PathBuf::new(), TimeZone::UTC).remote, None);
+        let config = ArchiveConfig {
+            remote: RemoteConfig {
+                url: "s3://bkt/shard-1/".into(),
+                endpoint: "http://127.0.0.1:9000".into(),
+                allow_http: true,
+                retry_initial: Duration::from_millis(50),
+                retry_max: Duration::from_secs(2),
+            },
+            ..ArchiveConfig::default()
+        };
+        let remote = config.remote.remote().unwrap();
+        assert_eq!(remote.url.to_string(), "s3://bkt/shard-1");
+        assert_eq!(remote.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert!(remote.allow_http);
+        let retry = (remote.retry.first, remote.retry.max);
+        assert_eq!(retry, (Duration::from_millis(50), Duration::from_secs(2)));
+        let plan = config.plan(PathBuf::new(), TimeZone::UTC);
+        assert_eq!(plan.remote, Some(remote.url));
     }
 
     #[test]

@@ -203,10 +203,29 @@ pub struct NetworkConfig {
     pub socket_send_buffer: u32,
     /// Largest packet accepted from a client, bytes (3 ..= 65535).
     pub max_packet: u32,
-    /// Connections accepted at once; more are accepted and closed at once.
+    /// Connections open at once; past it a new one makes room by closing the oldest that has
+    /// not logged in, or is closed at once when every one has.
     pub max_connections: u32,
     /// Connections one host (an IPv4 address, an IPv6 /64) may hold open at once.
     pub max_per_ip: u32,
+    /// Connections one IPv6 prefix of `ipv6_prefix` bits may hold open at once.
+    pub max_per_ipv6_prefix: u32,
+    /// The IPv6 prefix length, bits (32 ..= 64), for `max_per_ipv6_prefix` and the connect rate.
+    pub ipv6_prefix: u8,
+    /// Connections one IPv4 prefix of `ipv4_prefix` bits may hold open at once; 0 = no cap.
+    pub max_per_ipv4_prefix: u32,
+    /// The IPv4 prefix length, bits (8 ..= 32), for `max_per_ipv4_prefix`.
+    pub ipv4_prefix: u8,
+    /// Connections not logged in yet that may be open at once (1 ..= `max_connections`).
+    pub max_prelogin: u32,
+    /// Connects one source (an IPv4 address, an IPv6 prefix) may make a second, sustained;
+    /// 0 = no limit (and `connect_burst` and `connect_ban` are ignored).
+    pub connect_rate: u32,
+    /// Connects one source may make at once after a quiet spell (the bucket's size, ≥ 1).
+    pub connect_burst: u32,
+    /// How long a source connecting far beyond its rate is refused on sight; zero = never.
+    #[serde(with = "duration")]
+    pub connect_ban: Duration,
     /// Output across all connections, bytes — unsent, plus the kernel send buffer of every
     /// socket left full; past it the connection holding the most is disconnected.
     pub outbound_budget: u64,
@@ -231,6 +250,9 @@ impl Default for NetworkConfig {
     fn default() -> Self {
         let limits = Limits::default();
         let ping = limits.ping_rate.expect("pings are limited by default");
+        let connect = limits
+            .connect_rate
+            .expect("connects are limited by default");
         NetworkConfig {
             listen: vec![DEFAULT_LISTEN],
             backend: Backend::Auto,
@@ -241,6 +263,14 @@ impl Default for NetworkConfig {
             max_packet: limits.max_packet as u32,
             max_connections: limits.max_connections as u32,
             max_per_ip: limits.max_per_ip as u32,
+            max_per_ipv6_prefix: limits.max_per_ipv6_prefix as u32,
+            ipv6_prefix: limits.ipv6_prefix,
+            max_per_ipv4_prefix: limits.max_per_ipv4_prefix.unwrap_or(0) as u32,
+            ipv4_prefix: limits.ipv4_prefix,
+            max_prelogin: limits.max_prelogin as u32,
+            connect_rate: connect.per_sec,
+            connect_burst: connect.burst,
+            connect_ban: limits.connect_ban,
             outbound_budget: limits.outbound_budget as u64,
             idle_timeout: limits.idle_timeout,
             login_timeout: limits.login_timeout,
@@ -270,6 +300,14 @@ impl From<&NetworkConfig> for Limits {
         Limits {
             max_connections: config.max_connections as usize,
             max_per_ip: config.max_per_ip as usize,
+            max_per_ipv6_prefix: config.max_per_ipv6_prefix as usize,
+            ipv6_prefix: config.ipv6_prefix,
+            max_per_ipv4_prefix: (config.max_per_ipv4_prefix > 0)
+                .then_some(config.max_per_ipv4_prefix as usize),
+            ipv4_prefix: config.ipv4_prefix,
+            max_prelogin: config.max_prelogin as usize,
+            connect_rate: Rate::from_keys(config.connect_rate, config.connect_burst),
+            connect_ban: config.connect_ban,
             max_packet: config.max_packet as usize,
             send_buffer_size: config.send_buffer_size as usize,
             send_soft_limit: config.send_soft_limit as usize,
@@ -399,6 +437,8 @@ pub struct ArchiveConfig {
     /// Largest archive a restore unpacks (or any read of an archive decompresses), in bytes of
     /// extracted files (declared or actual). Default: 384 MiB, ~64x a default world's save.
     pub max_restore_bytes: u64,
+    /// Off-site copies of the archives in an S3-compatible bucket (off by default).
+    pub remote: RemoteConfig,
 }
 
 impl Default for ArchiveConfig {
@@ -415,6 +455,38 @@ impl Default for ArchiveConfig {
             max_age: Duration::from_secs(60 * 24 * 3600),
             keep_backups: 2,
             max_restore_bytes: crate::persist::archive::bounded::DEFAULT_MAX_RESTORE_BYTES,
+            remote: RemoteConfig::default(),
+        }
+    }
+}
+
+/// `[archive.remote]`: where archives go off-site. Credentials and the region come from the
+/// standard `AWS_*` environment variables, never from here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RemoteConfig {
+    /// `s3://bucket/prefix`; empty (the default) = off.
+    pub url: String,
+    /// The store's address for S3-compatible stores (MinIO, R2…); empty = AWS.
+    pub endpoint: String,
+    /// Allow a plain `http://` endpoint (a test server on loopback).
+    pub allow_http: bool,
+    /// The wait before retrying after a failed upload (then twice as long each time).
+    #[serde(with = "duration")]
+    pub retry_initial: Duration,
+    /// The longest wait between retries; they go on for as long as it takes.
+    #[serde(with = "duration")]
+    pub retry_max: Duration,
+}
+
+impl Default for RemoteConfig {
+    fn default() -> Self {
+        RemoteConfig {
+            url: String::new(),
+            endpoint: String::new(),
+            allow_http: false,
+            retry_initial: Duration::from_secs(5),
+            retry_max: Duration::from_secs(600),
         }
     }
 }
@@ -712,6 +784,33 @@ impl NetworkConfig {
                 "must be at least 1 (it caps one host's connections; no host could connect)",
             );
         }
+        if self.max_per_ipv6_prefix == 0 {
+            return invalid(
+                "network.max_per_ipv6_prefix",
+                "must be at least 1 (it caps one IPv6 prefix's connections; no IPv6 host \
+                 could connect)",
+            );
+        }
+        if !(32..=64).contains(&self.ipv6_prefix) {
+            return invalid(
+                "network.ipv6_prefix",
+                "must be between 32 and 64 bits (a /64 is one subscriber's network, a /56 or \
+                 /48 one customer's, a /32 a whole provider's)",
+            );
+        }
+        if !(8..=32).contains(&self.ipv4_prefix) {
+            return invalid("network.ipv4_prefix", "must be between 8 and 32 bits");
+        }
+        if self.max_prelogin == 0 || self.max_prelogin > self.max_connections {
+            return invalid(
+                "network.max_prelogin",
+                format!(
+                    "must be between 1 and network.max_connections ({}); a quarter of it is \
+                     usual",
+                    self.max_connections
+                ),
+            );
+        }
         if self.outbound_budget
             < u64::from(self.send_buffer_size) + 2 * u64::from(self.socket_send_buffer)
         {
@@ -739,6 +838,12 @@ impl NetworkConfig {
             return invalid(
                 "network.ping_burst",
                 "must be at least 1 while its rate is set",
+            );
+        }
+        if self.connect_rate > 0 && self.connect_burst == 0 {
+            return invalid(
+                "network.connect_burst",
+                "must be at least 1 while network.connect_rate is set (0 turns the limit off)",
             );
         }
         Ok(())
@@ -795,6 +900,34 @@ impl ArchiveConfig {
             return invalid(
                 "archive.max_restore_bytes",
                 "must be at least 1048576 (1 MiB)",
+            );
+        }
+        self.remote.check()
+    }
+}
+
+impl RemoteConfig {
+    fn check(&self) -> Result<(), Invalid> {
+        use crate::persist::archive::remote;
+        let url = self.url.trim();
+        if !url.is_empty()
+            && let Err(why) = remote::RemoteUrl::parse(url)
+        {
+            return invalid("archive.remote.url", why);
+        }
+        if let Err(why) = remote::check_endpoint(self.endpoint.trim(), self.allow_http) {
+            return invalid("archive.remote.endpoint", why);
+        }
+        if self.retry_initial.is_zero() {
+            return invalid("archive.remote.retry_initial", "must be greater than 0");
+        }
+        if self.retry_max < self.retry_initial {
+            return invalid(
+                "archive.remote.retry_max",
+                format!(
+                    "must be at least archive.remote.retry_initial ({})",
+                    format_duration(self.retry_initial)
+                ),
             );
         }
         Ok(())

@@ -25,11 +25,14 @@ mod visibility;
 
 pub use behaviours::{BehaviourStats, Behaviours};
 pub use context::GameContext;
-pub use deltas::{DeltaPackets, EncodeMoved, EncodeSaid, SYSTEM, deltas_handler, wire};
+pub use deltas::{
+    DeltaPackets, EncodeMoved, EncodeSaid, FANOUT_PER_ITERATION, HELD_CHATTER, SYSTEM,
+    deltas_handler, wire,
+};
 pub use dispatch::{Packet, PacketHandler, text};
 pub use install::install;
 pub use npc::Npc;
-pub use players::Players;
+pub use players::{FanOutStats, Players};
 pub(crate) use registry::CommandSpec;
 pub use registry::{BuildError, Game, Games, Registered};
 pub use visibility::VIEW_RANGE;

@@ -9,8 +9,9 @@
 //! and never do I/O (it only queues packets on the sessions).
 
 use crate::net::{BadPacket, ConnId};
-use crate::world::{Location, Serial};
+use crate::world::{Location, MapId, Serial};
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 
 use super::visibility::Visibility;
 
@@ -22,6 +23,23 @@ pub struct Players {
     by_serial: BTreeMap<Serial, Player>,
     /// The same players by sector, for [`Players::in_range`].
     by_sector: Visibility<ConnId>,
+    fan_out: FanOutStats,
+}
+
+/// What the Deltas phase's fan-out of world changes to players has counted since start
+/// ([`Players::fan_out`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FanOutStats {
+    /// World changes left for the next iteration because this one had spent its
+    /// fan-out budget ([`FANOUT_PER_ITERATION`](super::FANOUT_PER_ITERATION)).
+    pub deferred: u64,
+    /// Iterations that deferred changes.
+    pub deferring_iterations: u64,
+    /// Spoken lines held back for a player reading too slowly (sent once its backlog
+    /// drains).
+    pub chatter_held: u64,
+    /// Held lines dropped, oldest first, because the player's held chatter was full.
+    pub chatter_dropped: u64,
 }
 
 pub(super) struct Player {
@@ -108,5 +126,26 @@ impl Players {
     /// the same order, as a scan of every player.
     pub fn in_range(&self, at: Location) -> impl Iterator<Item = (Serial, ConnId)> + '_ {
         self.by_sector.in_range(at)
+    }
+
+    /// Players standing on `map` within `xs` × `ys`, their connections and spots, sector by
+    /// sector (see `visibility.rs`).
+    pub(super) fn in_area(
+        &self,
+        map: MapId,
+        xs: RangeInclusive<u16>,
+        ys: RangeInclusive<u16>,
+    ) -> impl Iterator<Item = (Serial, ConnId, Location)> + '_ {
+        self.by_sector.in_area(map, xs, ys)
+    }
+
+    /// What the fan-out of world changes has counted since start.
+    #[must_use]
+    pub fn fan_out(&self) -> FanOutStats {
+        self.fan_out
+    }
+
+    pub(super) fn fan_out_mut(&mut self) -> &mut FanOutStats {
+        &mut self.fan_out
     }
 }

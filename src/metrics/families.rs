@@ -22,6 +22,8 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::atomic::AtomicU64;
 
+use crate::persist::archive::remote::Cause;
+use crate::persist::archive::upload::Status as OffsiteStatus;
 use crate::runtime::history::LoopSecond;
 use crate::runtime::telemetry::{Kind, Metric, TOTALS, Total, Value};
 use crate::runtime::{LagHistogram, LoopStats, Phase, Verdict};
@@ -110,6 +112,11 @@ struct VerdictLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabel {
+    cause: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -300,11 +307,28 @@ fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
         "Client connections open",
         n.connections as u64,
     );
+    gauge(
+        registry,
+        "net_prelogin_connections",
+        "Client connections open that have not logged in yet",
+        n.prelogin as u64,
+    );
+    gauge(
+        registry,
+        "net_hosts",
+        "Hosts (IPv4 addresses, IPv6 /64s) with a connection open",
+        n.hosts as u64,
+    );
     counter(registry, "net_accepted", "Connections accepted", n.accepted);
     let refused = Family::<ReasonLabel, prometheus_client::metrics::counter::Counter>::default();
     for (reason, value) in [
         ("max_connections", n.refused),
         ("max_per_ip", n.refused_per_ip),
+        ("max_per_ipv6_prefix", n.refused_per_ipv6_prefix),
+        ("max_per_ipv4_prefix", n.refused_per_ipv4_prefix),
+        ("max_prelogin", n.refused_prelogin),
+        ("connect_rate", n.refused_rate),
+        ("banned", n.refused_banned),
         ("out_of_descriptors", n.shed),
     ] {
         refused.get_or_create(&ReasonLabel { reason }).inc_by(value);
@@ -313,6 +337,24 @@ fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
         "net_refused",
         "Connections accepted and closed at once, by reason",
         refused,
+    );
+    counter(
+        registry,
+        "net_connect_bans",
+        "Sources banned for connecting far faster than network.connect_rate",
+        n.bans,
+    );
+    gauge(
+        registry,
+        "net_banned_sources",
+        "Sources (IPv4 addresses, IPv6 prefixes) banned right now",
+        n.banned as u64,
+    );
+    counter(
+        registry,
+        "net_connect_rate_untracked",
+        "Connects let through without a connect rate: the table of sources was full",
+        n.rate_untracked,
     );
     let disconnects =
         Family::<ReasonLabel, prometheus_client::metrics::counter::Counter>::default();
@@ -357,6 +399,7 @@ fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
 pub fn disconnect_reasons(n: &crate::net::NetStats) -> [(&'static str, u64); 8] {
     let named = [
         ("login_timeout", n.login_timeouts),
+        ("evicted_before_login", n.prelogin_evictions),
         ("idle_timeout", n.idle_timeouts),
         ("flood", n.flood_disconnects),
         ("send_buffer_overflow", n.send_overflows),
@@ -426,6 +469,9 @@ fn register_persist(registry: &mut Registry, snapshot: &Snapshot, readings: &Rea
             );
         }
     }
+    if let Some(offsite) = &p.offsite {
+        register_offsite(registry, offsite);
+    }
     let disk = Family::<DirLabel, Gauge>::default();
     let truncated = Family::<DirLabel, Gauge>::default();
     for dir in readings.disk {
@@ -465,6 +511,68 @@ fn register_http(registry: &mut Registry, http: &HttpCounts) {
         "metrics_http_unauthorized",
         "Requests to this endpoint answered 401: without the bearer token (metrics.token)",
         http.unauthorized,
+    );
+}
+
+/// The off-site uploader's families (`[archive.remote]` on).
+fn register_offsite(registry: &mut Registry, s: &OffsiteStatus) {
+    counter(
+        registry,
+        "offsite_uploads",
+        "Archives uploaded off-site and verified (size and checksum) since start",
+        s.uploaded,
+    );
+    registry.register_with_unit(
+        "offsite_uploaded",
+        "Bytes of the archives uploaded off-site and verified since start",
+        Unit::Bytes,
+        ConstCounter::new(s.uploaded_bytes),
+    );
+    gauge(
+        registry,
+        "offsite_queue",
+        "Archives waiting for a verified off-site copy (the one uploading included); retention keeps them on disk",
+        s.queue as u64,
+    );
+    if let Some(at) = s.last_success {
+        unit_gauge(
+            registry,
+            "offsite_last_success_timestamp",
+            "When an archive was last verified off-site, Unix time",
+            Unit::Seconds,
+            at.as_millisecond() as f64 / 1e3,
+        );
+    }
+    let failures = Family::<CauseLabel, prometheus_client::metrics::counter::Counter>::default();
+    for cause in Cause::ALL {
+        failures
+            .get_or_create(&CauseLabel {
+                cause: cause.label(),
+            })
+            .inc_by(s.failures(cause));
+    }
+    registry.register(
+        "offsite_failures",
+        "Off-site failures since start, by cause (unreachable, denied, conflict, mismatch, local, store)",
+        failures,
+    );
+    gauge(
+        registry,
+        "offsite_failing",
+        "Failed off-site passes in a row: 0 once a pass goes through",
+        u64::from(s.failing),
+    );
+    gauge(
+        registry,
+        "offsite_conflicts",
+        "Archives kept on disk because their name in the bucket holds another object (never overwritten)",
+        s.conflicts.len() as u64,
+    );
+    counter(
+        registry,
+        "offsite_deleted",
+        "Off-site archives deleted by retention since start",
+        s.remote_deleted,
     );
 }
 
@@ -576,7 +684,22 @@ mod tests {
             loop_cpu: Duration::ZERO,
             net: crate::net::NetStats::default(),
             world: super::super::WorldCounts::default(),
-            persist: super::super::PersistFacts::default(),
+            // Archives and off-site uploads on, each with a last run: every family they add.
+            persist: super::super::PersistFacts {
+                archive: Some(super::super::probe::ArchiveFacts {
+                    runs: 1,
+                    running: false,
+                    last: Some(crate::persist::archive::archiver::LastRun {
+                        at: jiff::Timestamp::UNIX_EPOCH,
+                        outcome: Ok(Default::default()),
+                    }),
+                }),
+                offsite: Some(OffsiteStatus {
+                    last_success: Some(jiff::Timestamp::UNIX_EPOCH),
+                    ..OffsiteStatus::default()
+                }),
+                ..Default::default()
+            },
             history: Vec::new(),
         };
         let phases = PhaseTotals {

@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::net::NetStats;
 use crate::persist::archive::archiver::LastRun;
+use crate::persist::archive::upload::Status as OffsiteStatus;
 use crate::runtime::history::LoopSecond;
 use crate::runtime::profile::thread_cpu_time;
 use crate::runtime::{self, LagHistogram, LoopStats};
@@ -67,6 +68,8 @@ pub struct PersistFacts {
     pub saving: bool,
     /// `None` when archives are off.
     pub archive: Option<ArchiveFacts>,
+    /// The off-site uploader's state; `None` when `[archive.remote]` is off.
+    pub offsite: Option<OffsiteStatus>,
 }
 
 /// The archiver's state.

@@ -96,22 +96,58 @@ pub trait Backend {
     }
 }
 
+/// Decides, from the peer's address alone, whether a connection just accepted may stay.
+pub(crate) type Screen<'a> = &'a mut dyn FnMut(SocketAddr) -> bool;
+
+/// What one accept brought.
+pub enum Accept {
+    /// A connection the screen let in, and its peer.
+    Admitted(Accepted, SocketAddr),
+    /// A connection the screen refused: closed already, with nothing done for it but the
+    /// accept itself.
+    Refused,
+}
+
 /// A listening socket in a backend's hands.
 pub trait Acceptor {
     /// The next accepted connection, or `Pending` (the acceptor's waker is raised when one
     /// may be waiting). Never blocks.
-    fn poll_accept(&mut self) -> Poll<io::Result<(Accepted, SocketAddr)>>;
+    ///
+    /// `screen` is asked about every connection right after the kernel hands it over, before
+    /// any work is done for it: a refused one is closed at once, never registered with the
+    /// reactor or the ring, never given a socket option, and nothing is allocated for it.
+    fn poll_accept(&mut self, screen: Screen<'_>) -> Poll<io::Result<Accept>>;
 
     /// The address actually bound (port 0 resolved).
     fn local_addr(&self) -> io::Result<SocketAddr>;
 
     /// Takes one waiting connection off the backlog and closes it at once, bypassing the
     /// backend's readiness bookkeeping: the server's way out when it is out of descriptors
-    /// (it frees a spare one first). False if none was waiting or the backend cannot; the
-    /// default cannot (io_uring accepts in the kernel ring, and retries on a timer).
-    fn shed_one(&mut self) -> bool {
-        false
+    /// (it frees a spare one first). False if none was waiting or the backend cannot.
+    fn shed_one(&mut self) -> bool;
+}
+
+/// Accepts one connection waiting on the non-blocking listening socket `listener` and closes
+/// it at once; false if none was waiting (or the accept failed). The way both backends shed
+/// a connection when the process is out of descriptors.
+pub(crate) fn accept_and_close(listener: std::os::fd::RawFd) -> bool {
+    // SAFETY: accept4 on a listening socket the caller owns (open while it runs); null
+    // address pointers are allowed and ask for no address.
+    let fd = unsafe {
+        libc::accept4(
+            listener,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return false;
     }
+    // SAFETY: `fd` was just returned by accept4 and is owned by nothing else; closing it
+    // refuses the connection.
+    unsafe { libc::close(fd) };
+    true
 }
 
 /// A connection the acceptor took but the server has not yet given a token: the server calls

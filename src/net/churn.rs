@@ -17,6 +17,7 @@
 //! an event above `debug` once its second is past the budget, and never keep a timer armed
 //! with nothing to report.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt;
 use std::rc::Rc;
@@ -25,7 +26,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Level;
 
-use super::reason::kind_of;
 use super::session::Disconnect;
 use crate::timer::{self, TimerToken};
 
@@ -73,11 +73,12 @@ struct Second {
     summary: Option<TimerToken>,
 }
 
-/// Counts by kind of reason.
+/// Counts by kind of reason. Kept from one second to the next (emptied), so a second of
+/// refusals of kinds seen before allocates nothing.
 #[derive(Default)]
 struct Tally {
     total: u64,
-    kinds: Vec<(String, u64)>,
+    kinds: Vec<(Cow<'static, str>, u64)>,
 }
 
 impl Default for Churn {
@@ -110,15 +111,19 @@ impl Churn {
     pub fn closed(&self, why: &Disconnect) -> Level {
         let level = if why.fault { Level::WARN } else { Level::INFO };
         self.count(level, |second| {
-            second.closed.add(&why.kind());
+            second.closed.add(why.owned_kind());
             second.faults += u64::from(why.fault);
         })
     }
 
-    /// A connection was refused at accept for `reason`: the level of its line.
+    /// A connection was refused at accept, counted as `kind` (`"too many connections"`,
+    /// `"connecting too fast"`): the level of its line. Allocates nothing for a kind already
+    /// seen.
     #[must_use = "the event's line goes at this level"]
-    pub fn refused(&self, reason: &str) -> Level {
-        self.count(Level::WARN, |second| second.refused.add(&kind_of(reason)))
+    pub fn refused(&self, kind: &'static str) -> Level {
+        self.count(Level::WARN, |second| {
+            second.refused.add(Cow::Borrowed(kind));
+        })
     }
 
     /// Counts one event; `level` while the second is within its budget, `DEBUG` past it.
@@ -142,8 +147,9 @@ impl Churn {
         let second = Rc::downgrade(&self.0);
         timer::after(after).start(move || {
             if let Some(second) = second.upgrade() {
-                let ended = std::mem::take(&mut *second.borrow_mut());
+                let mut ended = second.borrow_mut();
                 ended.log_summary();
+                ended.clear(None);
             }
         })
     }
@@ -166,11 +172,25 @@ impl Second {
     fn roll(&mut self, now: Instant) {
         let running = self.started.is_some_and(|start| now - start < SECOND);
         if !running && self.summary.is_none() {
-            *self = Second {
-                started: Some(now),
-                ..Second::default()
-            };
+            self.clear(Some(now));
         }
+    }
+
+    /// Forgets the second's counts (keeping the tallies' room) and starts the next at
+    /// `started`; no summary is due.
+    fn clear(&mut self, started: Option<Instant>) {
+        let (mut closed, mut refused) = (
+            std::mem::take(&mut self.closed),
+            std::mem::take(&mut self.refused),
+        );
+        closed.clear();
+        refused.clear();
+        *self = Second {
+            started,
+            closed,
+            refused,
+            ..Second::default()
+        };
     }
 
     /// How long until the second ends.
@@ -225,25 +245,30 @@ impl fmt::Display for Second {
 }
 
 impl Tally {
-    fn add(&mut self, kind: &str) {
+    fn add(&mut self, kind: Cow<'static, str>) {
         self.total += 1;
-        let known = self.kinds.iter().any(|(k, _)| k == kind);
+        let known = self.kinds.iter().any(|(k, _)| *k == kind);
         let kind = if known || self.kinds.len() < MAX_KINDS {
             kind
         } else {
-            "other"
+            Cow::Borrowed("other")
         };
-        match self.kinds.iter_mut().find(|(k, _)| k == kind) {
+        match self.kinds.iter_mut().find(|(k, _)| *k == kind) {
             Some((_, n)) => *n += 1,
-            None => self.kinds.push((kind.to_owned(), 1)),
+            None => self.kinds.push((kind, 1)),
         }
+    }
+
+    fn clear(&mut self) {
+        self.total = 0;
+        self.kinds.clear();
     }
 }
 
 /// `298 idle timeout, 14 bad packet`: the most frequent first.
 impl fmt::Display for Tally {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut kinds: Vec<&(String, u64)> = self.kinds.iter().collect();
+        let mut kinds: Vec<&(Cow<'static, str>, u64)> = self.kinds.iter().collect();
         kinds.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         for (i, (kind, n)) in kinds.into_iter().enumerate() {
             let sep = if i == 0 { "" } else { ", " };

@@ -9,12 +9,17 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::task::{Context, Poll, Waker};
 
+use socket2::SockAddr;
 use tokio::io::Interest;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::unix::AsyncFd;
+use tokio::net::TcpStream;
 
-use super::backend::{Accepted, Acceptor, Backend, ReadOutcome, Transport};
+use super::backend::{
+    Accept, Accepted, Acceptor, Backend, ReadOutcome, Screen, Transport, accept_and_close,
+};
 
 /// tokio's epoll reactor.
 #[derive(Debug, Default, Clone, Copy)]
@@ -30,56 +35,89 @@ impl Backend for Epoll {
         listener: std::net::TcpListener,
         waker: Waker,
     ) -> io::Result<Box<dyn Acceptor>> {
-        Ok(Box::new(EpollAcceptor {
-            listener: TcpListener::from_std(listener)?,
-            waker,
-        }))
+        // SAFETY: the listener owns its descriptor, which stays open (and the same) for as
+        // long as the `AsyncFd` owns the listener.
+        let listener = unsafe { AsyncFd::register_with_interest(listener, Interest::READABLE) }
+            .map_err(io::Error::from)?;
+        Ok(Box::new(EpollAcceptor { listener, waker }))
     }
 }
 
+/// The listening socket, registered with tokio's reactor for readiness only: connections are
+/// taken with `accept4` directly, so one refused by the screen is closed before tokio, or
+/// anything else, has seen it.
 struct EpollAcceptor {
-    listener: TcpListener,
+    listener: AsyncFd<std::net::TcpListener>,
     waker: Waker,
 }
 
 impl Acceptor for EpollAcceptor {
-    fn poll_accept(&mut self) -> Poll<io::Result<(Accepted, SocketAddr)>> {
+    fn poll_accept(&mut self, screen: Screen<'_>) -> Poll<io::Result<Accept>> {
         let mut cx = Context::from_waker(&self.waker);
-        self.listener.poll_accept(&mut cx).map_ok(|(stream, peer)| {
-            let _ = stream.set_nodelay(true);
+        loop {
+            let mut ready = match self.listener.poll_read_ready(&mut cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(ready)) => ready,
+            };
+            // `WouldBlock` clears the readiness; the next poll registers the waker.
+            let Ok(accepted) = ready.try_io(|listener| accept(listener.as_raw_fd())) else {
+                continue;
+            };
+            let (socket, peer) = accepted?;
+            if !screen(peer) {
+                drop(socket); // closes it: nothing else was done for it
+                return Poll::Ready(Ok(Accept::Refused));
+            }
+            // Registered with the reactor only now. TCP_NODELAY came from the listener (Linux
+            // copies it to accepted sockets): no socket option per connection.
+            let stream = TcpStream::from_std(std::net::TcpStream::from(socket))?;
             let accepted = Accepted::new(move |waker| {
                 Box::new(EpollConn { stream, waker }) as Box<dyn Transport>
             });
-            (accepted, peer)
-        })
+            return Poll::Ready(Ok(Accept::Admitted(accepted, peer)));
+        }
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.listener.get_ref().local_addr()
     }
 
     fn shed_one(&mut self) -> bool {
-        use std::os::fd::AsRawFd;
         // Straight to the socket: the connection is only to be closed, so there is nothing to
         // register with tokio's reactor, and no readiness bookkeeping to depend on. The socket
         // is non-blocking: an empty backlog is EAGAIN, not a wait.
-        // SAFETY: accept4 on the listening socket this acceptor owns (its descriptor is open
-        // while `self` lives); null address pointers are allowed and ask for no address.
-        let fd = unsafe {
-            libc::accept4(
-                self.listener.as_raw_fd(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                libc::SOCK_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return false;
-        }
-        // SAFETY: `fd` was just returned by accept4 and is owned by nothing else; closing it
-        // refuses the connection.
-        unsafe { libc::close(fd) };
-        true
+        accept_and_close(self.listener.as_raw_fd())
+    }
+}
+
+/// `accept4` on the non-blocking listening socket `listener`: the connection (non-blocking,
+/// close-on-exec) and its peer's address, with no allocation and no other system call. A peer
+/// that is not an IP address (impossible for a TCP listener) is closed and reported as an
+/// aborted connection.
+fn accept(listener: RawFd) -> io::Result<(OwnedFd, SocketAddr)> {
+    // SAFETY: accept4 writes at most `len` bytes of address into the zeroed storage
+    // `try_init` lends it and sets `len` to the address's length, as `try_init` requires.
+    let (fd, addr) = unsafe {
+        SockAddr::try_init(|storage, len| {
+            let fd = libc::accept4(
+                listener,
+                storage.cast(),
+                len,
+                libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            );
+            if fd < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(fd)
+            }
+        })
+    }?;
+    // SAFETY: a descriptor accept4 just returned, owned by nothing else.
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    match addr.as_socket() {
+        Some(peer) => Ok((socket, peer)),
+        None => Err(io::Error::from(io::ErrorKind::ConnectionAborted)),
     }
 }
 

@@ -14,6 +14,7 @@
 
 mod admission;
 pub(crate) mod backend;
+mod ban_filter;
 mod churn;
 mod conn_id;
 mod epoll;
@@ -44,9 +45,10 @@ pub use server::{Limits, Net, NetStats};
 pub use session::{Disconnect, Sessions};
 
 /// Whom a connection from an address counts against for `network.max_per_ip` — its host: an
-/// IPv4 address, or an IPv6 /64 (an IPv4 address carried in IPv6 counts as itself) — as an
-/// opaque key, so that another listener (the metrics endpoint) groups its connections by the
-/// same notion of a host as the game port.
+/// IPv4 address, or an IPv6 /64 (an IPv4 address carried in IPv6 — mapped, 6to4, Teredo,
+/// NAT64 — counts as itself: `admission::Host::of`) — as an opaque key, so that another
+/// listener (the metrics endpoint) groups its connections by the same notion of a host as the
+/// game port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct HostKey(admission::Host);
 

@@ -79,6 +79,14 @@ impl Bucket {
         }
     }
 
+    /// Whether it would be full at `now`: nothing owed, a whole burst saved up.
+    #[must_use]
+    pub(crate) fn is_full(&self, rate: Rate, now: Instant) -> bool {
+        let mut probe = *self;
+        probe.refill(rate, now);
+        probe.milli >= i64::from(rate.burst) * 1000
+    }
+
     fn refill(&mut self, rate: Rate, now: Instant) {
         let elapsed = now.saturating_duration_since(self.refilled);
         // Whole milliseconds only: the remainder stays for the next refill, so nothing is

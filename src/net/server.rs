@@ -17,14 +17,16 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::{Rc, Weak};
 use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::admission::{Host, PerHost};
-use super::backend::{Acceptor, Backend, ReadOutcome, Signal, Token};
+use super::admission::{Admission, Keys, Prefix, Refusal, Screened};
+use super::backend::{Accept, Accepted, Acceptor, Backend, ReadOutcome, Signal, Token};
+use super::ban_filter;
 use super::churn::log_at;
 use super::conn_id::ConnId;
 use super::frame;
@@ -67,10 +69,35 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// [`Limits::default`] (the shard's defaults).
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Connections open at once; past it, a new one is accepted and closed at once.
+    /// Connections open at once. Past it, a new connection makes room by closing the oldest
+    /// one that has not logged in; when every one has, the new one is closed at once.
     pub max_connections: usize,
-    /// Connections one host (an IPv4 address, an IPv6 /64) may hold open at once.
+    /// Connections one host (an IPv4 address, an IPv6 /64; 6to4, Teredo and IPv4-mapped
+    /// addresses count as their IPv4 address) may hold open at once.
     pub max_per_ip: usize,
+    /// Connections one IPv6 prefix of [`Limits::ipv6_prefix`] bits may hold open at once, all
+    /// its /64s together.
+    pub max_per_ipv6_prefix: usize,
+    /// The length, in bits, of the IPv6 prefix counted by `max_per_ipv6_prefix` and given one
+    /// connect rate (32 ..= 64; /56 is what a home line usually gets).
+    pub ipv6_prefix: u8,
+    /// Connections one IPv4 prefix of [`Limits::ipv4_prefix`] bits may hold open at once;
+    /// `None`: no such cap.
+    pub max_per_ipv4_prefix: Option<usize>,
+    /// The length, in bits, of the IPv4 prefix counted by `max_per_ipv4_prefix` (8 ..= 32).
+    pub ipv4_prefix: u8,
+    /// Connections that have not logged in yet that may be open at once (at least 1). Past
+    /// it, a new connection makes room by closing the oldest of them, so connections that
+    /// never log in can never hold the slots players need.
+    pub max_prelogin: usize,
+    /// How fast one source (an IPv4 address, an IPv6 prefix of `ipv6_prefix` bits) may
+    /// connect; a connect beyond it is closed at once. `None`: as fast as it likes.
+    pub connect_rate: Option<Rate>,
+    /// How long a source that keeps connecting far beyond `connect_rate` (more than a whole
+    /// burst of refused connects owed) is refused on sight: each listener's kernel filter
+    /// drops its connects unanswered (up to 256 sources per address family; the rest are
+    /// closed at accept). Zero: never banned, only refused.
+    pub connect_ban: Duration,
     /// Largest packet accepted from a client, bytes, header included (3 ..= 65535); a
     /// larger length field disconnects the sender.
     pub max_packet: usize,
@@ -110,6 +137,16 @@ impl Default for Limits {
         Limits {
             max_connections: 1024,
             max_per_ip: 16,
+            max_per_ipv6_prefix: 32,
+            ipv6_prefix: 56,
+            max_per_ipv4_prefix: None,
+            ipv4_prefix: 24,
+            max_prelogin: 256,
+            connect_rate: Some(Rate {
+                per_sec: 4,
+                burst: 16,
+            }),
+            connect_ban: Duration::from_secs(60),
             max_packet: 8192,
             send_buffer_size: 256 * 1024,
             send_soft_limit: 64 * 1024,
@@ -131,12 +168,38 @@ impl Default for Limits {
 pub struct NetStats {
     /// Open right now.
     pub connections: usize,
+    /// Open right now and not logged in yet.
+    pub prelogin: usize,
+    /// Hosts with a connection open right now.
+    pub hosts: usize,
     /// Connections admitted (those refused or shed at once are counted apart).
     pub accepted: u64,
-    /// Accepted and closed at once: over `max_connections`.
+    /// Accepted and closed at once: `max_connections` are open and every one has logged in.
     pub refused: u64,
     /// Accepted and closed at once: the host holds `max_per_ip` already.
     pub refused_per_ip: u64,
+    /// Accepted and closed at once: the IPv6 prefix holds `max_per_ipv6_prefix` already.
+    pub refused_per_ipv6_prefix: u64,
+    /// Accepted and closed at once: the IPv4 prefix holds `max_per_ipv4_prefix` already.
+    pub refused_per_ipv4_prefix: u64,
+    /// Accepted and closed at once: `max_prelogin` connections have not logged in, and
+    /// every one of them is closing already (none can make room).
+    pub refused_prelogin: u64,
+    /// Accepted and closed at once: the source connects faster than `connect_rate` (the
+    /// refusals that started a ban included).
+    pub refused_rate: u64,
+    /// Accepted and closed at once: the source is banned (`connect_ban`).
+    pub refused_banned: u64,
+    /// Sources banned for connecting far beyond `connect_rate`, since start.
+    pub bans: u64,
+    /// Sources banned right now.
+    pub banned: usize,
+    /// Connects let through without a connect rate because the table of sources was full
+    /// (a flood from more sources than the shard tracks: a firewall's job).
+    pub rate_untracked: u64,
+    /// Closed to make room for a new connection: the oldest that had not logged in, when
+    /// `max_prelogin` had not logged in or `max_connections` were open.
+    pub prelogin_evictions: u64,
     /// Accepted and closed at once because the process was out of descriptors (the spare
     /// descriptor let it take the connection off the backlog).
     pub shed: u64,
@@ -169,6 +232,21 @@ pub struct NetStats {
     pub bytes_out: u64,
 }
 
+impl NetStats {
+    /// Connections accepted and closed at once, for any reason (out of descriptors included).
+    #[must_use]
+    pub fn refused_total(&self) -> u64 {
+        self.refused
+            + self.refused_per_ip
+            + self.refused_per_ipv6_prefix
+            + self.refused_per_ipv4_prefix
+            + self.refused_prelogin
+            + self.refused_rate
+            + self.refused_banned
+            + self.shed
+    }
+}
+
 /// A handle to the server; clones share it. Lives on the loop thread.
 #[derive(Clone)]
 pub struct Net(Rc<RefCell<Server>>);
@@ -185,6 +263,13 @@ struct Server {
     /// The loop the server runs on (from `start`), told which handler runs, for a watchdog.
     on_loop: Option<LoopContext>,
     acceptors: Vec<Box<dyn Acceptor>>,
+    /// Each acceptor's listening socket (owned by the acceptor) and whether it is IPv6, for
+    /// the kernel's ban filter.
+    listener_fds: Vec<(RawFd, bool)>,
+    /// Puts the ban filter right when the first ban still on ends; armed only while a source
+    /// is banned.
+    ban_expiry: Option<TimerToken>,
+    filter_errors: Throttle,
     /// Tokens taken from the signal, being processed.
     ready: Vec<Token>,
     /// Connections to read this iteration, and listeners to accept on.
@@ -200,8 +285,8 @@ struct Server {
     /// The longest packet handler since the loop profile last took it (profiled builds).
     worst_handler: Option<Offender<u8>>,
     accept_errors: Throttle,
-    /// Open connections per host.
-    per_host: PerHost,
+    /// Who may connect: per-host and per-prefix counts, connect rates and bans.
+    admission: Admission,
     /// A descriptor held in reserve: out of descriptors, the server closes it to accept (and
     /// at once close) one waiting connection, so clients are refused instead of left hanging
     /// in the backlog.
@@ -220,6 +305,7 @@ impl Net {
         if let Some(rate) = limits.ping_rate {
             table.limit(frame::PING, rate);
         }
+        let admission = Admission::new(&limits);
         Net(Rc::new_cyclic(|me| {
             RefCell::new(Server {
                 me: me.clone(),
@@ -231,6 +317,9 @@ impl Net {
                 signal: None,
                 on_loop: None,
                 acceptors: Vec::new(),
+                listener_fds: Vec::new(),
+                ban_expiry: None,
+                filter_errors: Throttle::default(),
                 ready: Vec::new(),
                 to_read: VecDeque::new(),
                 to_accept: Vec::new(),
@@ -238,7 +327,7 @@ impl Net {
                 worst_handler: None,
                 stats: NetStats::default(),
                 accept_errors: Throttle::default(),
-                per_host: PerHost::default(),
+                admission,
                 spare: open_spare(),
                 sweeper: None,
             })
@@ -290,8 +379,10 @@ impl Net {
         let mut bound = Vec::new();
         let mut acceptors = Vec::new();
         let mut kernel_send_buffer = 0;
+        let mut fds = Vec::new();
         for (i, socket) in listeners.into_iter().enumerate() {
             let addr = socket.local_addr()?;
+            fds.push((socket.as_raw_fd(), addr.is_ipv6()));
             // What the kernel granted (Linux reports the doubled size it accounts), which
             // the sockets it accepts inherit.
             let granted = socket2::SockRef::from(&socket).send_buffer_size()?;
@@ -307,6 +398,7 @@ impl Net {
         // The first accept pass (next Network phase) registers the listeners' wakers.
         server.to_accept = (0..acceptors.len()).collect();
         server.acceptors = acceptors;
+        server.listener_fds = fds;
         server.signal = Some(signal);
         server.on_loop = Some(LoopContext::current());
         LoopContext::current().wake();
@@ -319,6 +411,10 @@ impl Net {
         if let Some(token) = server.sweeper.take() {
             token.cancel();
         }
+        if let Some(token) = server.ban_expiry.take() {
+            token.cancel();
+        }
+        server.listener_fds.clear();
         server.acceptors.clear();
         // Best effort, never blocking: what the sockets take now still reaches the players.
         server.flush();
@@ -368,6 +464,10 @@ impl Net {
         let server = self.0.borrow();
         NetStats {
             connections: server.sessions.len(),
+            prelogin: server.sessions.prelogin,
+            hosts: server.admission.hosts(),
+            banned: server.admission.banned(Instant::now()),
+            rate_untracked: server.admission.untracked(),
             flood_dropped: server.stats.flood_dropped,
             outbound_evictions: server.sessions.evictions,
             send_overflows: server.sessions.overflows,
@@ -386,7 +486,7 @@ impl Net {
     /// Hosts with at least one connection open.
     #[must_use]
     pub fn hosts(&self) -> usize {
-        self.0.borrow().per_host.hosts()
+        self.0.borrow().admission.hosts()
     }
 
     /// What the outbound budget counts now, bytes: unsent output across all connections,
@@ -570,42 +670,64 @@ impl Server {
         pending
     }
 
-    /// Accepts up to a budget on listener `i`. True if it may have more.
+    /// Accepts up to a budget on listener `i`, each connection screened by admission before
+    /// anything is done for it. True if it may have more.
     fn accept(&mut self, i: usize) -> bool {
+        let now = Instant::now();
         for _ in 0..ACCEPTS_PER_ITERATION {
-            let Some(acceptor) = self.acceptors.get_mut(i) else {
-                return false;
+            let mut screened = None;
+            let polled = {
+                let Server {
+                    acceptors,
+                    admission,
+                    sessions,
+                    ..
+                } = self;
+                let Some(acceptor) = acceptors.get_mut(i) else {
+                    return false;
+                };
+                let (open, prelogin) = (sessions.len(), sessions.prelogin);
+                acceptor.poll_accept(&mut |peer| {
+                    let verdict = admission.screen(peer.ip(), now, open, prelogin);
+                    screened = Some((peer, verdict));
+                    !matches!(verdict, Screened::Refuse(_))
+                })
             };
-            match acceptor.poll_accept() {
+            match polled {
                 Poll::Pending => return false,
-                Poll::Ready(Ok((accepted, peer))) => {
-                    if !self.admit(peer) {
-                        drop(accepted); // closes it
+                Poll::Ready(Ok(Accept::Refused)) => {
+                    if let Some((peer, Screened::Refuse(refusal))) = screened {
+                        self.refused(peer, refusal);
+                    }
+                }
+                Poll::Ready(Ok(Accept::Admitted(accepted, peer))) => match screened {
+                    Some((_, Screened::Admit(keys))) => self.open(accepted, peer, keys),
+                    Some((_, Screened::Evict(keys))) => {
+                        if self.evict_oldest_prelogin() {
+                            self.open(accepted, peer, keys);
+                        } else {
+                            drop(accepted); // closes it
+                            self.refused(peer, Refusal::MaxPrelogin);
+                        }
+                    }
+                    _ => unreachable!("the acceptor admits only what the screen admitted"),
+                },
+                Poll::Ready(Err(e)) if is_per_connection(&e) => continue, // that one is gone
+                Poll::Ready(Err(e)) if is_out_of_descriptors(&e) => {
+                    if self.shed_one(i) {
                         continue;
                     }
-                    let signal = self.signal.as_ref().expect("started");
-                    let conn = ConnId(self.sessions.conns.next_key());
-                    let transport = accepted.attach(signal.waker(Token::Conn(conn)));
-                    let state = NetState::new(transport, peer, Host::of(peer.ip()), Instant::now());
-                    let key = self.sessions.conns.insert(state);
-                    debug_assert_eq!(key, conn.0);
-                    self.stats.accepted += 1;
-                    self.start_sweeper();
-                    self.sessions.churn.opened();
-                    tracing::debug!(%peer, %conn, "connected");
-                    // Data may have come with the connection: read without waiting for a signal.
-                    self.queue_read(conn);
+                    // Nothing was waiting to be shed. epoll's listener stays ready while accept
+                    // fails: look again on a timer rather than spin on the error (the io_uring
+                    // listener waits for the next connection meanwhile).
+                    self.retry_accept(i);
+                    return false;
                 }
-                Poll::Ready(Err(e)) if is_per_connection(&e) => continue, // that one is gone
-                Poll::Ready(Err(e)) if is_out_of_descriptors(&e) && self.shed_one(i) => continue,
                 Poll::Ready(Err(e)) => {
                     self.accept_errors.log(|suppressed| {
                         tracing::warn!(error = %e, suppressed, "accept failed; retrying shortly");
                     });
-                    // Out of descriptors leaves the connection queued and the listener ready:
-                    // retry on a timer rather than spin on the error.
-                    let signal = self.signal.clone().expect("started");
-                    timer::after(ACCEPT_RETRY).start(move || signal.raise(Token::Listener(i)));
+                    self.retry_accept(i);
                     return false;
                 }
             }
@@ -614,52 +736,126 @@ impl Server {
         true
     }
 
-    /// Whether a connection from `peer` may stay: under `max_connections` and under
-    /// `max_per_ip` for its host. A refusal is counted and logged (at most once a second).
-    fn admit(&mut self, peer: SocketAddr) -> bool {
-        let reason = if self.sessions.len() >= self.limits.max_connections {
-            self.stats.refused += 1;
-            format!(
-                "too many connections: {} open already (network.max_connections)",
-                self.limits.max_connections
-            )
-        } else if !self
-            .per_host
-            .admit(Host::of(peer.ip()), self.limits.max_per_ip)
-        {
-            self.stats.refused_per_ip += 1;
-            format!(
-                "too many connections from one host: {} open already (network.max_per_ip)",
-                self.limits.max_per_ip
-            )
+    /// Starts serving an admitted connection from `peer`.
+    fn open(&mut self, accepted: Accepted, peer: SocketAddr, keys: Keys) {
+        let signal = self.signal.as_ref().expect("started");
+        let conn = ConnId(self.sessions.conns.next_key());
+        let transport = accepted.attach(signal.waker(Token::Conn(conn)));
+        let state = NetState::new(transport, peer, keys, Instant::now());
+        let key = self.sessions.conns.insert(state);
+        debug_assert_eq!(key, conn.0);
+        self.admission.admit(keys);
+        self.sessions.arrived(conn);
+        self.stats.accepted += 1;
+        self.start_sweeper();
+        self.sessions.churn.opened();
+        tracing::debug!(%peer, %conn, "connected");
+        // Data may have come with the connection: read without waiting for a signal.
+        self.queue_read(conn);
+    }
+
+    /// Counts and logs a connection from `peer` refused for `refusal` (closed already): one
+    /// line each while few, summed up once a second in a flood (`churn.rs`). Nothing is
+    /// allocated for it.
+    fn refused(&mut self, peer: SocketAddr, refusal: Refusal) {
+        let stats = &mut self.stats;
+        *match refusal {
+            Refusal::MaxConnections => &mut stats.refused,
+            Refusal::MaxPrelogin => &mut stats.refused_prelogin,
+            Refusal::PerHost => &mut stats.refused_per_ip,
+            Refusal::PerIpv6Prefix => &mut stats.refused_per_ipv6_prefix,
+            Refusal::PerIpv4Prefix => &mut stats.refused_per_ipv4_prefix,
+            Refusal::ConnectRate | Refusal::Ban => &mut stats.refused_rate,
+            Refusal::Banned => &mut stats.refused_banned,
+        } += 1;
+        let level = self.sessions.churn.refused(refusal.kind());
+        if refusal == Refusal::Ban {
+            stats.bans += 1;
+            let ban = humantime::format_duration(self.limits.connect_ban);
+            log_at!(level, %peer, %ban, reason = refusal.reason(), "banned a source");
+            self.filter_bans();
         } else {
-            return true;
+            log_at!(level, %peer, reason = refusal.reason(), "refused a connection");
+        }
+    }
+
+    /// Puts the sources banned now in every listener's kernel filter (`ban_filter.rs`), so
+    /// their connects are dropped before they are connections, and arms the timer that takes
+    /// each ban out of it when it ends.
+    fn filter_bans(&mut self) {
+        let now = Instant::now();
+        let banned: Vec<Prefix> = self.admission.banned_sources(now).collect();
+        let mask = self.admission.ipv6_mask();
+        for &(fd, v6) in &self.listener_fds {
+            let program = ban_filter::program(v6, &banned, mask);
+            if let Err(e) = ban_filter::attach(fd, &program) {
+                self.filter_errors.log(|suppressed| {
+                    tracing::warn!(
+                        error = %e,
+                        suppressed,
+                        "cannot update a listener's ban filter: banned sources are refused at \
+                         accept instead"
+                    );
+                });
+            }
+        }
+        if let Some(token) = self.ban_expiry.take() {
+            token.cancel();
+        }
+        if let Some(end) = self.admission.next_ban_end(now) {
+            let me = self.me.clone();
+            self.ban_expiry = Some(timer::after(end - now).start(move || {
+                if let Some(server) = me.upgrade() {
+                    server.borrow_mut().filter_bans();
+                }
+            }));
+        }
+    }
+
+    /// Closes the oldest connection that has not logged in, to make room for a new one.
+    /// False if there is none left to close (all are closing already).
+    fn evict_oldest_prelogin(&mut self) -> bool {
+        let Some(oldest) = self.sessions.oldest_prelogin() else {
+            return false;
         };
-        let level = self.sessions.churn.refused(&reason);
-        log_at!(level, %peer, %reason, "refused a connection");
-        false
+        self.stats.prelogin_evictions += 1;
+        self.sessions.close(
+            oldest,
+            Disconnect::fault(
+                "evicted before login: the oldest connection not logged in makes room for a \
+                 new one (network.max_prelogin, network.max_connections)",
+            )
+            .with_kind("evicted before login"),
+        );
+        // Its slot is free once it is gone: now, not at the end of the phase.
+        self.reap();
+        true
     }
 
     /// Out of descriptors: frees the spare one to accept a waiting connection on listener `i`
     /// and close it at once, then takes the spare back. False if there is no spare (or the
     /// connection went away), so the caller backs off instead.
     fn shed_one(&mut self, i: usize) -> bool {
+        self.accept_errors.log(|suppressed| {
+            tracing::error!(
+                suppressed,
+                "out of file descriptors: closing new connections at once (raise the \
+                 open-file limit or lower network.max_connections)"
+            );
+        });
         if self.spare.take().is_none() {
             return false;
         }
         let shed = self.acceptors.get_mut(i).is_some_and(|a| a.shed_one());
         self.spare = open_spare();
-        if shed {
-            self.stats.shed += 1;
-            self.accept_errors.log(|suppressed| {
-                tracing::error!(
-                    suppressed,
-                    "out of file descriptors: closing new connections at once (raise the \
-                     open-file limit or lower network.max_connections)"
-                );
-            });
-        }
+        self.stats.shed += u64::from(shed);
         shed
+    }
+
+    /// Raises listener `i` again after [`ACCEPT_RETRY`].
+    fn retry_accept(&self, i: usize) {
+        let signal = self.signal.clone().expect("started");
+        timer::after(ACCEPT_RETRY).start(move || signal.raise(Token::Listener(i)));
     }
 
     fn queue_read(&mut self, conn: ConnId) {
@@ -978,7 +1174,10 @@ impl Server {
                 if state.discard_output {
                     state.transport.discard_output();
                 }
-                self.per_host.release(state.host);
+                self.admission.release(state.keys);
+                if !state.logged_in {
+                    self.sessions.prelogin -= 1;
+                }
                 self.sessions.outbound -= state.pending_output();
                 let why = state
                     .closing

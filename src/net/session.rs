@@ -15,12 +15,12 @@
 //! This module must never touch a socket's readiness or parse packets: the server does that.
 
 use std::borrow::Cow;
-
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use tokio::time::Instant;
 
-use super::admission::Host;
+use super::admission::Keys;
 use super::backend::Transport;
 use super::churn::Churn;
 use super::conn_id::ConnId;
@@ -85,6 +85,11 @@ impl Disconnect {
     /// parentheses (`"idle timeout"`, `"bad packet"`, `"packet before login"`).
     #[must_use]
     pub fn kind(&self) -> Cow<'_, str> {
+        self.owned_kind()
+    }
+
+    /// [`Disconnect::kind`], owned or static: what a tally keeps.
+    pub(super) fn owned_kind(&self) -> Cow<'static, str> {
         self.kind
             .map_or_else(|| Cow::Owned(kind_of(&self.reason)), Cow::Borrowed)
     }
@@ -94,8 +99,8 @@ impl Disconnect {
 pub(super) struct NetState {
     pub transport: Box<dyn Transport>,
     pub peer: SocketAddr,
-    /// Who the connection counts against for `max_per_ip`.
-    pub host: Host,
+    /// What the connection counts against: its host, its prefix, its connect rate.
+    pub keys: Keys,
     /// When it was accepted: the login deadline counts from here.
     pub connected: Instant,
     /// Allowances of the rate-limited packet kinds it has sent, by packet id (a handful at
@@ -140,13 +145,13 @@ impl NetState {
     pub(crate) fn new(
         transport: Box<dyn Transport>,
         peer: SocketAddr,
-        host: Host,
+        keys: Keys,
         now: Instant,
     ) -> NetState {
         NetState {
             transport,
             peer,
-            host,
+            keys,
             connected: now,
             buckets: Vec::new(),
             recv: Vec::new(),
@@ -242,6 +247,12 @@ pub struct Sessions {
     pub(super) to_flush: Vec<ConnId>,
     /// Connections condemned since they were last reaped.
     pub(super) to_close: Vec<ConnId>,
+    /// Open connections that have not logged in (condemned ones until they are reaped).
+    pub(super) prelogin: usize,
+    /// Connections in the order they were accepted, for finding the oldest that has not
+    /// logged in: entries of connections that logged in or closed since are skipped when met,
+    /// and dropped in one pass when they outnumber the live ones.
+    arrivals: VecDeque<ConnId>,
     /// How many connections come and go, for the log.
     pub(super) churn: Churn,
 }
@@ -262,6 +273,8 @@ impl Sessions {
             packets_out: 0,
             to_flush: Vec::new(),
             to_close: Vec::new(),
+            prelogin: 0,
+            arrivals: VecDeque::new(),
             churn: Churn::new(),
         }
     }
@@ -313,9 +326,38 @@ impl Sessions {
     /// From now on every registered packet is accepted from `conn`, not only the ones
     /// allowed before login.
     pub fn set_logged_in(&mut self, conn: ConnId) {
-        if let Some(state) = self.conns.get_mut(conn.0) {
+        if let Some(state) = self.conns.get_mut(conn.0)
+            && !state.logged_in
+        {
             state.logged_in = true;
+            self.prelogin -= 1;
         }
+    }
+
+    /// `conn` was just accepted: it counts as not logged in until it does.
+    pub(super) fn arrived(&mut self, conn: ConnId) {
+        self.prelogin += 1;
+        self.arrivals.push_back(conn);
+        if self.arrivals.len() > 2 * self.prelogin + 1024 {
+            let conns = &self.conns;
+            self.arrivals
+                .retain(|c| conns.get(c.0).is_some_and(|s| !s.logged_in));
+        }
+    }
+
+    /// The oldest connection that has not logged in and is still read from (one closing
+    /// already frees its slot anyway), taken off the arrivals; `None` if there is none.
+    pub(super) fn oldest_prelogin(&mut self) -> Option<ConnId> {
+        while let Some(conn) = self.arrivals.pop_front() {
+            if self
+                .conns
+                .get(conn.0)
+                .is_some_and(|s| !s.logged_in && s.reads_input())
+            {
+                return Some(conn);
+            }
+        }
+        None
     }
 
     /// Queues one packet for `conn`; it goes out in this iteration's Flush phase. False if
@@ -325,6 +367,40 @@ impl Sessions {
     /// disconnected first (usually the slowest reader, rarely `conn` itself).
     pub fn send_packet(&mut self, conn: ConnId, id: u8, parts: &[&[u8]]) -> bool {
         let len = frame::HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>();
+        self.queue_output(conn, len, 1, |out| frame::put(out, id, parts))
+    }
+
+    /// Queues `frames`, whole packets already framed one after the other (`packets` of
+    /// them), for `conn` in one copy: what [`Sessions::send_packet`] would queue for each,
+    /// under the same send limit and outbound budget. The fan-out of world changes sends
+    /// each player its iteration's packets this way.
+    pub fn send_frames(&mut self, conn: ConnId, frames: &[u8], packets: u64) -> bool {
+        self.queue_output(conn, frames.len(), packets, |out| {
+            out.extend_from_slice(frames);
+        })
+    }
+
+    /// Bytes queued for `conn` and not yet written (0 for a connection that is gone).
+    #[must_use]
+    pub fn pending_output(&self, conn: ConnId) -> usize {
+        self.conns.get(conn.0).map_or(0, NetState::pending_output)
+    }
+
+    /// The most output one connection may hold unsent (`network.send_buffer_size`).
+    #[must_use]
+    pub fn send_limit(&self) -> usize {
+        self.send_limit
+    }
+
+    /// Queues `len` bytes (`packets` packets) that `write` appends to `conn`'s output,
+    /// after the send limit and the outbound budget have had their say.
+    fn queue_output(
+        &mut self,
+        conn: ConnId,
+        len: usize,
+        packets: u64,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> bool {
         let Some(state) = self.conns.get(conn.0) else {
             return false;
         };
@@ -356,14 +432,14 @@ impl Sessions {
         let Some(state) = self.conns.get_mut(conn.0) else {
             return false;
         };
-        frame::put(&mut state.send, id, parts);
+        write(&mut state.send);
         if self.soft_limit > 0
             && state.over_soft_since.is_none()
             && state.pending_output() > self.soft_limit
         {
             state.over_soft_since = Some(Instant::now());
         }
-        self.packets_out += 1;
+        self.packets_out += packets;
         self.outbound += len;
         self.queue_flush(conn);
         true
@@ -559,8 +635,8 @@ mod tests {
     fn open(sessions: &mut Sessions, room: usize) -> (ConnId, std::rc::Rc<std::cell::Cell<usize>>) {
         let room = std::rc::Rc::new(std::cell::Cell::new(room));
         let peer = "127.0.0.2:1".parse().unwrap();
-        let host = Host::of(std::net::IpAddr::from([127, 0, 0, 2]));
-        let state = NetState::new(Box::new(Room(room.clone())), peer, host, Instant::now());
+        let keys = Keys::of(std::net::IpAddr::from([127, 0, 0, 2]));
+        let state = NetState::new(Box::new(Room(room.clone())), peer, keys, Instant::now());
         (ConnId(sessions.conns.insert(state)), room)
     }
 
@@ -654,8 +730,8 @@ mod tests {
     #[tokio::test]
     async fn a_partly_written_send_buffer_never_keeps_more_than_twice_its_unsent_bytes() {
         let peer = "127.0.0.1:1".parse().unwrap();
-        let host = Host::of(std::net::IpAddr::from([127, 0, 0, 1]));
-        let mut state = NetState::new(Box::new(Nothing), peer, host, Instant::now());
+        let keys = Keys::of(std::net::IpAddr::from([127, 0, 0, 1]));
+        let mut state = NetState::new(Box::new(Nothing), peer, keys, Instant::now());
         // A slow reader: each round 1000 bytes are queued and 990 written.
         for _ in 0..1000 {
             state.send.extend_from_slice(&[7; 1000]);

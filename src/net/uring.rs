@@ -54,7 +54,8 @@
 //!   kind. A slot's generation changes when it is freed, so a completion that does not match
 //!   its slot's current generation is stale and ignored (by the first invariant it cannot
 //!   happen, but it is checked, never assumed).
-//! * At most one receive, one send and one accept per slot are in flight.
+//! * At most one receive, one send and one accept per slot are in flight (and, for a listener
+//!   out of descriptors, one poll instead of the accept).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -69,11 +70,14 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
-use socket2::SockRef;
+use socket2::{SockAddr, SockAddrStorage, SockRef, socklen_t};
 use tokio::io::unix::AsyncFd;
 use tokio::time::{Instant, Sleep};
 
-use super::backend::{Accepted, Acceptor, Backend, BackendFailed, ReadOutcome, Transport};
+use super::backend::{
+    Accept, Accepted, Acceptor, Backend, BackendFailed, ReadOutcome, Screen, Transport,
+    accept_and_close,
+};
 use crate::slab::{Key, Slab};
 
 /// A connection's receive buffer. Every idle connection keeps a receive in flight into it, so
@@ -208,6 +212,9 @@ enum Op {
     Accept = 3,
     /// A cancellation request; its own completion says nothing we need.
     Cancel = 4,
+    /// A listener's wait for a connection while the process is out of descriptors (an accept
+    /// would fail at once, without waiting).
+    Poll = 5,
 }
 
 /// Slot indices fit in 24 bits of user_data, beside 8 bits of operation and 32 of generation.
@@ -232,6 +239,7 @@ fn decode(user_data: u64) -> Option<(Op, Key)> {
         2 => Op::Send,
         3 => Op::Accept,
         4 => Op::Cancel,
+        5 => Op::Poll,
         _ => return None,
     };
     let key = Key::from_parts(
@@ -319,11 +327,52 @@ struct Listener {
     /// The acceptor's waker; `None` once it was dropped (the slot is closing).
     waker: Option<Waker>,
     accept_in_flight: bool,
-    /// Accepted (or failed) and not yet taken by `poll_accept`.
-    queue: VecDeque<io::Result<OwnedFd>>,
+    /// Accepted (or failed) and not yet taken by `poll_accept`, with their peers' addresses.
+    queue: VecDeque<io::Result<(OwnedFd, SocketAddr)>>,
+    /// Where the kernel writes the peer's address of the accept in flight. Boxed: it must not
+    /// move while the accept flies (the slot itself moves when the slab grows).
+    peer: Box<PeerSlot>,
     /// No accept is armed until `poll_accept` drains the queue: it was full, or accept
     /// failed and the server's retry should pace the next attempt.
     paused: bool,
+    /// The last accept failed for want of a descriptor: the next one waits for a connection
+    /// with a poll first (an accept would fail at once, waiting or not).
+    starved: bool,
+    poll_in_flight: bool,
+}
+
+/// An accept's address buffer and its length, filled in by the kernel.
+struct PeerSlot {
+    storage: SockAddrStorage,
+    len: socklen_t,
+}
+
+impl PeerSlot {
+    fn new() -> PeerSlot {
+        PeerSlot {
+            storage: SockAddrStorage::zeroed(),
+            len: 0,
+        }
+    }
+
+    /// Makes room for the next accept's address; the pointers to hand the kernel.
+    fn arm(&mut self) -> (*mut libc::sockaddr, *mut socklen_t) {
+        self.storage = SockAddrStorage::zeroed();
+        self.len = self.storage.size_of();
+        (
+            (&raw mut self.storage).cast::<libc::sockaddr>(),
+            &raw mut self.len,
+        )
+    }
+
+    /// The address the kernel wrote for the accept that completed (`None`: not an IP peer,
+    /// which a TCP listener never has).
+    fn take(&mut self) -> Option<SocketAddr> {
+        let storage = mem::replace(&mut self.storage, SockAddrStorage::zeroed());
+        // SAFETY: the kernel wrote an address of the family it names and set `len` to its
+        // length (the storage was zeroed before, so a short write leaves no garbage).
+        unsafe { SockAddr::new(storage, self.len) }.as_socket()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -702,6 +751,7 @@ impl Ring {
             Op::Recv => self.received(key, result),
             Op::Send => self.sent(key, result),
             Op::Accept => self.accepted(key, result),
+            Op::Poll => self.polled(key),
             Op::Cancel => unreachable!(),
         };
         debug_assert!(found, "a stale completion: {op:?} for {key:?}");
@@ -718,7 +768,7 @@ impl Ring {
             return;
         }
         let socket = match op {
-            Op::Accept => self
+            Op::Accept | Op::Poll => self
                 .listeners
                 .get_mut(key)
                 .map(|l| SockRef::from(&l.socket)),
@@ -814,7 +864,10 @@ impl Ring {
                 waker: Some(waker),
                 accept_in_flight: false,
                 queue: VecDeque::new(),
+                peer: Box::new(PeerSlot::new()),
                 paused: false,
+                starved: false,
+                poll_in_flight: false,
             },
         );
         self.arm_accept(key);
@@ -825,34 +878,86 @@ impl Ring {
         let Some(listener) = self.listeners.get_mut(key) else {
             return;
         };
-        if listener.accept_in_flight {
+        if listener.accept_in_flight || listener.poll_in_flight {
             // Armed already: a ring that died pauses its listeners with their accept still
-            // in flight, and the server's retry comes here before that accept completes.
+            // in flight, and the server's retry comes here before that accept completes; or
+            // waiting for a connection to shed.
+            return;
+        }
+        if listener.starved {
+            self.arm_poll(key);
             return;
         }
         listener.accept_in_flight = true;
         let fd = types::Fd(listener.socket.as_raw_fd());
-        // Peer addresses come from getpeername later: no address buffer to keep alive.
-        let entry = opcode::Accept::new(fd, std::ptr::null_mut(), std::ptr::null_mut())
+        // The peer's address comes with the connection: the server screens it before anything
+        // else is done for the connection, and no getpeername is needed.
+        let (addr, len) = listener.peer.arm();
+        let entry = opcode::Accept::new(fd, addr, len)
             .flags(libc::SOCK_CLOEXEC)
             .build()
             .user_data(user_data(Op::Accept, key));
         self.in_flight += 1;
-        // SAFETY: no buffer; the listening socket lives in its slot, which is not freed while
-        // the accept is in flight.
+        // SAFETY: the address buffer is boxed in the listener's slot and untouched while the
+        // accept is in flight; the listening socket lives in the same slot, which is not freed
+        // while the accept is in flight.
         if let Err(e) = unsafe { self.push(&entry) } {
-            // Not armed: the acceptor gets the error, and the server retries on its timer.
-            self.in_flight -= 1;
-            let Some(listener) = self.listeners.get_mut(key) else {
-                return;
-            };
-            listener.accept_in_flight = false;
-            listener.paused = true;
-            listener.queue.push_back(Err(e));
-            if let Some(waker) = &listener.waker {
-                waker.wake_by_ref();
-            }
+            self.not_armed(key, e);
         }
+    }
+
+    /// The accept or poll just counted in flight for `key` could not be queued: nothing is in
+    /// flight for the listener, which is paused; the acceptor gets `e`, and the server
+    /// retries on its timer.
+    fn not_armed(&mut self, key: Key, e: io::Error) {
+        self.in_flight -= 1;
+        let Some(listener) = self.listeners.get_mut(key) else {
+            return;
+        };
+        listener.accept_in_flight = false;
+        listener.poll_in_flight = false;
+        listener.paused = true;
+        listener.queue.push_back(Err(e));
+        if let Some(waker) = &listener.waker {
+            waker.wake_by_ref();
+        }
+    }
+
+    /// Out of descriptors: waits for a connection to come (the listener readable), as epoll
+    /// does, instead of an accept that would fail at once. The connection is then accepted,
+    /// or shed by the server if descriptors are still short.
+    fn arm_poll(&mut self, key: Key) {
+        let Some(listener) = self.listeners.get_mut(key) else {
+            return;
+        };
+        listener.poll_in_flight = true;
+        let fd = types::Fd(listener.socket.as_raw_fd());
+        let entry = opcode::PollAdd::new(fd, libc::POLLIN as u32)
+            .build()
+            .user_data(user_data(Op::Poll, key));
+        self.in_flight += 1;
+        // SAFETY: no buffer; the listening socket lives in its slot, which is not freed while
+        // the poll is in flight.
+        if let Err(e) = unsafe { self.push(&entry) } {
+            self.not_armed(key, e);
+        }
+    }
+
+    /// A connection is waiting (or the poll was cancelled): accept it.
+    fn polled(&mut self, key: Key) -> bool {
+        let Some(listener) = self.listeners.get_mut(key) else {
+            return false;
+        };
+        listener.poll_in_flight = false;
+        if listener.waker.is_none() {
+            if !listener.accept_in_flight {
+                self.listeners.remove(key);
+            }
+            return true;
+        }
+        listener.starved = false;
+        self.arm_accept(key);
+        true
     }
 
     fn accepted(&mut self, key: Key, result: i32) -> bool {
@@ -868,15 +973,21 @@ impl Ring {
         };
         let Some(waker) = listener.waker.clone() else {
             drop(accepted); // the acceptor is gone: so is what it accepted
-            self.listeners.remove(key);
+            if !listener.poll_in_flight {
+                self.listeners.remove(key);
+            }
             return true;
         };
-        let again = match accepted {
+        listener.starved = accepted
+            .as_ref()
+            .is_err_and(|e| matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)));
+        let again = match accepted.map(|socket| (socket, listener.peer.take())) {
             Err(e) if is_transient(&e) => true, // that one connection is gone
-            Ok(socket) => {
-                // Best effort: a socket without it still works, just with Nagle's delays.
-                let _ = SockRef::from(&socket).set_tcp_nodelay(true);
-                listener.queue.push_back(Ok(socket));
+            // Not an IP peer: closed (dropped) at once.
+            Ok((_, None)) => true,
+            Ok((socket, Some(peer))) => {
+                // Nothing is done for it here: the server screens its address first.
+                listener.queue.push_back(Ok((socket, peer)));
                 listener.queue.len() < ACCEPT_QUEUE
             }
             Err(e) => {
@@ -913,27 +1024,21 @@ struct UringAcceptor {
 }
 
 impl Acceptor for UringAcceptor {
-    fn poll_accept(&mut self) -> Poll<io::Result<(Accepted, SocketAddr)>> {
+    fn poll_accept(&mut self, screen: Screen<'_>) -> Poll<io::Result<Accept>> {
         let mut ring = self.ring.borrow_mut();
         let listener = ring
             .listeners
             .get_mut(self.key)
             .expect("an acceptor's slot");
         match listener.queue.pop_front() {
-            Some(Ok(socket)) => {
-                // A peer that reset before we asked has no address: it is gone already.
-                let peer = SockRef::from(&socket)
-                    .peer_addr()
-                    .and_then(|addr| {
-                        addr.as_socket()
-                            .ok_or_else(|| io::Error::other("not an IP peer"))
-                    })
-                    .map_err(|e| io::Error::new(io::ErrorKind::ConnectionAborted, e));
+            Some(Ok((socket, peer))) => {
+                if !screen(peer) {
+                    drop(socket); // closes it: no receive was armed, nothing set
+                    return Poll::Ready(Ok(Accept::Refused));
+                }
                 let ring = Rc::clone(&self.ring);
-                Poll::Ready(peer.map(|peer| {
-                    let accepted = Accepted::new(move |waker| attach(ring, socket, waker));
-                    (accepted, peer)
-                }))
+                let accepted = Accepted::new(move |waker| attach(ring, socket, waker));
+                Poll::Ready(Ok(Accept::Admitted(accepted, peer)))
             }
             Some(Err(e)) => Poll::Ready(Err(e)),
             None => {
@@ -950,6 +1055,41 @@ impl Acceptor for UringAcceptor {
     fn local_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.local)
     }
+
+    /// Out of descriptors the ring's accept fails (EMFILE, before it looks at the backlog)
+    /// and pauses the listener. With no accept in flight, the listening socket is made
+    /// non-blocking for one `accept4` that takes a waiting connection off the backlog and
+    /// closes it, as epoll does. The listener then waits for the next connection with a poll,
+    /// not a timer (`Ring::arm_poll`): one that comes is accepted, or shed the same way.
+    fn shed_one(&mut self) -> bool {
+        let ring = self.ring.borrow();
+        let Some(listener) = ring.listeners.get(self.key) else {
+            return false;
+        };
+        if listener.accept_in_flight || ring.dead.is_some() {
+            return false; // the kernel may be accepting on it: no second accept beside it
+        }
+        let socket = &listener.socket;
+        if socket.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let shed = accept_and_close(socket.as_raw_fd());
+        // Blocking again, as the ring's accepts want it (see `Uring::listen`).
+        let _ = socket.set_nonblocking(false);
+        drop(ring);
+        if !shed {
+            // None waiting: wait for the next with a poll now, not after the server's retry.
+            let mut ring = self.ring.borrow_mut();
+            if let Some(listener) = ring.listeners.get_mut(self.key)
+                && listener.queue.is_empty()
+            {
+                listener.paused = false;
+                listener.starved = true;
+                ring.arm_accept(self.key);
+            }
+        }
+        shed
+    }
 }
 
 impl Drop for UringAcceptor {
@@ -960,14 +1100,20 @@ impl Drop for UringAcceptor {
         };
         listener.waker = None;
         listener.queue.clear(); // closes accepted, unclaimed connections
-        if !listener.accept_in_flight {
+        let (accepting, polling) = (listener.accept_in_flight, listener.poll_in_flight);
+        if !accepting && !polling {
             ring.listeners.remove(self.key);
             return;
         }
-        // Refuses new connections at once; the accept completes (EINVAL, or cancelled) and
-        // the slot goes with it.
+        // Refuses new connections at once; what is in flight completes (EINVAL, or
+        // cancelled) and the slot goes with the last of it.
         let _ = SockRef::from(&listener.socket).shutdown(Shutdown::Both);
-        ring.cancel(Op::Accept, self.key);
+        if accepting {
+            ring.cancel(Op::Accept, self.key);
+        }
+        if polling {
+            ring.cancel(Op::Poll, self.key);
+        }
     }
 }
 

@@ -31,7 +31,9 @@ pub(crate) fn run<T: Send>(name: &str, work: impl FnOnce() -> T + Send) -> io::R
     })
 }
 
-fn lower_priority() {
+/// Lowers the calling thread's priority to nice 10 (threads it starts inherit it): for a
+/// background thread of its own (the off-site uploader's) rather than one [`run`] starts.
+pub(crate) fn lower_priority() {
     // SAFETY: plain syscalls on the calling thread's own id. On Linux the nice value is per
     // thread, and threads this one starts inherit it.
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, NICE) };

@@ -16,7 +16,7 @@
 //! Writers of one save directory in this process take turns ([`Layout::lock_writes`]), from
 //! that read to the swap.
 //!
-//! With a disk reserve ([`write_with_reserve`], see [`super::reserve`]), a save that finds the
+//! With a disk reserve (`write_with_reserve`, see `persist/reserve.rs`), a save that finds the
 //! disk full gives the reserve up and is written again from the same snapshot.
 //!
 //! Owns the write. Must never run on the loop thread, and never touch the world (it only has

@@ -111,6 +111,9 @@ fn shard_command(builder: ShardBuilder, cli: Cli) -> ExitCode {
     match cli.command.unwrap_or(ShardCommand::Run) {
         ShardCommand::CheckConfig => {
             print!("{}", loaded.report());
+            if let Some(note) = super::offsite::check_config_note(&loaded.config) {
+                println!("# {note}");
+            }
             ExitCode::SUCCESS
         }
         ShardCommand::Restore(args) => {

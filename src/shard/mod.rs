@@ -10,12 +10,14 @@
 //! (`Layout::recover`); restore an archive dropped into `Saves/`; load `Saves/` (a save that
 //! cannot be loaded stops the shard, exit code 2), or when there is none make the world with
 //! the game's generator (an empty world without one); build the loop from `[server]`; on the loop, start accepting players, the game logic, the
-//! saver and the autosave schedule, the archiver (a first rollup), the status line and the
-//! console; log "ready".
+//! saver and the autosave schedule, the archiver (a first rollup), the off-site uploader
+//! (`offsite.rs`, when `[archive.remote]` names a bucket), the status line and the console;
+//! log "ready".
 //!
 //! Shutdown: a stop request (a signal, or `shutdown` on the console) ends the wait; the
 //! autosave schedule and the game timers stop; a final save is taken while players are still
-//! connected (they hear it) and waited for, as is any archive rollup it started; then the
+//! connected (they hear it) and waited for, as is any archive rollup it started (and, for at
+//! most 10 s, a last off-site pass sending what that rollup wrote); then the
 //! listeners and connections close (players leave the world), the status line stops with
 //! one last `loop:` line, and [`Shard::run`] returns what it did, the final save's outcome
 //! included.
@@ -36,6 +38,7 @@ mod builder;
 pub mod console;
 mod launch;
 mod monitoring;
+mod offsite;
 mod restore;
 mod saving;
 pub mod status;
@@ -151,6 +154,9 @@ pub enum ShardError {
     },
     /// The backups and archives could not be listed to tell a missing world from a new one.
     Survey(io::Error),
+    /// `[archive.remote]` names a bucket, but its client or the uploader's thread cannot be
+    /// set up (why, in operator words).
+    Offsite(String),
     /// `network.max_connections` does not fit the open-file limit with the descriptors the
     /// shard keeps for itself (the text says both numbers and what to change).
     Descriptors(String),
@@ -180,6 +186,7 @@ impl ShardError {
             | ShardError::Restore(_)
             | ShardError::MissingWorld { .. }
             | ShardError::Descriptors(_)
+            | ShardError::Offsite(_)
             | ShardError::Metrics(_) => 2,
             ShardError::Fault { .. } => Self::FAULT_EXIT_CODE,
             _ => 1,
@@ -228,6 +235,7 @@ impl fmt::Display for ShardError {
                 "cannot list the backups and archives to tell a missing world from a new one: {e}"
             ),
             ShardError::Descriptors(why) => f.write_str(why),
+            ShardError::Offsite(why) => write!(f, "off-site archives (archive.remote): {why}"),
             ShardError::Fault { fault, final_save } => {
                 write!(f, "the shard stopped on a fault: {fault}; ")?;
                 match final_save {
@@ -256,6 +264,7 @@ impl std::error::Error for ShardError {
             ShardError::Load(e) => Some(e),
             ShardError::Restore(e) => Some(e),
             ShardError::Descriptors(_)
+            | ShardError::Offsite(_)
             | ShardError::MissingWorld { .. }
             | ShardError::Fault { .. } => None,
         }
@@ -545,6 +554,7 @@ async fn serve(
     let rollups = start_archiver(config, &wired.layout, clock);
     // The console and the metrics see archives only when they are on.
     let archiver = config.archive.enabled.then(|| rollups.clone());
+    let offsite = offsite::start(config, &archiver, clock)?;
     let save_log = Rc::new(crate::metrics::SaveLog::default());
     let (saver, autosave) = saving::start_saving(
         config,
@@ -565,6 +575,7 @@ async fn serve(
                 players: &wired.players,
                 saver: &saver,
                 archiver: &archiver,
+                offsite: &offsite,
                 save_log: &save_log,
             }
             .sources();
@@ -596,6 +607,7 @@ async fn serve(
             saver: saver.clone(),
             autosave: autosave.clone(),
             archiver: archiver.clone(),
+            offsite: offsite.clone(),
             data_dir: config.server.data_dir.clone(),
             listening: listening.clone(),
             backend: wired.backend.name(),
@@ -645,6 +657,7 @@ async fn serve(
         tracing::info!("waiting for the archive rollup to finish");
     }
     rollups.idle().await;
+    offsite::stop(&offsite).await;
     wired.net.stop();
     drop(metrics); // stops the endpoint's thread
     if let Some(token) = status_timer {

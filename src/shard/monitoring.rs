@@ -17,6 +17,7 @@ use crate::metrics::{self, MetricsServer, PersistFacts, SaveLog, Settings, Sourc
 use crate::net::Net;
 use crate::persist::Saver;
 use crate::persist::archive::Archiver;
+use crate::persist::archive::upload::Uploader;
 use crate::runtime;
 use crate::timer;
 use crate::world::World;
@@ -40,6 +41,7 @@ pub(super) struct Wiring<'a> {
     pub players: &'a Rc<RefCell<Players>>,
     pub saver: &'a Saver,
     pub archiver: &'a Option<Archiver>,
+    pub offsite: &'a Option<Uploader>,
     pub save_log: &'a Rc<SaveLog>,
 }
 
@@ -47,9 +49,10 @@ impl Wiring<'_> {
     pub(super) fn sources(self) -> Sources {
         let net = self.net.clone();
         let (world, players) = (self.world.clone(), self.players.clone());
-        let (saver, archiver, save_log) = (
+        let (saver, archiver, offsite, save_log) = (
             self.saver.clone(),
             self.archiver.clone(),
+            self.offsite.clone(),
             self.save_log.clone(),
         );
         Sources {
@@ -82,6 +85,7 @@ impl Wiring<'_> {
                     running: a.is_running(),
                     last: a.last(),
                 }),
+                offsite: offsite.as_ref().map(Uploader::status),
             }),
         }
     }

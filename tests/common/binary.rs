@@ -46,7 +46,6 @@ pub fn temp_dirs(root: &Path) -> Vec<PathBuf> {
 /// Spawns `cmd` with stdin and stdout closed and its log (stderr) read line by line on a
 /// thread; the receiver hangs up when the child closes stderr.
 pub fn spawn_logged(cmd: &mut Command) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
-    use std::io::BufRead;
     use std::process::Stdio;
     let mut child = cmd
         .stdin(Stdio::null())
@@ -54,15 +53,22 @@ pub fn spawn_logged(cmd: &mut Command) -> (std::process::Child, std::sync::mpsc:
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let lines = lines(child.stderr.take().unwrap());
+    (child, lines)
+}
+
+/// The lines of `pipe` (a child's stdout or stderr), read on a thread of their own; the
+/// receiver hangs up when the pipe closes.
+pub fn lines(pipe: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
     let (lines_tx, lines_rx) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
+        for line in std::io::BufReader::new(pipe).lines() {
             let Ok(line) = line else { return };
             if lines_tx.send(line).is_err() {
                 return;
             }
         }
     });
-    (child, lines_rx)
+    lines_rx
 }

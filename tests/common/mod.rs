@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod attempt;
+pub mod backups;
 pub mod binary;
 pub mod capture;
 pub mod client;
@@ -17,6 +18,7 @@ pub mod deadline;
 #[path = "../../src/demo/mod.rs"]
 pub mod demo;
 pub mod fd_limit;
+pub mod moto;
 pub mod mutate;
 pub mod netns;
 pub mod skip;

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 
 use super::*;
-use crate::net::admission::Host;
+use crate::net::admission::Keys;
 use crate::net::backend::Transport;
 
 /// Bytes to be read, how many one `read` may hand over at most (a segment's worth), and
@@ -61,7 +61,7 @@ fn server(limits: Limits) -> (Net, ConnId, Rc<RefCell<Wire>>, Handled) {
     let state = NetState::new(
         Box::new(Trickle(wire.clone())),
         peer,
-        Host::of(peer.ip()),
+        Keys::of(peer.ip()),
         Instant::now(),
     );
     let conn = ConnId(net.0.borrow_mut().sessions.conns.insert(state));

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use tokio::time::Instant;
 
-use super::super::admission::Host;
+use super::super::admission::Keys;
 use super::super::backend::{ReadOutcome, Transport};
 use super::{ConnId, Disconnect, NetState, Sessions};
 
@@ -14,11 +14,13 @@ impl Sessions {
     /// A connection from `peer` with no socket behind it, for the test kit's handler
     /// harness: what is sent to it stays queued until [`Sessions::take_output`] takes it.
     pub(crate) fn open_detached(&mut self, peer: SocketAddr, now: Instant) -> ConnId {
-        let host = Host::of(peer.ip());
-        ConnId(
+        let keys = Keys::of(peer.ip());
+        let conn = ConnId(
             self.conns
-                .insert(NetState::new(Box::new(Detached), peer, host, now)),
-        )
+                .insert(NetState::new(Box::new(Detached), peer, keys, now)),
+        );
+        self.arrived(conn);
+        conn
     }
 
     /// The bytes queued for `conn` and not yet written, taken out (a detached connection's

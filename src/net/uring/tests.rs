@@ -90,8 +90,10 @@ fn listen() -> (Box<dyn Acceptor>, Arc<Wakes>) {
 async fn accept(acceptor: &mut dyn Acceptor, wakes: &Wakes) -> (Accepted, SocketAddr) {
     loop {
         let seen = wakes.count();
-        match acceptor.poll_accept() {
-            Poll::Ready(accepted) => return accepted.unwrap(),
+        match acceptor.poll_accept(&mut |_| true) {
+            Poll::Ready(Ok(Accept::Admitted(accepted, peer))) => return (accepted, peer),
+            Poll::Ready(Ok(Accept::Refused)) => panic!("the screen admits every connection"),
+            Poll::Ready(Err(e)) => panic!("accept failed: {e}"),
             Poll::Pending => woken(wakes, seen, "the acceptor's waker").await,
         }
     }
@@ -224,6 +226,47 @@ fn user_data_round_trips_and_a_freed_slot_goes_stale() {
     assert!(slab.get_mut(first).is_none(), "a stale key finds nothing");
     assert_eq!(slab.remove(first), None);
     assert_eq!(slab.get_mut(second), Some(&mut "b"));
+}
+
+#[test]
+fn the_screen_sees_the_peer_and_a_refused_connection_is_closed_without_a_slot() {
+    run(async {
+        let (mut acceptor, wakes) = listen();
+        let addr = acceptor.local_addr().unwrap();
+        let refused = Client::connect(addr).await.unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let before = wakes.count();
+            match acceptor.poll_accept(&mut |peer| {
+                seen.push(peer);
+                false
+            }) {
+                Poll::Ready(Ok(Accept::Refused)) => break,
+                Poll::Ready(Ok(Accept::Admitted(..))) => panic!("the screen refused it"),
+                Poll::Ready(Err(e)) => panic!("accept failed: {e}"),
+                Poll::Pending => woken(&wakes, before, "the acceptor's waker").await,
+            }
+        }
+        assert_eq!(
+            seen,
+            [refused.local_addr().unwrap()],
+            "the peer, from the accept"
+        );
+        assert_eq!(open_conns(), 0, "no receive armed, no slot taken");
+        assert!(
+            receive_up_to(&refused, 1).await.is_empty(),
+            "closed: end of stream"
+        );
+        // The next one is admitted and served as usual.
+        let client = Client::connect(addr).await.unwrap();
+        let (accepted, peer) = accept(&mut *acceptor, &wakes).await;
+        assert_eq!(peer, client.local_addr().unwrap());
+        let (waker, _) = counting_waker();
+        let mut conn = accepted.attach(waker);
+        assert_eq!(open_conns(), 1);
+        assert_eq!(conn.write(b"hi").unwrap(), 2);
+        assert_eq!(receive_up_to(&client, 2).await, b"hi");
+    });
 }
 
 #[test]
@@ -668,7 +711,7 @@ fn a_dead_ring_fails_its_sockets_with_the_reason_and_goes_idle_instead_of_spinni
         assert!(reason.contains("Bad file descriptor"), "{reason}");
         assert_eq!(crate::net::reason::kind_of(&reason), "io_uring ring failed");
         assert!(BackendFailed::of(&pair.conn.write(b"more").unwrap_err()).is_some());
-        let Poll::Ready(Err(e)) = pair._acceptor.poll_accept() else {
+        let Poll::Ready(Err(e)) = pair._acceptor.poll_accept(&mut |_| true) else {
             panic!("the listener must fail too");
         };
         assert!(BackendFailed::of(&e).is_some(), "{e}");

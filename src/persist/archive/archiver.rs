@@ -7,7 +7,7 @@
 //! one-at-a-time bookkeeping is the crate's single flight (`persist/single_flight.rs`), as
 //! for saves; a request answers with its [`Request`] outcome.
 //!
-//! `archivestatus` reads what is on disk from an [`Inventory`] that each run takes on its
+//! `archivestatus` reads what is on disk from an `Inventory` that each run takes on its
 //! thread as it ends (and the archiver once at startup), so the console never lists a
 //! directory on the loop.
 //!
@@ -47,6 +47,8 @@ struct Inner {
     clock: Clock,
     /// What is on disk, as the last run (or startup) found it.
     inventory: Rc<RefCell<Inventory>>,
+    /// Called on the loop after every run ([`Archiver::after_each_run`]).
+    after_run: AfterRun,
 }
 
 /// The archives of each kind and the backups, as a run found them on disk.
@@ -79,6 +81,8 @@ impl Inventory {
     }
 }
 
+type AfterRun = Rc<std::cell::RefCell<Vec<Box<dyn Fn(&LastRun)>>>>;
+
 /// What a run does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Job {
@@ -106,6 +110,7 @@ impl Archiver {
             plan,
             clock,
             inventory,
+            after_run: AfterRun::default(),
         });
         let runs = inner.clone();
         Archiver {
@@ -158,6 +163,12 @@ impl Archiver {
     pub fn plan(&self) -> &Plan {
         &self.inner.plan
     }
+
+    /// Calls `f` on the loop thread after every run that ends (rollup or prune), with how it
+    /// went: the off-site uploader looks for new archives then.
+    pub fn after_each_run(&self, f: impl Fn(&LastRun) + 'static) {
+        self.inner.after_run.borrow_mut().push(Box::new(f));
+    }
 }
 
 impl Inner {
@@ -177,6 +188,7 @@ impl Inner {
         });
         let inventory = self.inventory.clone();
         let dir = self.plan.dir.clone();
+        let after_run = self.after_run.clone();
         async move {
             let thread = |step, source| {
                 let e = PersistError::new(job.operation(), step, &dir, source);
@@ -195,7 +207,9 @@ impl Inner {
                     io::Error::other(format!("the thread died: {e}")),
                 ),
             };
-            LastRun { at: now, outcome }
+            let last = LastRun { at: now, outcome };
+            after_run.borrow().iter().for_each(|f| f(&last));
+            last
         }
     }
 }
@@ -231,6 +245,12 @@ fn log(outcome: &Result<rollup::Report, rollup::RollupError>) {
             "archive written"
         );
     }
+    if !report.held.is_empty() {
+        tracing::info!(
+            archives_held = report.held.len(),
+            "archives retention would delete are kept until their off-site copy is verified"
+        );
+    }
     if !report.pruned.is_empty() || !report.deleted_backups.is_empty() {
         tracing::info!(
             archives_pruned = report.pruned.len(),
@@ -254,7 +274,7 @@ fn log(outcome: &Result<rollup::Report, rollup::RollupError>) {
 
 /// The console's `archivestatus`: per kind, how many archives and their bytes; the last
 /// run; when the next is due. Reads no disk: what is on it comes from the last run's
-/// [`Inventory`] (or startup's).
+/// `Inventory` (or startup's).
 pub fn status(archiver: &Archiver, next_save: Option<Timestamp>, now: Timestamp) -> String {
     let plan = archiver.plan();
     let inventory = archiver.inner.inventory.borrow();

@@ -49,6 +49,9 @@ pub enum UnreadableManifest {
     Backup(ManifestError),
     /// An archive holds no manifest that reads and parses, or cannot be walked to it.
     Archive(CheckError),
+    /// An off-site archive's metadata records no manifest that parses (it was not uploaded by
+    /// a shard, or its manifest was too long for the metadata): why, in operator words.
+    Remote(String),
 }
 
 impl fmt::Display for UnreadableManifest {
@@ -56,6 +59,7 @@ impl fmt::Display for UnreadableManifest {
         match self {
             UnreadableManifest::Backup(e) => e.fmt(f),
             UnreadableManifest::Archive(e) => e.fmt(f),
+            UnreadableManifest::Remote(why) => f.write_str(why),
         }
     }
 }
@@ -65,17 +69,22 @@ impl std::error::Error for UnreadableManifest {
         match self {
             UnreadableManifest::Backup(e) => Some(e),
             UnreadableManifest::Archive(e) => Some(e),
+            UnreadableManifest::Remote(_) => None,
         }
     }
 }
 
-/// What a [`Listed`] entry is; backups sort before archives.
+/// What a [`Listed`] entry is; backups sort before archives, archives on disk before those
+/// off-site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ListedKind {
     /// A replaced save kept as a directory under `Backups/`.
     Backup,
     /// A save packed into one archive file under the archives directory.
     Archive,
+    /// An archive in the off-site bucket (`[archive.remote]`): its path and name are its
+    /// `s3://` URL, its counts those its metadata records (checked only by a restore).
+    Remote,
 }
 
 /// Every backup (`Backups/Automatic/*`, `Backups/Restored-*`) and archive
@@ -205,6 +214,7 @@ impl fmt::Display for Table<'_> {
             let kind = match listed.kind {
                 ListedKind::Backup => "backup",
                 ListedKind::Archive => "archive",
+                ListedKind::Remote => "remote",
             };
             write!(
                 f,
@@ -230,7 +240,11 @@ impl fmt::Display for Table<'_> {
             "{} backups, {} archives",
             groups.get(&ListedKind::Backup).unwrap_or(&0),
             groups.get(&ListedKind::Archive).unwrap_or(&0)
-        )
+        )?;
+        match groups.get(&ListedKind::Remote) {
+            Some(remote) => write!(f, ", {remote} off-site"),
+            None => Ok(()),
+        }
     }
 }
 

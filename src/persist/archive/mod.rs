@@ -9,7 +9,11 @@
 //!   complete archive of a save;
 //! - [`extract`]: unpacking an untrusted archive, entry by entry, within limits;
 //!   [`restore`]: checking what was unpacked and moving it into place (or back);
-//!   [`list`]: what `restore --list` shows.
+//!   [`list`]: what `restore --list` shows;
+//! - [`remote`]: the off-site bucket (`[archive.remote]`): uploads that never overwrite,
+//!   checksums, listing, downloads within limits; [`upload`]: the uploader's own thread,
+//!   which sends every archive there, retries through outages, marks what is verified and
+//!   applies retention to the bucket.
 
 pub mod archiver;
 pub mod bounded;
@@ -17,8 +21,10 @@ pub mod check;
 pub mod extract;
 pub mod format;
 pub mod list;
+pub mod remote;
 pub mod restore;
 pub mod rollup;
+pub mod upload;
 
 pub use archiver::Archiver;
 pub use format::{Entry, Format};

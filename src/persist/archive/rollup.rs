@@ -22,7 +22,9 @@
 //!    goes on; after a full or read-only disk no more archives are attempted this run;
 //! 3. retention: keep the newest `retention` archives of each kind (and, with `prune`, none
 //!    older than `max_age`); a kind whose retention is 0 is off: none are made, and the ones
-//!    that exist are kept (never deleted, by count or by age);
+//!    that exist are kept (never deleted, by count or by age); with archives going off-site
+//!    (`Plan::remote`), an archive is deleted only once its copy there is verified
+//!    (`upload::is_off_site`), and kept until then;
 //! 4. delete the backups that are neither among the newest `keep_backups` nor still needed
 //!    by an archive that does not exist yet (one that failed to be written included).
 //!
@@ -60,6 +62,8 @@ use jiff::tz::TimeZone;
 use super::bounded::Limits;
 use super::check::{self, CheckError};
 use super::format::{self, Entry, Format};
+use super::remote::RemoteUrl;
+use super::upload;
 use crate::persist::error::{Operation, PersistError};
 use crate::persist::file::Kind;
 use crate::persist::fsio;
@@ -153,6 +157,9 @@ pub struct Plan {
     /// Limits of any read of an archive (as a restore's): checking an archive found in
     /// place, reading back one just written.
     pub limits: Limits,
+    /// Where archives also go off-site (`[archive.remote]`), if they do: retention then
+    /// deletes an archive only once its copy there is verified.
+    pub remote: Option<RemoteUrl>,
 }
 
 impl Plan {
@@ -196,6 +203,8 @@ pub struct Report {
     pub aged_out_later: usize,
     /// What failed, in order; each failure skipped only the work that depended on it.
     pub failed: Vec<PersistError>,
+    /// Archives retention would have deleted, kept until their off-site copy is verified.
+    pub held: Vec<PathBuf>,
     /// The whole run, wall-clock time.
     pub took: Duration,
 }
@@ -294,7 +303,8 @@ fn run_steps(layout: &Layout, plan: &Plan, now: Timestamp, report: &mut Report) 
         }
     }
     write_due(layout, plan, now, &trusted, &mut backups, report);
-    let (pruned, later, failed) = prune_kinds(plan, now, &trusted, Operation::Rollup);
+    let (pruned, later, failed) =
+        prune_kinds(plan, now, &trusted, Operation::Rollup, &mut report.held);
     report.pruned = pruned;
     report.aged_out_later = later;
     report.failed.extend(failed);
@@ -398,9 +408,12 @@ pub fn prune(plan: &Plan, now: Timestamp) -> Result<Vec<PathBuf>, PersistError> 
 /// [`prune`], reported as a run is ([`run`]).
 pub fn prune_run(plan: &Plan, now: Timestamp) -> Result<Report, RollupError> {
     let began = Instant::now();
-    let (pruned, aged_out_later, failed) = prune_kinds(plan, now, &[true; 3], Operation::Prune);
+    let mut held = Vec::new();
+    let (pruned, aged_out_later, failed) =
+        prune_kinds(plan, now, &[true; 3], Operation::Prune, &mut held);
     finish(Report {
         pruned,
+        held,
         aged_out_later,
         failed,
         took: began.elapsed(),
@@ -416,11 +429,12 @@ fn prune_kinds(
     now: Timestamp,
     kinds: &[bool; 3],
     operation: Operation,
+    kept: &mut Vec<PathBuf>,
 ) -> (Vec<PathBuf>, usize, Vec<PersistError>) {
     let (mut pruned, mut later, mut failed) = (Vec::new(), 0, Vec::new());
     for period in Period::ALL.into_iter().filter(|p| kinds[*p as usize]) {
         let kind_dir = plan.kind_dir(period);
-        match apply_retention(plan, period, now, &mut later) {
+        match apply_retention(plan, period, now, &mut later, kept) {
             Ok(p) => pruned.extend(p),
             Err(e) => failed.push(PersistError::at(
                 operation,
@@ -801,12 +815,14 @@ pub const MAX_AGED_OUT_PER_RUN: usize = 1;
 /// Step 3 for one kind: the oldest archives (by sequence) beyond its retention, and with
 /// `max_age` those whose period started longer than that before the newest archive's (or
 /// before `now`, if earlier), never the newest and at most [`MAX_AGED_OUT_PER_RUN`] of them
-/// (the others are counted in `later`). A kind whose retention is 0 is left alone.
+/// (the others are counted in `later`). A kind whose retention is 0 is left alone. An archive
+/// still to be verified off-site goes to `kept` instead of being deleted.
 fn apply_retention(
     plan: &Plan,
     period: Period,
     now: Timestamp,
     later: &mut usize,
+    kept: &mut Vec<PathBuf>,
 ) -> io::Result<Vec<PathBuf>> {
     let keep = plan.retention(period);
     if keep == 0 {
@@ -839,6 +855,10 @@ fn apply_retention(
             }
             aged_out += 1;
         }
+        if !may_delete(plan, &held.path) {
+            kept.push(held.path.clone());
+            continue;
+        }
         std::fs::remove_file(&held.path)?;
         deleted.push(held.path.clone());
     }
@@ -852,6 +872,13 @@ fn apply_retention(
 struct Deleted {
     done: Vec<PathBuf>,
     error: Option<io::Error>,
+}
+
+/// Retention may delete `archive`: archives do not go off-site, or its copy there is verified.
+fn may_delete(plan: &Plan, archive: &Path) -> bool {
+    plan.remote
+        .as_ref()
+        .is_none_or(|url| upload::is_off_site(url, archive))
 }
 
 /// Deletes the backups that are neither among the newest `keep_backups` (by sequence) nor the

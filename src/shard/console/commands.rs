@@ -19,6 +19,7 @@ use super::language::{self, Args, Spec, duration};
 use super::loopstats::{self, CsvWriter};
 use crate::game::Players;
 use crate::net::Net;
+use crate::persist::archive::upload::Uploader;
 use crate::persist::archive::{self, Archiver};
 use crate::persist::{Autosave, Cadence, Request, Saver};
 use crate::runtime;
@@ -45,7 +46,7 @@ pub(in crate::shard) const COMMANDS: &[Spec<Shell>] = &[
     Spec {
         name: "netstats",
         args: "",
-        help: "connections, hosts, refusals, timeouts, flood drops, unsent output",
+        help: "connections, hosts, refusals, bans, timeouts, flood drops, unsent output",
         run: Shell::net_stats,
     },
     Spec {
@@ -118,6 +119,7 @@ pub(in crate::shard) struct Shell {
     pub(in crate::shard) saver: Saver,
     pub(in crate::shard) autosave: Autosave,
     pub(in crate::shard) archiver: Option<Archiver>,
+    pub(in crate::shard) offsite: Option<Uploader>,
     pub(in crate::shard) data_dir: PathBuf,
     /// The addresses the listeners are bound to (a configured port 0 resolved), and the
     /// backend serving them.
@@ -176,26 +178,58 @@ impl Shell {
         let (n, limits) = (self.net.stats(), self.net.limits());
         let mib = |bytes: usize| bytes as f64 / f64::from(1 << 20);
         let (full, charge) = self.net.full_sockets();
+        let ipv4_prefix_cap = limits
+            .max_per_ipv4_prefix
+            .map_or_else(|| "off".to_owned(), |cap| cap.to_string());
+        let connect_rate = limits.connect_rate.map_or_else(
+            || "no connect rate".to_owned(),
+            |rate| {
+                format!(
+                    "connect rate {rate}, ban {}",
+                    humantime::format_duration(limits.connect_ban)
+                )
+            },
+        );
         Ok(format!(
-            "open      {} connections from {} hosts (max {}, {} per host), {} accepted since start\n\
-             refused   {} over max_connections, {} over max_per_ip, {} shed out of descriptors\n\
-             closed    {} ({} faults): {} login timeout, {} idle timeout, {} flood, {} outbound \
-             budget, {} send buffer overflow, {} send soft limit\n\
+            "open      {} connections from {} hosts, {} not logged in (max {}, {} per host, {} \
+             per IPv6 /{}, {} per IPv4 /{}, {} not logged in), {} accepted since start\n\
+             refused   {} over max_connections, {} over max_per_ip, {} over \
+             max_per_ipv6_prefix, {} over max_per_ipv4_prefix, {} over max_prelogin, {} over \
+             connect_rate, {} banned, {} shed out of descriptors\n\
+             bans      {} sources banned now, {} since start ({connect_rate}); {} connects \
+             untracked (table full)\n\
+             closed    {} ({} faults): {} login timeout, {} evicted before login, {} idle \
+             timeout, {} flood, {} outbound budget, {} send buffer overflow, {} send soft limit\n\
              flood     {} packets dropped over their rate\n\
              outbound  {:.1} MiB of a {:.0} MiB budget: {:.1} MiB unsent, {} full sockets at \
              {} KiB of kernel buffers each\n\
              traffic   {} packets in, {} bytes in, {} bytes out",
             n.connections,
-            self.net.hosts(),
+            n.hosts,
+            n.prelogin,
             limits.max_connections,
             limits.max_per_ip,
+            limits.max_per_ipv6_prefix,
+            limits.ipv6_prefix,
+            ipv4_prefix_cap,
+            limits.ipv4_prefix,
+            limits.max_prelogin,
             n.accepted,
             n.refused,
             n.refused_per_ip,
+            n.refused_per_ipv6_prefix,
+            n.refused_per_ipv4_prefix,
+            n.refused_prelogin,
+            n.refused_rate,
+            n.refused_banned,
             n.shed,
+            n.banned,
+            n.bans,
+            n.rate_untracked,
             n.disconnects,
             n.faults,
             n.login_timeouts,
+            n.prelogin_evictions,
             n.idle_timeouts,
             n.flood_disconnects,
             n.outbound_evictions,
@@ -273,7 +307,11 @@ impl Shell {
     fn archive_status(&self, args: Args<'_>) -> Result<String, String> {
         args.none()?;
         Ok(self.with_archiver(|a| {
-            archive::archiver::status(a, self.autosave.next(), jiff::Timestamp::now())
+            let local = archive::archiver::status(a, self.autosave.next(), jiff::Timestamp::now());
+            match &self.offsite {
+                Some(offsite) => format!("{local}\n{}", offsite.status()),
+                None => local,
+            }
         }))
     }
 
@@ -373,7 +411,7 @@ impl Shell {
             self.players.borrow().len(),
             net.connections,
             net.accepted,
-            net.refused,
+            net.refused_total(),
             net.faults,
             timer::live(),
             self.behaviours_report(),

@@ -85,20 +85,27 @@ async fn client(
         .wait_for_start(window, |packet| seen.unasked(packet))
         .await?;
     match plan.mode {
-        Mode::Ping => ping(&mut conn, id, plan.payload, window, seen).await,
+        Mode::Ping => ping(&mut conn, id, &plan, window, seen).await,
         Mode::Walk => walk(&mut conn, id, plan.clients, window, seen).await,
         hostile => unreachable!("{hostile} is not a load mode: attack::run runs it"),
     }
 }
 
-/// Ping mode: one ping in flight at a time until the window ends.
+/// Ping mode: one ping in flight at a time until the window ends; with `--interval`, at
+/// most one per interval (a ping answered late is followed at once, not twice).
 async fn ping(
     conn: &mut Conn,
     id: u32,
-    payload_len: usize,
+    plan: &Plan,
     window: Window,
     seen: &mut Outcome,
 ) -> Result<(), ClientError> {
+    let payload_len = plan.payload;
+    let mut ticks = plan.interval.map(|every| {
+        let mut ticks = tokio::time::interval_at(window.start, every);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        ticks
+    });
     // The payload is the sequence number (as many low bytes as fit), then the client's id:
     // a stale or misrouted echo cannot pass for the one awaited.
     let mut payload = [0; frame::MAX_PING_PAYLOAD];
@@ -110,6 +117,13 @@ async fn ping(
         payload[..stamp].copy_from_slice(&seq.to_be_bytes()[8 - stamp..]);
         ping.clear();
         frame::put(&mut ping, client::PING, &[payload]);
+        if let Some(ticks) = &mut ticks
+            && tokio::time::timeout_at(window.end, ticks.tick())
+                .await
+                .is_err()
+        {
+            break;
+        }
         let sent = Instant::now();
         if sent >= window.end {
             break;

@@ -102,6 +102,13 @@ pub enum Mode {
     SlowReader,
     /// Hostile: connect and hang up in a loop (with --churn-ping, one ping first).
     Churn,
+    /// Hostile: connect, never log in, and every --interval (10ms) send one ping one byte
+    /// per segment (one write per byte, TCP_NODELAY), reading the echoes.
+    Trickle,
+    /// Hostile: log in on one spot (names chosen so every bot starts within one 16-tile
+    /// square), then every --interval (2s) spend the whole move burst (--burst moves, east
+    /// and back west, so the crowd stays put), reading and dropping what the server sends.
+    Crowd,
 }
 
 impl Mode {
@@ -117,6 +124,9 @@ impl Mode {
             // Fast enough to pile up the server's echoes in seconds (with a small
             // `network.send_buffer_size`), slow enough not to be a flood of its own.
             Mode::SlowReader => Duration::from_millis(1),
+            Mode::Trickle => Duration::from_millis(10),
+            // The demo's move burst (20) refills in 2 s at its rate (10 a second).
+            Mode::Crowd => Duration::from_secs(2),
             _ => Duration::from_secs(30),
         }
     }
@@ -132,6 +142,8 @@ impl fmt::Display for Mode {
             Mode::MoveFlood => "move-flood",
             Mode::SlowReader => "slow-reader",
             Mode::Churn => "churn",
+            Mode::Trickle => "trickle",
+            Mode::Crowd => "crowd",
         })
     }
 }
@@ -184,10 +196,15 @@ pub struct LoadgenArgs {
     #[arg(long, value_name = "FIRST-LAST", value_parser = SourceRange::parse)]
     pub source_range: Option<SourceRange>,
 
-    /// ping-only and slow-reader: time between pings [default: 30s for ping-only, 1ms for
-    /// slow-reader].
+    /// Time between pings (ping: at most one per client per this long, default flat out;
+    /// ping-only 30s; slow-reader 1ms; trickle 10ms), or between move bursts (crowd: 2s).
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub interval: Option<Duration>,
+
+    /// crowd: moves per burst, each bot (the demo's `move_burst`).
+    #[arg(long, value_name = "MOVES", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub burst: u32,
 
     /// churn: on each connection, send one ping and wait for its echo before hanging up.
     #[arg(long)]
@@ -302,6 +319,8 @@ struct Plan {
     clients: u32,
     payload: usize,
     ramp: Duration,
+    /// ping: at most one ping per this long per client (`--interval`); `None`: flat out.
+    interval: Option<Duration>,
 }
 
 /// The measurement window, the same for every client.
@@ -319,6 +338,7 @@ async fn drive(args: &LoadgenArgs, sources: &Sources) -> Result<LoadReport, Load
         clients: args.connections,
         payload: usize::from(args.payload),
         ramp: args.ramp,
+        interval: args.interval,
     };
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
     let (window_tx, window_rx) = watch::channel(None);

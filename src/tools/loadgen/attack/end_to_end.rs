@@ -130,6 +130,65 @@ fn ping_only_sends_pings_and_never_a_login() {
 }
 
 #[test]
+fn trickle_sends_whole_pings_a_byte_at_a_time_and_never_a_login() {
+    let fake = FakeShard::start();
+
+    let report = attack(
+        &fake,
+        "trickle",
+        "--connections 2 --duration 1s --interval 100ms",
+    );
+
+    assert_eq!(
+        (report.made, report.open_at_end, report.errors),
+        (2, 2, 0),
+        "{report}"
+    );
+    let peers = all_gone(&fake, 2);
+    let pings: u64 = peers.iter().map(|p| p.count(frame::PING)).sum();
+    for peer in &peers {
+        assert!(peer.count(frame::PING) >= 2, "{peer:?}");
+        assert_eq!(peer.packets.len(), 1, "only whole pings: {peer:?}");
+    }
+    assert_eq!(report.packets_sent, pings, "{report}");
+}
+
+#[test]
+fn crowd_logs_in_on_one_spot_and_spends_its_burst_each_interval() {
+    let fake = FakeShard::start();
+
+    let report = attack(
+        &fake,
+        "crowd",
+        "--connections 2 --duration 1s --interval 300ms --burst 5",
+    );
+
+    assert_eq!((report.made, report.errors), (2, 0), "{report}");
+    assert_eq!(
+        (report.logins_sent, report.logins_answered),
+        (2, 2),
+        "{report}"
+    );
+    let peers = all_gone(&fake, 2);
+    for peer in &peers {
+        assert_eq!(peer.first, Some(client::LOGIN), "{peer:?}");
+        let moves = peer.count(client::MOVE);
+        assert!(moves >= 10 && moves % 5 == 0, "whole bursts: {peer:?}");
+    }
+    let names = super::crowd::names(3);
+    let spots: Vec<_> = names
+        .iter()
+        .map(|n| crate::demo::packets::start_location(n))
+        .collect();
+    for at in &spots {
+        assert!(
+            at.distance(&spots[0]).is_some_and(|d| d < 16),
+            "{names:?}: {spots:?}"
+        );
+    }
+}
+
+#[test]
 fn move_flood_logs_in_then_sends_moves_without_waiting_for_answers() {
     let fake = FakeShard::start();
 
@@ -384,6 +443,8 @@ fn hostile_flags_parse_with_their_defaults() {
         ("move-flood", Mode::MoveFlood),
         ("slow-reader", Mode::SlowReader),
         ("churn", Mode::Churn),
+        ("trickle", Mode::Trickle),
+        ("crowd", Mode::Crowd),
     ] {
         let parsed = line(&format!("--connect 127.0.0.1:2593 --mode {name}"));
         assert_eq!(parsed.mode, expected);
@@ -397,6 +458,15 @@ fn hostile_flags_parse_with_their_defaults() {
     assert!(!ping_only.churn_ping);
     let slow = line("--connect 127.0.0.1:2593 --mode slow-reader");
     assert_eq!(slow.interval(), Duration::from_millis(1));
+    let trickle = line("--connect 127.0.0.1:2593 --mode trickle");
+    assert_eq!(trickle.interval(), Duration::from_millis(10));
+    let crowd = line("--connect 127.0.0.1:2593 --mode crowd");
+    assert_eq!(
+        (crowd.interval(), crowd.burst),
+        (Duration::from_secs(2), 20)
+    );
+    let ping = line("--connect 127.0.0.1:2593 --interval 5ms");
+    assert_eq!(ping.interval, Some(Duration::from_millis(5)));
     let given = line(
         "--connect 127.0.0.1:2593 --mode ping-only --interval 2s --sources 127.0.0.2,127.0.0.3 \
          --churn-ping",

@@ -23,6 +23,7 @@
 //! allowed (the coordinator checks before `Attack` exists).
 
 mod churn;
+mod crowd;
 #[cfg(test)]
 mod end_to_end;
 mod flood;
@@ -32,9 +33,11 @@ mod report;
 mod silent;
 mod slow_reader;
 mod tally;
+mod trickle;
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use shardloop::net::frame;
@@ -59,6 +62,9 @@ pub(super) struct Attack {
     interval: Duration,
     payload: usize,
     churn_ping: bool,
+    burst: u32,
+    /// crowd: each bot's name, by client id.
+    crowd: Arc<Vec<String>>,
 }
 
 impl Attack {
@@ -74,6 +80,12 @@ impl Attack {
             interval: args.interval(),
             payload: usize::from(args.payload),
             churn_ping: args.churn_ping,
+            burst: args.burst,
+            crowd: Arc::new(if args.mode == Mode::Crowd {
+                crowd::names(args.connections)
+            } else {
+                Vec::new()
+            }),
         }
     }
 
@@ -127,6 +139,11 @@ impl Attack {
             Mode::SlowReader => {
                 let name = format!("slow{id}");
                 slow_reader::run(conn, &name, &ping, self.interval, deadline, tally).await
+            }
+            Mode::Trickle => trickle::run(conn, &ping, self.interval, deadline, tally).await,
+            Mode::Crowd => {
+                let name = &self.crowd[id as usize];
+                crowd::run(conn, name, self.burst, self.interval, deadline, tally).await
             }
             load => unreachable!("{load} is not a hostile mode: loadgen::drive runs it"),
         }

@@ -1,0 +1,83 @@
+//! `crowd`: bots logged in on one spot, each spending its whole move burst at once every
+//! interval — the fan-out's worst case: every move goes to every other bot.
+//!
+//! This module owns the crowd's names and moves. It must never stop reading (a bot that
+//! stopped would be closed for its send buffer, not measure the fan-out), and its moves go
+//! east then back west so the crowd stays on its spot.
+
+use std::time::Duration;
+
+use crate::demo::packets::{START, client, start_location};
+use shardloop::net::frame;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::super::conn::{ClientError, Conn};
+use super::tally::Tally;
+use super::{drain, send, send_login, until};
+
+/// The crowd's square: bots start within this many tiles of [`START`] both ways, one sector
+/// or less.
+const SQUARE: u16 = 16;
+/// Directions of the demo's moves: east, then west.
+const EAST: u8 = 2;
+const WEST: u8 = 6;
+
+/// The first `n` names whose start spot falls in the crowd's square: the same names on
+/// every run.
+pub(super) fn names(n: u32) -> Vec<String> {
+    let inside = |name: &str| {
+        let at = start_location(name);
+        at.x.wrapping_sub(START.x) < SQUARE && at.y.wrapping_sub(START.y) < SQUARE
+    };
+    (0_u64..)
+        .map(|k| format!("crowd{k}"))
+        .filter(|name| inside(name))
+        .take(n as usize)
+        .collect()
+}
+
+/// Logs in as `name`, then every `interval` sends `burst` moves in one write, reading
+/// whatever comes, until the server closes the connection or the deadline comes.
+pub(super) async fn run(
+    conn: &mut Conn,
+    name: &str,
+    burst: u32,
+    interval: Duration,
+    deadline: Instant,
+    tally: &mut Tally,
+) -> Result<(), ClientError> {
+    if !send_login(conn, name, deadline, tally).await? {
+        return Ok(());
+    }
+    let answered = conn.logged_in(|_| tally.packets_received += 1);
+    if until(deadline, answered).await?.is_none() {
+        return Ok(());
+    }
+    tally.logins_answered += 1;
+    tally.packets_received += 1;
+    let mut moves = Vec::new();
+    for i in 0..burst {
+        let direction = if i % 2 == 0 { EAST } else { WEST };
+        frame::put(&mut moves, client::MOVE, &[&[direction, i as u8]]);
+    }
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let end = tokio::time::sleep_until(deadline);
+    tokio::pin!(end);
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut end => return Ok(()),
+            read = conn.fill() => {
+                read?;
+                drain(conn, tally)?;
+            }
+            _ = ticks.tick() => {
+                if !send(conn, &moves, deadline, tally).await? {
+                    return Ok(());
+                }
+                tally.packets_sent += u64::from(burst) - 1;
+            }
+        }
+    }
+}
