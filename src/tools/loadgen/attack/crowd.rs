@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use crate::demo::packets::{START, client, start_location};
 use shardloop::net::frame;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
 use super::super::conn::{ClientError, Conn};
 use super::tally::Tally;
-use super::{drain, send, send_login, until};
+use super::{send_login, silent, until};
 
 /// The crowd's square: bots start within this many tiles of [`START`] both ways, one sector
 /// or less.
@@ -60,24 +60,11 @@ pub(super) async fn run(
         let direction = if i % 2 == 0 { EAST } else { WEST };
         frame::put(&mut moves, client::MOVE, &[&[direction, i as u8]]);
     }
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let end = tokio::time::sleep_until(deadline);
-    tokio::pin!(end);
-    loop {
-        tokio::select! {
-            biased;
-            () = &mut end => return Ok(()),
-            read = conn.fill() => {
-                read?;
-                drain(conn, tally)?;
-            }
-            _ = ticks.tick() => {
-                if !send(conn, &moves, deadline, tally).await? {
-                    return Ok(());
-                }
-                tally.packets_sent += u64::from(burst) - 1;
-            }
-        }
-    }
+    // The burst goes out as one write every `interval`, as ping-only sends its ping; each
+    // write counted once there is `burst` packets here.
+    let writes_before = tally.packets_sent;
+    let outcome = silent::ping_only(conn, &moves, interval, deadline, tally).await;
+    let writes = tally.packets_sent - writes_before;
+    tally.packets_sent += writes * (u64::from(burst) - 1);
+    outcome
 }
