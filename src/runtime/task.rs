@@ -298,7 +298,7 @@ impl<F: Future + 'static> Block<F> {
         let (state, refs) = if handle { (HANDLE, 2) } else { (0, 1) };
         let block = Box::new(Block {
             header: Header {
-                state: AtomicUsize::new(state | refs * REF_ONE),
+                state: AtomicUsize::new(state | (refs * REF_ONE)),
                 meta,
                 shared: NonNull::new(Arc::into_raw(shared).cast_mut())
                     .unwrap_or_else(|| unreachable!("Arc::into_raw is never null")),
