@@ -100,7 +100,9 @@ pub(crate) struct Shared {
     signal: Padded<Signal>,
     side: Padded<LoopSide>,
     /// Tasks woken from other threads, in wake order (rare: off the hot paths' lines).
-    remote_ready: Mutex<Vec<RemoteWake>>,
+    /// `None` once the loop is dropped: a task's entry would keep its block, and the block
+    /// this `Shared`, alive forever.
+    remote_ready: Mutex<Option<Vec<RemoteWake>>>,
     /// The wakers of join handles awaiting an unfinished task, by task block address (rare:
     /// kept here rather than in every task; `task.rs`, invariant 6).
     awaiters: Mutex<HashMap<usize, std::task::Waker>>,
@@ -137,7 +139,7 @@ impl Shared {
                 heartbeat: AtomicU64::new(0),
                 now: Now::default(),
             }),
-            remote_ready: Mutex::new(Vec::new()),
+            remote_ready: Mutex::new(Some(Vec::new())),
             awaiters: Mutex::new(HashMap::new()),
             stalls: AtomicU64::new(0),
         }
@@ -190,8 +192,24 @@ impl Shared {
     }
 
     pub(crate) fn push_remote_wake(&self, wake: RemoteWake) {
-        lock(&self.remote_ready).push(wake);
-        self.notify();
+        let refused = match lock(&self.remote_ready).as_mut() {
+            Some(queue) => {
+                queue.push(wake);
+                None
+            }
+            None => Some(wake),
+        };
+        match refused {
+            None => self.notify(),
+            // The loop is gone: nothing to wake (dropped outside the lock).
+            Some(wake) => drop(wake),
+        }
+    }
+
+    /// The loop is going away: drops the remote wakes queued and refuses later ones.
+    pub(crate) fn close_remote_wakes(&self) {
+        let queued = lock(&self.remote_ready).take();
+        drop(queued);
     }
 
     /// Stores the waker awaiting task `task`, replacing an earlier one, and runs `flag`
@@ -224,12 +242,15 @@ impl Shared {
 
     /// Moves the remote wakes into `out`; returns how many.
     pub(crate) fn take_remote_wakes(&self, out: &mut Vec<RemoteWake>) -> usize {
-        let mut ready = lock(&self.remote_ready);
+        let mut guard = lock(&self.remote_ready);
+        let Some(ready) = guard.as_mut() else {
+            return 0;
+        };
         let n = ready.len();
         if out.is_empty() {
-            std::mem::swap(&mut *ready, out);
+            std::mem::swap(ready, out);
         } else {
-            out.append(&mut ready);
+            out.append(ready);
         }
         n
     }

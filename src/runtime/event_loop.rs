@@ -629,6 +629,7 @@ impl Drop for EventLoop {
         // Tasks are dropped while the loop is still this thread's loop: their pauses and
         // timers clean up after themselves.
         self.core.executor.clear();
+        self.core.shared.close_remote_wakes();
         uninstall(&self.core);
     }
 }

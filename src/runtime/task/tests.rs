@@ -314,3 +314,27 @@ fn a_task_block_is_header_then_future() {
     assert_eq!(size_of::<super::Header>(), 32);
     assert_eq!(size_of::<crate::timer::Pause>(), 12);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_remote_wake_still_queued_when_the_loop_goes_keeps_nothing_alive() {
+    let mut el = EventLoop::new();
+    let context = el.context();
+    let slot: Arc<std::sync::Mutex<Option<Waker>>> = Arc::default();
+    let s = slot.clone();
+    drop(spawn(std::future::poll_fn(move |cx| {
+        *s.lock().expect("slot") = Some(cx.waker().clone());
+        Poll::<()>::Pending
+    })));
+    el.run_until(timer::pause(8)).await;
+    let waker = slot.lock().expect("slot").take().expect("the waker");
+    // Queued for the loop's next Tasks phase, which never comes.
+    std::thread::spawn(move || waker.wake())
+        .join()
+        .expect("wake on another thread");
+    drop(el);
+    assert_eq!(
+        Arc::strong_count(&context.shared),
+        1,
+        "no task block (and so no queue entry) keeps the loop's shared half"
+    );
+}
