@@ -69,7 +69,9 @@ impl Churn {
         let pack = world
             .items()
             .find(|i| {
-                i.container && i.parent.is_some_and(|p| world.mobile(p).is_some_and(|m| !keep(m)))
+                i.container
+                    && i.parent
+                        .is_some_and(|p| world.mobile(p).is_some_and(|m| !keep(m)))
             })
             .expect("a player with a backpack")
             .serial;

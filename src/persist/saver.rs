@@ -200,7 +200,11 @@ impl Inner {
             )
         });
         let stall = began.elapsed();
-        tracing::debug!(?stall, pages = capture.frozen().page_count(), "world save: snapshot taken");
+        tracing::debug!(
+            ?stall,
+            pages = capture.frozen().page_count(),
+            "world save: snapshot taken"
+        );
         let layout = self.config.layout.clone();
         let threads = self.config.threads;
         let reserve = self.reserve.borrow().clone();

@@ -88,7 +88,12 @@ impl Capture {
         } = self;
         let (next_item_serial, next_mobile_serial) = frozen.next_serials();
         let mut items = Vec::with_capacity(frozen.item_count());
-        items.extend(frozen.items().filter(|i| !held.contains(&i.serial)).cloned());
+        items.extend(
+            frozen
+                .items()
+                .filter(|i| !held.contains(&i.serial))
+                .cloned(),
+        );
         let mut mobiles = Vec::with_capacity(frozen.mobile_count());
         mobiles.extend(
             (frozen.mobiles())
@@ -190,8 +195,14 @@ mod tests {
         for item in [pack, coin, rock] {
             world.restore_item(item).unwrap();
         }
+        let mut captured =
+            Capture::take(&world, Timestamp::UNIX_EPOCH, |m| m.is_npc).into_snapshot();
+        captured.sort();
         let mut snap = Snapshot::take(&world, Timestamp::UNIX_EPOCH, |m| m.is_npc);
         snap.sort();
+        assert_eq!(captured.items, snap.items);
+        assert_eq!(captured.mobiles, snap.mobiles);
+        assert_eq!(captured.next_item_serial, snap.next_item_serial);
         let mobiles: Vec<_> = snap.mobiles.iter().map(|m| m.serial).collect();
         let items: Vec<_> = snap.items.iter().map(|i| i.serial).collect();
         assert_eq!(mobiles, [Serial(1)]);
