@@ -20,13 +20,12 @@ fn limit_file_size(bytes: libc::rlim_t) {
         rlim_max: 0,
     };
     // SAFETY: reads into a local of the right type.
-    assert_eq!(
-        unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) },
-        0
-    );
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) };
+    assert_eq!(read, 0);
     limit.rlim_cur = bytes.min(limit.rlim_max);
     // SAFETY: sets this process's own soft limit from a valid struct.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) }, 0);
+    let set = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) };
+    assert_eq!(set, 0);
 }
 
 fn everything_under(dir: &Path) -> Vec<String> {
