@@ -3,7 +3,7 @@
 //! Criterion groups, each against its peer in the same run:
 //! - `save_stall`: what the loop waits for, the options measured side by side. `capture`
 //!   (ours: freeze the world, sharing its entity pages, and note the left-out players; the
-//!   copy happens off the loop) against `copy` (the stop-the-world copy of every entity, the
+//!   copy happens off the loop; `freeze` is its first part alone) against `copy` (the stop-the-world copy of every entity, the
 //!   snapshot as the loop took it before), `slice_of_16` (one slice of a copy cut into 16
 //!   slices across iterations: a lower bound, with a free cursor and no dirty tracking) and
 //!   `encode_on_loop` (the naive save: copy, sort and encode every record on the loop thread,
@@ -175,6 +175,7 @@ fn groups(c: &mut Criterion, world: &World) {
     stall.bench_function("capture", |b| {
         b.iter(|| black_box(Capture::take(world, jiff::Timestamp::now(), |_| true)))
     });
+    stall.bench_function("freeze", |b| b.iter(|| black_box(world.freeze())));
     stall.bench_function("copy", |b| {
         b.iter(|| black_box(Snapshot::take(world, jiff::Timestamp::now(), |_| true)))
     });

@@ -250,6 +250,17 @@ async fn the_capture_leaves_out_players_and_what_they_held_at_its_instant() {
 
 #[tokio::test(start_paused = true)]
 async fn a_save_while_the_world_changes_every_tick_loads_as_the_world_at_its_instant() {
+    saves_while_the_world_changes(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_save_leaving_out_listed_mobiles_loads_as_the_world_at_its_instant() {
+    saves_while_the_world_changes(true).await;
+}
+
+/// Two saves through the `Saver` while the world changes every tick; with `listed`, the
+/// players are listed (`Saver::leave_out`) rather than found by `keep`.
+async fn saves_while_the_world_changes(listed: bool) {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path(), dir.path().join("Saves"));
     let (world, churn) = churning_world();
@@ -259,10 +270,21 @@ async fn a_save_while_the_world_changes_every_tick_loads_as_the_world_at_its_ins
             layout: layout.clone(),
             threads: 2,
             clock: Clock::System,
-            keep: Box::new(keep),
+            // Listed, the players are left out by the list alone: `keep` would keep them.
+            keep: match listed {
+                true => Box::new(|_: &Mobile| true),
+                false => Box::new(keep),
+            },
             notices: Box::new(|_: &Notice| {}),
         },
     );
+    if listed {
+        let w = world.clone();
+        saver.leave_out(move || {
+            let players = w.borrow().mobiles().filter(|m| !keep(m)).map(|m| m.serial);
+            players.collect()
+        });
+    }
     let mut event_loop = EventLoop::new();
     let copies: Rc<RefCell<Vec<Snapshot>>> = Rc::default();
     let (w, c, s, copied) = (world.clone(), churn.clone(), saver.clone(), copies.clone());

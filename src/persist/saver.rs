@@ -28,7 +28,7 @@ use super::reserve::Reserve;
 use super::save::{self, Saved};
 use super::single_flight::{Request, SingleFlight};
 use super::snapshot::Capture;
-use crate::world::{Mobile, World};
+use crate::world::{Mobile, Serial, World};
 
 /// What a finished save reports.
 #[derive(Debug, Clone)]
@@ -119,7 +119,12 @@ struct Inner {
     config: SaverConfig,
     /// The disk reserve saves give up when the disk is full ([`Saver::keep_reserve`]).
     reserve: RefCell<Option<Reserve>>,
+    /// Lists the mobiles to leave out, in place of asking `keep` of each ([`Saver::leave_out`]).
+    left_out: RefCell<Option<LeftOut>>,
 }
+
+/// Lists the mobiles a save leaves out, at the instant of its snapshot.
+type LeftOut = Rc<dyn Fn() -> Vec<Serial>>;
 
 impl Saver {
     /// The saver of `world`. Nothing is saved until [`request`](Self::request).
@@ -128,6 +133,7 @@ impl Saver {
             world,
             config,
             reserve: RefCell::new(None),
+            left_out: RefCell::new(None),
         });
         let runs = inner.clone();
         Saver {
@@ -143,6 +149,15 @@ impl Saver {
         let making = reserve.clone();
         *self.inner.reserve.borrow_mut() = Some(reserve);
         drop(tokio::task::spawn_blocking(move || making.keep()));
+    }
+
+    /// From the next snapshot on, leaves out the mobiles `list` returns (called on the loop
+    /// at the instant of each snapshot), and what they wear or carry, instead of asking
+    /// [`SaverConfig::keep`] of every mobile: the snapshot then costs the loop nothing per
+    /// mobile. `list` must name every mobile `keep` refuses (the shard lists its logged-in
+    /// players, the mobiles its `keep` refuses).
+    pub fn leave_out(&self, list: impl Fn() -> Vec<Serial> + 'static) {
+        *self.inner.left_out.borrow_mut() = Some(Rc::new(list));
     }
 
     /// Starts a save, or queues one behind the save that is writing. On the loop thread.
@@ -192,12 +207,13 @@ impl Inner {
         let saves = &self.config.layout.saves;
         let began = Instant::now();
         // Timed by the loop profile as its own part, out of the phase it runs in.
+        let left_out = self.left_out.borrow().clone();
         let capture = crate::runtime::time_save_snapshot(|| {
-            Capture::take(
-                &self.world.borrow(),
-                self.config.clock.now(),
-                &self.config.keep,
-            )
+            let (world, now) = (&self.world.borrow(), self.config.clock.now());
+            match left_out {
+                Some(list) => Capture::leaving_out(world, now, list()),
+                None => Capture::take(world, now, &self.config.keep),
+            }
         });
         let stall = began.elapsed();
         tracing::debug!(

@@ -52,17 +52,27 @@ impl Capture {
     /// Freezes `world` and notes the mobiles `keep` refuses and everything they wear or carry
     /// (the shard leaves out logged-in players: a player's mobile lives only as long as its
     /// connection). On the loop: costs a reference count per page of entities and one call of
-    /// `keep` per mobile, no copy of an entity.
+    /// `keep` per mobile (a read of every mobile), no copy of an entity.
     pub fn take(world: &World, created: Timestamp, keep: impl Fn(&Mobile) -> bool) -> Capture {
-        let left_out: HashSet<Serial> = (world.mobiles())
+        let refused = (world.mobiles())
             .filter(|m| !keep(m))
             .map(|m| m.serial)
             .collect();
-        let held = held_by(world, left_out.iter().copied().collect());
+        Capture::leaving_out(world, created, refused)
+    }
+
+    /// [`take`](Self::take), leaving out the mobiles listed (serials of no mobile are
+    /// ignored) and what they wear or carry: costs a reference count per page of entities and
+    /// a walk of what those mobiles hold, whatever the number of mobiles.
+    pub fn leaving_out(world: &World, created: Timestamp, mobiles: Vec<Serial>) -> Capture {
+        let left_out: Vec<Serial> = (mobiles.into_iter())
+            .filter(|&s| world.mobile(s).is_some())
+            .collect();
+        let held = held_by(world, left_out.clone());
         Capture {
             created,
             frozen: world.freeze(),
-            left_out,
+            left_out: left_out.into_iter().collect(),
             held,
         }
     }
@@ -203,6 +213,13 @@ mod tests {
         assert_eq!(captured.items, snap.items);
         assert_eq!(captured.mobiles, snap.mobiles);
         assert_eq!(captured.next_item_serial, snap.next_item_serial);
+        // Listing the left-out mobile (and a serial of no mobile) instead.
+        let mut listed =
+            Capture::leaving_out(&world, Timestamp::UNIX_EPOCH, vec![Serial(2), Serial(9)])
+                .into_snapshot();
+        listed.sort();
+        assert_eq!(listed.items, snap.items);
+        assert_eq!(listed.mobiles, snap.mobiles);
         let mobiles: Vec<_> = snap.mobiles.iter().map(|m| m.serial).collect();
         let items: Vec<_> = snap.items.iter().map(|i| i.serial).collect();
         assert_eq!(mobiles, [Serial(1)]);

@@ -22,9 +22,10 @@ use super::serial::{IdMap, Serial};
 pub(crate) type ItemPages = Pages<Item, 128>;
 /// The world's mobiles, 128 to a page as items.
 pub(crate) type MobilePages = Pages<Mobile, 128>;
-/// Spawning data, 4 to a page: spawners are a few items scattered over the item serials, so
-/// a larger page would be mostly empty slots.
-pub(crate) type SpawnerPages = Pages<Spawner, 4>;
+/// Spawning data: spawners are a few items scattered over the item serials, so they are
+/// packed 64 to a page by slot rather than paged by serial (about 30 pages for the default
+/// world's 1,795, where pages by serial would be one each).
+pub(crate) type SpawnerPages = Packed<Spawner, 64>;
 
 /// A map from serial to `T` in pages of `N` consecutive serials (`N` a power of two), shared
 /// between clones until one of them changes a page.
@@ -156,6 +157,93 @@ impl<T: Clone, const N: usize> Pages<T, N> {
     }
 }
 
+/// A map from serial to `T` for entries scattered thinly over the serials: each entry takes
+/// a free slot in [`Pages`] of its own, found through an index from serial to slot. Clones
+/// share the pages as `Pages` clones do (the index is plain numbers, copied).
+#[derive(Clone)]
+pub(crate) struct Packed<T, const N: usize> {
+    slots: Pages<T, N>,
+    index: IdMap<Serial, u32>,
+    /// Slots given back by `remove`, taken again before new ones.
+    free: Vec<u32>,
+    next: u32,
+}
+
+impl<T, const N: usize> Default for Packed<T, N> {
+    fn default() -> Self {
+        Packed {
+            slots: Pages::default(),
+            index: IdMap::default(),
+            free: Vec::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<T, const N: usize> Packed<T, N> {
+    /// Entries.
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Pages in use.
+    pub(crate) fn page_count(&self) -> usize {
+        self.slots.page_count()
+    }
+
+    /// The entry of `serial`.
+    pub(crate) fn get(&self, serial: &Serial) -> Option<&T> {
+        self.slots.get(&Serial(*self.index.get(serial)?))
+    }
+
+    /// An entry for `serial` exists.
+    pub(crate) fn contains_key(&self, serial: &Serial) -> bool {
+        self.index.contains_key(serial)
+    }
+
+    /// Every entry, in an order that depends only on what was inserted and removed.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
+        self.slots.values()
+    }
+}
+
+impl<T: Clone, const N: usize> Packed<T, N> {
+    /// The entry of `serial`, to change. Copies its page first if a clone shares it.
+    pub(crate) fn get_mut(&mut self, serial: &Serial) -> Option<&mut T> {
+        self.slots.get_mut(&Serial(*self.index.get(serial)?))
+    }
+
+    /// Sets the entry of `serial`; the one it replaces, if any.
+    pub(crate) fn insert(&mut self, serial: Serial, value: T) -> Option<T> {
+        let slot = match self.index.get(&serial) {
+            Some(&slot) => slot,
+            None => {
+                let slot = self.free.pop().unwrap_or_else(|| {
+                    self.next += 1;
+                    self.next - 1
+                });
+                self.index.insert(serial, slot);
+                slot
+            }
+        };
+        self.slots.insert(Serial(slot), value)
+    }
+
+    /// Takes the entry of `serial` out.
+    pub(crate) fn remove(&mut self, serial: &Serial) -> Option<T> {
+        let slot = self.index.remove(serial)?;
+        self.free.push(slot);
+        self.slots.remove(&Serial(slot))
+    }
+}
+
+impl<T: PartialEq, const N: usize> PartialEq for Packed<T, N> {
+    /// The same entries under the same serials (whatever slots they sit in).
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.index.keys().all(|s| self.get(s) == other.get(s))
+    }
+}
+
 impl<T: PartialEq, const N: usize> PartialEq for Pages<T, N> {
     /// The same entries under the same serials (however the pages are shared).
     fn eq(&self, other: &Self) -> bool {
@@ -218,6 +306,35 @@ mod tests {
         assert_eq!(frozen.len(), 64);
         assert!(frozen == filled(0..64));
         assert_eq!(live.get(&Serial(5)), Some(&7));
+    }
+
+    #[test]
+    fn packed_entries_reuse_freed_slots_and_clones_keep_what_they_saw() {
+        let mut packed: Packed<u32, 4> = Packed::default();
+        for s in [1_000, 50_000, 7, 900_000, 3] {
+            packed.insert(Serial(s), s);
+        }
+        assert_eq!(packed.page_count(), 2, "five entries, four to a page");
+        let frozen = packed.clone();
+        assert_eq!(packed.remove(&Serial(50_000)), Some(50_000));
+        assert_eq!(packed.insert(Serial(11), 11), None);
+        assert_eq!(packed.page_count(), 2, "the freed slot was taken again");
+        *packed.get_mut(&Serial(7)).unwrap() = 8;
+        assert_eq!(packed.insert(Serial(7), 9), Some(8));
+        assert_eq!(packed.get(&Serial(7)), Some(&9));
+        assert!(!packed.contains_key(&Serial(50_000)));
+        assert_eq!(frozen.get(&Serial(50_000)), Some(&50_000));
+        assert_eq!(frozen.get(&Serial(7)), Some(&7));
+        assert_eq!(frozen.get(&Serial(11)), None);
+        let mut seen: Vec<u32> = frozen.values().copied().collect();
+        seen.sort();
+        assert_eq!(seen, [3, 7, 1_000, 50_000, 900_000]);
+        let mut again: Packed<u32, 4> = Packed::default();
+        for s in [3, 7, 1_000, 11, 900_000] {
+            again.insert(Serial(s), s);
+        }
+        *again.get_mut(&Serial(7)).unwrap() = 9;
+        assert!(again == packed, "equal by serial, whatever the slots");
     }
 
     #[test]
