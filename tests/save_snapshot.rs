@@ -281,7 +281,8 @@ async fn saves_while_the_world_changes(listed: bool) {
     if listed {
         let w = world.clone();
         saver.leave_out(move || {
-            let players = w.borrow().mobiles().filter(|m| !keep(m)).map(|m| m.serial);
+            let world = w.borrow();
+            let players = world.mobiles().filter(|m| !keep(m)).map(|m| m.serial);
             players.collect()
         });
     }
