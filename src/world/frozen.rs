@@ -29,8 +29,9 @@ pub struct Frozen {
 
 impl World {
     /// The world's entities as they are now, for reading elsewhere while the world changes.
-    /// Costs one reference count per page of 128 entities, not a copy of them; later changes
-    /// each copy the page they touch once, while the view is alive.
+    /// Costs one reference count per page (128 items or mobiles, 64 spawners), not a copy of
+    /// the entities; later changes each copy the page they touch once, while the view is
+    /// alive.
     pub fn freeze(&self) -> Frozen {
         Frozen {
             seed: self.seed,
