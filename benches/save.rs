@@ -1,9 +1,17 @@
 //! Save benchmark, on the default world (190,728 items, 33,158 mobiles).
 //!
 //! Criterion groups, each against its peer in the same run:
-//! - `save_stall`: what the loop waits for. `snapshot` (ours: copy the plain data, the rest
-//!   happens off the loop) against `encode_on_loop` (the naive save: snapshot, sort and
-//!   encode every record on the loop thread, as a shard that serializes inline would).
+//! - `save_stall`: what the loop waits for, the options measured side by side. `capture`
+//!   (ours: freeze the world, sharing its entity pages, and note the left-out players; the
+//!   copy happens off the loop; `freeze` is its first part alone) against `copy` (the stop-the-world copy of every entity, the
+//!   snapshot as the loop took it before), `slice_of_16` (one slice of a copy cut into 16
+//!   slices across iterations: a lower bound, with a free cursor and no dirty tracking) and
+//!   `encode_on_loop` (the naive save: copy, sort and encode every record on the loop thread,
+//!   as a shard that serializes inline would).
+//! - `save_cow`: what ours costs the loop afterwards, while a save holds the frozen pages: a
+//!   change to an entity whose page is shared (`write_shared`: the page copied first) against
+//!   the same change with nothing frozen (`write_unshared`), and the worst case, one change on
+//!   every page of the world in one go (`write_every_page`, against `copy` above).
 //! - `save_write`: the off-loop part, `persist::save::write` (sort, encode with the default
 //!   workers, write, fsync, swap in) against `disk_floor` (one `std::fs::write` of the same
 //!   number of bytes plus an fsync: what the disk alone costs).
@@ -13,7 +21,8 @@
 //! Summary (after the groups under `cargo bench`, or alone with `-- summary`): `SAVES` saves
 //! through the `Saver` on an `EventLoop` running the world's game logic (its decay and
 //! spawner timers) plus a probe timer every tick, so the loop has due ticks to be late for.
-//! Per save: the loop stall (snapshot), the wall time, the size; over the run: the largest
+//! The saver lists the players to leave out (none), as the shard does. Per save: the loop
+//! stall (snapshot), the wall time, the size; over the run: the largest
 //! wheel lag and late ticks; memory: resident set before, its peak during the save (VmHWM,
 //! reset through /proc/self/clear_refs before each save) and after, as multiples of the
 //! save's size. Medians are quoted.
@@ -28,8 +37,8 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
-use criterion::{Criterion, SamplingMode};
-use shardloop::persist::{self, Clock, Layout, Saver, SaverConfig, Snapshot, codec};
+use criterion::{BatchSize, Criterion, SamplingMode};
+use shardloop::persist::{self, Capture, Clock, Layout, Saver, SaverConfig, Snapshot, codec};
 use shardloop::world::{self, World};
 use shardloop::{EventLoop, runtime, timer};
 
@@ -47,7 +56,7 @@ mod peak_heap;
 static ALLOCATOR: peak_heap::PeakHeap = peak_heap::PeakHeap;
 
 /// Saves in the summary.
-const SAVES: usize = 7;
+const SAVES: usize = 21;
 
 fn world_for(full_size: bool) -> World {
     match full_size {
@@ -71,6 +80,73 @@ fn encode_on_loop(world: &World) -> usize {
         .iter()
         .for_each(|s| codec::encode_spawner(s, &mut bytes));
     bytes.len()
+}
+
+/// One slice of a copy cut into 16, as a sliced save would copy each iteration: the cost of
+/// the copy alone, with the cursor for free (the world's maps have no stable one) and no
+/// tracking of what changes behind it.
+fn slice_of_16(world: &World) -> (Vec<world::Item>, Vec<world::Mobile>) {
+    let items: Vec<_> = (world.items().take(world.item_count() / 16))
+        .cloned()
+        .collect();
+    let mobiles: Vec<_> = (world.mobiles().take(world.mobile_count() / 16))
+        .cloned()
+        .collect();
+    (items, mobiles)
+}
+
+/// What copy-on-write costs the loop after a freeze.
+fn cow(c: &mut Criterion, world: &World) {
+    let world = RefCell::new(world::generate(
+        world.seed(),
+        world.item_count() as u32,
+        world.mobile_count() as u32,
+    ));
+    let item = world.borrow().items().nth(1000).expect("an item").serial;
+    let every_page: Vec<_> = {
+        let w = world.borrow();
+        let mut serials: Vec<_> = w.items().map(|i| i.serial).collect();
+        serials.sort();
+        serials.dedup_by_key(|s| s.0 / 128);
+        serials
+    };
+    let mut hue = 0u16;
+    let mut group = c.benchmark_group("save_cow");
+    group.sampling_mode(SamplingMode::Flat).sample_size(20);
+    group.bench_function("write_shared", |b| {
+        b.iter_batched(
+            || world.borrow().freeze(),
+            |frozen| {
+                hue = hue.wrapping_add(1);
+                world.borrow_mut().set_item_hue(item, hue);
+                frozen
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("write_unshared", |b| {
+        b.iter(|| {
+            hue = hue.wrapping_add(1);
+            world.borrow_mut().set_item_hue(item, hue)
+        })
+    });
+    group.bench_function("write_every_page", |b| {
+        b.iter_batched(
+            || world.borrow().freeze(),
+            |frozen| {
+                hue = hue.wrapping_add(1);
+                let mut w = world.borrow_mut();
+                for &s in &every_page {
+                    w.set_item_hue(s, hue);
+                }
+                frozen
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+    // The marks those writes queued would otherwise grow without bound.
+    world.borrow_mut().drain_deltas(usize::MAX);
 }
 
 fn write_save(world: &World, root: &Path) -> u64 {
@@ -97,13 +173,19 @@ fn disk_floor(root: &Path, bytes: &[u8]) {
 fn groups(c: &mut Criterion, world: &World) {
     let mut stall = c.benchmark_group("save_stall");
     stall.sampling_mode(SamplingMode::Flat).sample_size(20);
-    stall.bench_function("snapshot", |b| {
+    stall.bench_function("capture", |b| {
+        b.iter(|| black_box(Capture::take(world, jiff::Timestamp::now(), |_| true)))
+    });
+    stall.bench_function("freeze", |b| b.iter(|| black_box(world.freeze())));
+    stall.bench_function("copy", |b| {
         b.iter(|| black_box(Snapshot::take(world, jiff::Timestamp::now(), |_| true)))
     });
+    stall.bench_function("slice_of_16", |b| b.iter(|| black_box(slice_of_16(world))));
     stall.bench_function("encode_on_loop", |b| {
         b.iter(|| black_box(encode_on_loop(world)))
     });
     stall.finish();
+    cow(c, world);
 
     let dir = tempfile::tempdir().expect("temp dir");
     let size = write_save(world, dir.path());
@@ -188,6 +270,9 @@ fn summary(world: World) {
                         notices: Box::new(|_| {}),
                     },
                 );
+                // As the shard does: the left-out players listed (none here), so the
+                // snapshot reads no mobile on the loop.
+                saver.leave_out(Vec::new);
                 timer::pause(500).await;
                 runtime::take_lag_window();
                 let mut lag = Duration::ZERO;
@@ -284,6 +369,14 @@ fn print_summary(rows: &[Row], max_lag: Duration, late: u64) {
         median(heap_peak),
         median(rss_peak),
         median(heap_kept),
+    );
+    let mut stalls: Vec<Duration> = rows.iter().map(|r| r.stall).collect();
+    stalls.sort();
+    println!(
+        "stall: p99 (nearest rank) {:.2?}, max {:.2?} over {} saves",
+        stalls[(stalls.len() * 99).div_ceil(100) - 1],
+        stalls[stalls.len() - 1],
+        stalls.len()
     );
     println!(
         "max wheel lag over the run: {max_lag:.2?} (during saves: {:.2?}); late ticks: {late}",

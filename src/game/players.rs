@@ -74,6 +74,11 @@ impl Players {
         self.by_serial.contains_key(&serial)
     }
 
+    /// Every logged-in player's mobile, in serial order (what world saves leave out).
+    pub fn serials(&self) -> impl Iterator<Item = Serial> + '_ {
+        self.by_serial.keys().copied()
+    }
+
     /// Where the player `serial` stands, if it is logged in.
     #[must_use]
     pub fn location(&self, serial: Serial) -> Option<Location> {

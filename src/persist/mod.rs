@@ -1,7 +1,8 @@
 //! Persistence: world saves that never freeze the game, and that a crash cannot break.
 //!
-//! A save is a [`Snapshot`] of the world's plain data taken on the loop thread (a few
-//! milliseconds: the only stall), then sorted, encoded by `world.save_threads` workers and
+//! A save is a [`Snapshot`] of the world's plain data at one instant: the loop only freezes
+//! the world ([`Capture`]: its entity pages shared, copied when next changed; well under a
+//! millisecond, the only stall), and the entities are copied out, sorted, encoded by `world.save_threads` workers and
 //! written into a fresh temp directory on tokio's blocking pool, every file fsynced, the
 //! manifest last, and swapped in as `Saves/` atomically; the save it replaces becomes a
 //! backup. At every instant a complete, loadable save is on disk. See `docs/save-format.md`.
@@ -9,7 +10,8 @@
 //! - [`codec`]: the byte layout of each entity type, per version;
 //! - [`file`](mod@file): one checksummed file of records; [`manifest`]: what makes a
 //!   directory a save;
-//! - [`Snapshot`], [`save`], [`load`](mod@load): taking, writing and reading a save;
+//! - [`Capture`], [`Snapshot`], [`save`], [`load`](mod@load): taking, writing and reading a
+//!   save;
 //! - [`layout`]: where saves, backups and temp directories live, the swap, crash recovery;
 //! - [`Saver`]: saves on the loop, never overlapping ([`Request`], [`Notice`], [`Report`]);
 //!   [`autosave`] and [`clock`]: when they happen;
@@ -56,4 +58,4 @@ pub use manifest::Manifest;
 pub use save::Saved;
 pub use saver::{Notice, Report, Saver, SaverConfig};
 pub use single_flight::Request;
-pub use snapshot::Snapshot;
+pub use snapshot::{Capture, Snapshot};

@@ -34,7 +34,7 @@ use super::fsio;
 use super::layout::{Layout, Replaced};
 use super::manifest::{self, Manifest};
 use super::reserve::Reserve;
-use super::snapshot::Snapshot;
+use super::snapshot::{Capture, Snapshot};
 
 /// Records encoded per chunk (items are 22 bytes: about 180 KB per chunk).
 const CHUNK: usize = 8192;
@@ -72,6 +72,25 @@ pub(crate) fn write_in_background_with(
     super::background::run("shardloop-save", move || match reserve {
         Some(reserve) => write_with_reserve(layout, snapshot, threads, reserve),
         None => write(layout, snapshot, threads),
+    })
+    .map_err(|source| fail("starting the save thread for", &layout.saves, source))?
+}
+
+/// A save taken on the loop as a [`Capture`]: copied out into a [`Snapshot`] on the
+/// save's low-priority thread (where the frozen pages are released as soon as the copy is
+/// made), then written as [`write_in_background_with`] does. Call it from `spawn_blocking`.
+pub(crate) fn write_capture_in_background(
+    layout: &Layout,
+    capture: Capture,
+    threads: usize,
+    reserve: Option<&Reserve>,
+) -> Result<Saved, PersistError> {
+    super::background::run("shardloop-save", move || {
+        let snapshot = capture.into_snapshot();
+        match reserve {
+            Some(reserve) => write_with_reserve(layout, snapshot, threads, reserve),
+            None => write(layout, snapshot, threads),
+        }
     })
     .map_err(|source| fail("starting the save thread for", &layout.saves, source))?
 }

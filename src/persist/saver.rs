@@ -1,7 +1,8 @@
 //! The saver: runs world saves on the loop, one at a time.
 //!
-//! A save is a snapshot on the loop thread (the only stall the game sees) and then
-//! [`save::write`] on tokio's blocking pool. Saves run in a [`SingleFlight`]: while one is
+//! A save is a snapshot on the loop thread (the only stall the game sees: the world frozen,
+//! its pages shared rather than copied, see `snapshot.rs`) and then [`save::write`] on a
+//! background thread, which copies the frozen entities out and writes them. Saves run in a [`SingleFlight`]: while one is
 //! writing, any number of further requests fold into a single queued save, started (with a
 //! fresh snapshot) when the current one ends: saves never overlap and never pile up.
 //!
@@ -26,8 +27,8 @@ use super::layout::{Layout, Replaced};
 use super::reserve::Reserve;
 use super::save::{self, Saved};
 use super::single_flight::{Request, SingleFlight};
-use super::snapshot::{Buffers, Snapshot};
-use crate::world::{Mobile, World};
+use super::snapshot::Capture;
+use crate::world::{Mobile, Serial, World};
 
 /// What a finished save reports.
 #[derive(Debug, Clone)]
@@ -118,7 +119,12 @@ struct Inner {
     config: SaverConfig,
     /// The disk reserve saves give up when the disk is full ([`Saver::keep_reserve`]).
     reserve: RefCell<Option<Reserve>>,
+    /// Lists the mobiles to leave out, in place of asking `keep` of each ([`Saver::leave_out`]).
+    left_out: RefCell<Option<LeftOut>>,
 }
+
+/// Lists the mobiles a save leaves out, at the instant of its snapshot.
+type LeftOut = Rc<dyn Fn() -> Vec<Serial>>;
 
 impl Saver {
     /// The saver of `world`. Nothing is saved until [`request`](Self::request).
@@ -127,6 +133,7 @@ impl Saver {
             world,
             config,
             reserve: RefCell::new(None),
+            left_out: RefCell::new(None),
         });
         let runs = inner.clone();
         Saver {
@@ -142,6 +149,15 @@ impl Saver {
         let making = reserve.clone();
         *self.inner.reserve.borrow_mut() = Some(reserve);
         drop(tokio::task::spawn_blocking(move || making.keep()));
+    }
+
+    /// From the next snapshot on, leaves out the mobiles `list` returns (called on the loop
+    /// at the instant of each snapshot), and what they wear or carry, instead of asking
+    /// [`SaverConfig::keep`] of every mobile: the snapshot then costs the loop nothing per
+    /// mobile. `list` must name every mobile `keep` refuses (the shard lists its logged-in
+    /// players, the mobiles its `keep` refuses).
+    pub fn leave_out(&self, list: impl Fn() -> Vec<Serial> + 'static) {
+        *self.inner.left_out.borrow_mut() = Some(Rc::new(list));
     }
 
     /// Starts a save, or queues one behind the save that is writing. On the loop thread.
@@ -186,38 +202,30 @@ impl Inner {
         }
     }
 
-    /// One save: buffers prepared off the loop, the snapshot on it, the rest off it again.
+    /// One save: the world frozen on the loop (the stall), everything else off it.
     async fn run(&self) -> Outcome {
-        let counts = {
-            let world = self.world.borrow();
-            (
-                world.item_count(),
-                world.mobile_count(),
-                world.spawner_count(),
-            )
-        };
         let saves = &self.config.layout.saves;
-        let buffers =
-            tokio::task::spawn_blocking(move || Buffers::prefaulted(counts.0, counts.1, counts.2))
-                .await
-                .map_err(|e| thread_died("preparing the snapshot buffers for", saves, e))?;
         let began = Instant::now();
         // Timed by the loop profile as its own part, out of the phase it runs in.
-        let snapshot = crate::runtime::time_save_snapshot(|| {
-            Snapshot::take_into(
-                buffers,
-                &self.world.borrow(),
-                self.config.clock.now(),
-                &self.config.keep,
-            )
+        let left_out = self.left_out.borrow().clone();
+        let capture = crate::runtime::time_save_snapshot(|| {
+            let (world, now) = (&self.world.borrow(), self.config.clock.now());
+            match left_out {
+                Some(list) => Capture::leaving_out(world, now, list()),
+                None => Capture::take(world, now, &self.config.keep),
+            }
         });
         let stall = began.elapsed();
-        tracing::debug!(?stall, "world save: snapshot taken");
+        tracing::debug!(
+            ?stall,
+            pages = capture.frozen().page_count(),
+            "world save: snapshot taken"
+        );
         let layout = self.config.layout.clone();
         let threads = self.config.threads;
         let reserve = self.reserve.borrow().clone();
         let job = tokio::task::spawn_blocking(move || {
-            save::write_in_background_with(&layout, snapshot, threads, reserve.as_ref())
+            save::write_capture_in_background(&layout, capture, threads, reserve.as_ref())
         });
         match job.await {
             Ok(Ok(saved)) => Ok(report(saved, stall, began.elapsed())),

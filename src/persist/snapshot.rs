@@ -1,18 +1,20 @@
-//! The snapshot: a consistent copy of the world's plain data, taken on the loop thread.
+//! The snapshot: a consistent copy of the world's plain data at one instant.
 //!
-//! Taking it is the only part of a save the game waits for, so it does the least that makes
-//! the copy consistent: clone the entities as they are at this instant, in whatever order the
-//! world iterates. Sorting, encoding, checksums and disk work happen later on other threads
-//! (`save`), on data the game can no longer change under them.
+//! Taking it is the only part of a save the game waits for, so the loop does the least that
+//! makes it consistent: [`Capture::take`] freezes the world (`World::freeze`: the entity
+//! pages are shared, not copied, and the world copies a page before it next changes it) and
+//! notes which mobiles the save leaves out and what they hold. Copying the entities out into
+//! lists ([`Capture::into_snapshot`]), sorting, encoding, checksums and disk work happen
+//! later on other threads (`save`), on data the game can no longer change under them.
+//! [`Snapshot::take`] is the stop-the-world copy, all on the calling thread.
 //!
 //! Owns the copy. Must never encode, sort or touch the disk.
 
 use std::collections::HashSet;
-use std::mem::MaybeUninit;
 
 use jiff::Timestamp;
 
-use crate::world::{Item, Mobile, Serial, Spawner, World};
+use crate::world::{Frozen, Item, Mobile, Serial, Spawner, World};
 
 /// A world's entities at one instant.
 #[derive(Debug, Clone)]
@@ -34,57 +36,102 @@ pub struct Snapshot {
     pub spawners: Vec<Spawner>,
 }
 
-/// Empty lists with room for a whole snapshot, their memory already touched.
-///
-/// Memory fresh from the kernel costs a page fault on first write; for the default world's
-/// 8 MB that is about 2000 faults, several milliseconds on a VM, and on the loop thread they
-/// were most of the stall. Prepared on a blocking thread, the loop only copies.
-#[derive(Debug, Default)]
-pub struct Buffers {
-    items: Vec<Item>,
-    mobiles: Vec<Mobile>,
-    spawners: Vec<Spawner>,
+/// A snapshot as the loop takes it: the world frozen at one instant, and what the save
+/// leaves out. `Send`: made into a [`Snapshot`] on another thread.
+#[derive(Debug, Clone)]
+pub struct Capture {
+    created: Timestamp,
+    frozen: Frozen,
+    /// Mobiles the `keep` filter refused.
+    left_out: HashSet<Serial>,
+    /// Items those mobiles wear or carry, at any depth.
+    held: HashSet<Serial>,
 }
 
-impl Buffers {
-    /// Room for the given counts plus a little slack (the world may grow before the copy).
-    pub fn prefaulted(items: usize, mobiles: usize, spawners: usize) -> Buffers {
-        Buffers {
-            items: prefaulted(items + items / 64 + 16),
-            mobiles: prefaulted(mobiles + mobiles / 64 + 16),
-            spawners: prefaulted(spawners + spawners / 64 + 16),
+impl Capture {
+    /// Freezes `world` and notes the mobiles `keep` refuses and everything they wear or carry
+    /// (the shard leaves out logged-in players: a player's mobile lives only as long as its
+    /// connection). On the loop: costs a reference count per page of entities and one call of
+    /// `keep` per mobile (a read of every mobile), no copy of an entity.
+    pub fn take(world: &World, created: Timestamp, keep: impl Fn(&Mobile) -> bool) -> Capture {
+        let refused = (world.mobiles())
+            .filter(|m| !keep(m))
+            .map(|m| m.serial)
+            .collect();
+        Capture::leaving_out(world, created, refused)
+    }
+
+    /// [`take`](Self::take), leaving out the mobiles listed (serials of no mobile are
+    /// ignored) and what they wear or carry: costs a reference count per page of entities and
+    /// a walk of what those mobiles hold, whatever the number of mobiles.
+    pub fn leaving_out(world: &World, created: Timestamp, mobiles: Vec<Serial>) -> Capture {
+        let left_out: Vec<Serial> = (mobiles.into_iter())
+            .filter(|&s| world.mobile(s).is_some())
+            .collect();
+        let held = held_by(world, left_out.clone());
+        Capture {
+            created,
+            frozen: world.freeze(),
+            left_out: left_out.into_iter().collect(),
+            held,
+        }
+    }
+
+    /// The save's time.
+    pub fn created(&self) -> Timestamp {
+        self.created
+    }
+
+    /// The frozen world.
+    pub fn frozen(&self) -> &Frozen {
+        &self.frozen
+    }
+
+    /// Copies the frozen entities out, leaving out what the filter refused. Off the loop: it
+    /// costs what a stop-the-world copy costs, and frees the frozen pages when it returns.
+    pub fn into_snapshot(self) -> Snapshot {
+        let Capture {
+            created,
+            frozen,
+            left_out,
+            held,
+        } = self;
+        let (next_item_serial, next_mobile_serial) = frozen.next_serials();
+        let mut items = Vec::with_capacity(frozen.item_count());
+        items.extend(
+            frozen
+                .items()
+                .filter(|i| !held.contains(&i.serial))
+                .cloned(),
+        );
+        let mut mobiles = Vec::with_capacity(frozen.mobile_count());
+        mobiles.extend(
+            (frozen.mobiles())
+                .filter(|m| !left_out.contains(&m.serial))
+                .cloned(),
+        );
+        let mut spawners = Vec::with_capacity(frozen.spawner_count());
+        spawners.extend(frozen.spawners().cloned());
+        Snapshot {
+            created,
+            seed: frozen.seed(),
+            next_item_serial,
+            next_mobile_serial,
+            items,
+            mobiles,
+            spawners,
         }
     }
 }
 
-fn prefaulted<T>(capacity: usize) -> Vec<T> {
-    let mut v = Vec::with_capacity(capacity);
-    v.spare_capacity_mut().fill_with(MaybeUninit::zeroed);
-    std::hint::black_box(&mut v);
-    v
-}
-
 impl Snapshot {
     /// Copies `world`, leaving out the mobiles `keep` refuses and everything they wear or
-    /// carry (the shard leaves out logged-in players: a player's mobile lives only as long
-    /// as its connection).
+    /// carry, all at once on the calling thread: the stop-the-world copy. A save on the loop
+    /// takes a [`Capture`] instead; this is for a world that is not running (a final save
+    /// after a fault, tests, benches).
     pub fn take(world: &World, created: Timestamp, keep: impl Fn(&Mobile) -> bool) -> Snapshot {
-        Snapshot::take_into(Buffers::default(), world, created, keep)
-    }
-
-    /// [`take`](Self::take), into `buffers`.
-    pub fn take_into(
-        buffers: Buffers,
-        world: &World,
-        created: Timestamp,
-        keep: impl Fn(&Mobile) -> bool,
-    ) -> Snapshot {
-        let Buffers {
-            mut items,
-            mut mobiles,
-            mut spawners,
-        } = buffers;
         let (next_item_serial, next_mobile_serial) = world.next_serials();
+        let mut mobiles = Vec::with_capacity(world.mobile_count());
         let mut left_out = Vec::new();
         for mobile in world.mobiles() {
             if keep(mobile) {
@@ -94,12 +141,8 @@ impl Snapshot {
             }
         }
         let skip = held_by(world, left_out);
-        if skip.is_empty() {
-            items.extend(world.items().cloned());
-        } else {
-            items.extend(world.items().filter(|i| !skip.contains(&i.serial)).cloned());
-        }
-        spawners.extend(world.spawners().cloned());
+        let mut items = Vec::with_capacity(world.item_count());
+        items.extend(world.items().filter(|i| !skip.contains(&i.serial)).cloned());
         Snapshot {
             created,
             seed: world.seed(),
@@ -107,7 +150,7 @@ impl Snapshot {
             next_mobile_serial,
             items,
             mobiles,
-            spawners,
+            spawners: world.spawners().cloned().collect(),
         }
     }
 
@@ -162,8 +205,21 @@ mod tests {
         for item in [pack, coin, rock] {
             world.restore_item(item).unwrap();
         }
+        let mut captured =
+            Capture::take(&world, Timestamp::UNIX_EPOCH, |m| m.is_npc).into_snapshot();
+        captured.sort();
         let mut snap = Snapshot::take(&world, Timestamp::UNIX_EPOCH, |m| m.is_npc);
         snap.sort();
+        assert_eq!(captured.items, snap.items);
+        assert_eq!(captured.mobiles, snap.mobiles);
+        assert_eq!(captured.next_item_serial, snap.next_item_serial);
+        // Listing the left-out mobile (and a serial of no mobile) instead.
+        let mut listed =
+            Capture::leaving_out(&world, Timestamp::UNIX_EPOCH, vec![Serial(2), Serial(9)])
+                .into_snapshot();
+        listed.sort();
+        assert_eq!(listed.items, snap.items);
+        assert_eq!(listed.mobiles, snap.mobiles);
         let mobiles: Vec<_> = snap.mobiles.iter().map(|m| m.serial).collect();
         let items: Vec<_> = snap.items.iter().map(|i| i.serial).collect();
         assert_eq!(mobiles, [Serial(1)]);

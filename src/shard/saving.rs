@@ -54,6 +54,10 @@ pub(super) fn start_saving(
             notices: Box::new(move |n| saver_tell(n)),
         },
     );
+    // The same players `keep` refuses, listed instead of asked of every mobile: a save's
+    // snapshot then reads no mobile on the loop.
+    let players = games.players().clone();
+    saver.leave_out(move || players.borrow().serials().collect());
     if let Some(reserve) = reserve {
         saver.keep_reserve(reserve);
     }

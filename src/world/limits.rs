@@ -193,7 +193,7 @@ impl World {
         }
         let mut levels = IdMap::default();
         levels.reserve(self.items.len());
-        for &serial in self.items.keys() {
+        for serial in self.items.keys() {
             self.level_into(serial, &mut levels)
                 .map_err(|b| (EntityKind::Item, serial, b))?;
         }

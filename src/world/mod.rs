@@ -27,7 +27,8 @@
 //!
 //! The world knows nothing about sockets or persistence formats: networking drains its
 //! deltas (`World::drain_deltas_with`) and reports player presence (`activate_around`),
-//! saves read and restore its plain-data entities (`restore_item`, `restore_mobile`,
+//! saves freeze its plain-data entities (`World::freeze`: shared pages, copied on write, so
+//! the loop does not copy the world) and restore them (`restore_item`, `restore_mobile`,
 //! `add_spawner`). See `docs/world.md`.
 
 mod activity;
@@ -35,11 +36,13 @@ mod changes;
 pub(crate) mod content;
 mod delta;
 mod entity;
+mod frozen;
 mod generate;
 mod guard;
 pub mod limits;
 mod location;
 mod model;
+mod pages;
 pub mod rng;
 mod sector;
 mod serial;
@@ -51,6 +54,7 @@ use std::rc::Rc;
 pub use changes::{DELTAS_PER_ITERATION, MobileChange};
 pub use delta::{Delta, DeltaStats};
 pub use entity::{Item, Mobile, SpawnKind, Spawner, layer};
+pub use frozen::Frozen;
 pub use generate::{
     DEFAULT_ITEMS, DEFAULT_MOBILES, DEFAULT_SEED, SPAWNER_MINUTES, generate, generate_default,
 };

@@ -12,6 +12,7 @@ use super::delta::{Delta, DeltaQueue, DeltaStats};
 use super::entity::{Item, Mobile, Spawner};
 use super::limits::{self, Breach};
 use super::location::Location;
+use super::pages::{ItemPages, MobilePages, SpawnerPages};
 use super::sector::{SectorId, Sectors};
 use super::serial::{IdMap, Serial, SerialAllocator};
 
@@ -61,9 +62,9 @@ impl std::error::Error for WorldError {}
 /// usually as `Rc<RefCell<World>>` shared by the game logic and the Deltas slot.
 pub struct World {
     pub(super) seed: u64,
-    pub(super) items: IdMap<Serial, Item>,
-    pub(super) mobiles: IdMap<Serial, Mobile>,
-    pub(super) spawners: IdMap<Serial, Spawner>,
+    pub(super) items: ItemPages,
+    pub(super) mobiles: MobilePages,
+    pub(super) spawners: SpawnerPages,
     /// Container or mobile → the items it holds.
     pub(super) contents: IdMap<Serial, Vec<Serial>>,
     pub(super) item_serials: SerialAllocator,
@@ -82,9 +83,9 @@ impl World {
     pub fn new(seed: u64) -> World {
         World {
             seed,
-            items: IdMap::default(),
-            mobiles: IdMap::default(),
-            spawners: IdMap::default(),
+            items: ItemPages::default(),
+            mobiles: MobilePages::default(),
+            spawners: SpawnerPages::default(),
             contents: IdMap::default(),
             item_serials: SerialAllocator::items(),
             mobile_serials: SerialAllocator::mobiles(),
