@@ -61,7 +61,7 @@ impl Stamp {
     }
 
     /// The reading `d` before this one, if the counter went back that far.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "loop-profiling"))]
     pub(crate) fn checked_sub(self, d: Duration) -> Option<Stamp> {
         self.0.checked_sub(Stamp::ticks(d)).map(Stamp)
     }
@@ -69,7 +69,7 @@ impl Stamp {
     /// `d` in counter ticks, rounded up: `s.add(d).since(s)` is never shorter than `d`.
     fn ticks(d: Duration) -> u64 {
         let scaled = u128::from(rate().scaled.max(1));
-        let ticks = ((d.as_nanos() << 32) + scaled - 1) / scaled;
+        let ticks = (d.as_nanos() << 32).div_ceil(scaled);
         u64::try_from(ticks).unwrap_or(u64::MAX)
     }
 
