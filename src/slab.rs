@@ -25,12 +25,6 @@ pub struct Key {
 }
 
 impl Key {
-    /// A key no slab ever issues (index `u32::MAX` is never allocated): a safe sentinel.
-    pub(crate) const RESERVED: Key = Key {
-        index: NIL,
-        generation: u32::MAX,
-    };
-
     /// The key with these parts, as [`Key::index`] and [`Key::generation`] gave them (the
     /// io_uring backend carries a key through the kernel inside an operation's user_data).
     /// Like any key it addresses an entry only while that slot holds that generation.

@@ -549,9 +549,10 @@ async fn t11_determinism_independent_of_idle_wait() {
 }
 
 /// The tick a label was logged in: `timer::now()` counted in whole ticks from the epoch. In a
-/// callback that is the boundary being processed, exactly; in a task it is this iteration's
-/// clock reading, which in real time is a little past the boundary that woke the task, and
-/// so still falls in that boundary's tick while the loop is less than a tick late.
+/// callback, and in a task woken by a pause, that is the boundary being processed, exactly;
+/// in a task's first poll it is this iteration's clock reading, which in real time is a
+/// little past the boundary, and so still falls in that boundary's tick while the loop is
+/// less than a tick late.
 fn tick_index() -> u128 {
     (timer::now() - timer::epoch()).as_nanos() / TICK.as_nanos()
 }
@@ -604,8 +605,10 @@ const REAL_TIME_SLACK: Duration = Duration::from_millis(6);
 /// times each, 40 repeating timers (every fifth cancelled) that each start a nested timer.
 ///
 /// One change besides the scale: the task pauses are 8k + 1 ms rather than any length.
-/// A pause counts from the iteration's clock reading (T5); on the real clock that reading is
-/// a little past the boundary that woke the task, by however late the loop is. A pause of a
+/// The tasks are spawned before the loop runs, so their first pause counts from the first
+/// iteration's clock reading (T5; later ones count from the tick that woke the task, see
+/// `t5_a_task_woken_by_a_pause_sees_its_tick_in_real_time_at_any_idle_wait`); on the real
+/// clock that reading is a little past the epoch, by however late the loop is. A pause of a
 /// whole number of ticks (or one ending just before a boundary) would then land on one tick
 /// or another depending on that lateness, and so would the task's later labels: the trace
 /// would depend on the machine's load, not on the inputs. With 8k + 1 ms every lateness under
@@ -716,6 +719,135 @@ async fn t11_determinism_in_real_time_with_and_without_idle_wait() {
     eprintln!(
         "every attempt was disturbed by the machine's load: compared only the timer \
          callbacks and the label counts"
+    );
+}
+
+/// (label, nanoseconds of `timer::now()` since the epoch), in the order they were logged.
+type NanoLog = Rc<RefCell<Vec<(String, u128)>>>;
+
+fn log_nanos(log: &NanoLog, label: String) {
+    let at = (timer::now() - timer::epoch()).as_nanos();
+    log.borrow_mut().push((label, at));
+}
+
+/// A run of [`tasks_on_ticks`]: what the game saw, and the loop's worst lateness.
+struct NanoTrace {
+    labels: Vec<(String, u128)>,
+    max_wheel_lag: Duration,
+}
+
+impl NanoTrace {
+    /// The labels whose name starts with `prefix`, in order, with their times.
+    fn only(&self, prefix: &str) -> Vec<(String, u128)> {
+        self.labels
+            .iter()
+            .filter(|(label, _)| label.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+}
+
+/// Tasks that pause for any length (whole ticks included) and start timers from inside,
+/// spawned by a callback of tick 1, run for ~0.3 s. Every time logged is `timer::now()` to
+/// the nanosecond: in a task woken by a pause, the boundary of the tick that woke it.
+async fn tasks_on_ticks(idle_wait: Duration) -> NanoTrace {
+    let mut el = EventLoop::builder().idle_wait(idle_wait).build();
+    let labels: NanoLog = Rc::default();
+    let mut next = fixed_rng();
+    let plans: Vec<Vec<u64>> = (0..30)
+        .map(|i| {
+            (0..4)
+                .map(|_| if i % 3 == 0 { 8 * next(5) } else { next(45) })
+                .collect()
+        })
+        .collect();
+    let l = labels.clone();
+    timer::after(Duration::ZERO).start(move || {
+        for (i, plan) in plans.iter().cloned().enumerate() {
+            let l = l.clone();
+            drop(spawn(async move {
+                log_nanos(&l, format!("task {i} starts"));
+                for (n, d) in plan.into_iter().enumerate() {
+                    timer::pause(d).await;
+                    log_nanos(&l, format!("task {i} woke"));
+                    // Counts from the task's logical time: the tick that woke it.
+                    let l2 = l.clone();
+                    timer::after(ms(d / 2 + 1))
+                        .start(move || log_nanos(&l2, format!("timer of task {i} #{n}")));
+                }
+            }));
+        }
+    });
+    el.run_until(timer::pause(300)).await;
+    let stats = el.stats();
+    assert_eq!(stats.panics, 0, "no callback or task panicked");
+    NanoTrace {
+        labels: labels.take(),
+        max_wheel_lag: stats.max_wheel_lag,
+    }
+}
+
+/// T5 for tasks, and T11 through it: a task woken by a pause sees the logical time of the
+/// tick that woke it, as the callbacks of that tick do, so what it starts lands on the same
+/// tick whatever the clock and `idle_wait` (0, 2 ms, 1 s on the real clock, against the
+/// paused clock).
+///
+/// A loop that is a whole tick late catches up several ticks in one pass, and a timer a task
+/// then starts for the next tick cannot be scheduled in the past (T4): only then may the
+/// trace differ. So the full trace is compared when the run kept time (worst wheel lag under
+/// a tick), a disturbed attempt is retried, and whatever the load every task's times must be
+/// exact boundaries.
+#[tokio::test]
+async fn t5_a_task_woken_by_a_pause_sees_its_tick_in_real_time_at_any_idle_wait() {
+    let paused = std::thread::spawn(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("paused runtime")
+            .block_on(tasks_on_ticks(ms(2)))
+            .labels
+    })
+    .join()
+    .expect("the paused reference run");
+    assert!(paused.len() > 200, "the scenario logs enough to compare");
+    let on_boundary = |trace: &NanoTrace, idle_wait: Duration| {
+        for (label, at) in trace.only("task") {
+            assert_eq!(
+                at % TICK.as_nanos(),
+                0,
+                "idle_wait {idle_wait:?}: {label} saw {at} ns, not a tick boundary"
+            );
+        }
+    };
+
+    const ATTEMPTS: usize = 3;
+    for attempt in 1..=ATTEMPTS {
+        let mut kept_time = true;
+        for idle_wait in [Duration::ZERO, ms(2), Duration::from_secs(1)] {
+            let real = within_5s(tasks_on_ticks(idle_wait)).await;
+            on_boundary(&real, idle_wait);
+            if real.max_wheel_lag < TICK {
+                assert_eq!(
+                    real.labels, paused,
+                    "idle_wait {idle_wait:?}: real clock vs paused clock"
+                );
+            } else {
+                kept_time = false;
+                eprintln!(
+                    "attempt {attempt}/{ATTEMPTS}, idle_wait {idle_wait:?}: the loop ran {:?} \
+                     late; full trace not comparable",
+                    real.max_wheel_lag
+                );
+            }
+        }
+        if kept_time {
+            return;
+        }
+    }
+    eprintln!(
+        "every attempt was disturbed by the machine's load: checked only that tasks saw \
+         tick boundaries"
     );
 }
 

@@ -22,10 +22,11 @@
 //! This module must never run game code: it only stores and hands over.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::fmt;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::task::AtomicWaker;
@@ -37,11 +38,12 @@ use super::watch::{Doing, Now};
 use crate::slab::Key;
 use crate::timer::wheel::Wheel;
 
-use super::executor::{Executor, TaskWaker};
+use super::executor::{Executor, RemoteWake};
 use super::fault::FaultState;
 use super::health::Health;
 use super::profile::Profile;
 use super::stats::Counters;
+use super::task::Header;
 use super::telemetry::LoopStats;
 
 /// A closure posted to the loop, and where it was posted.
@@ -50,10 +52,11 @@ pub(crate) type Posted = (
     &'static std::panic::Location<'static>,
 );
 
-/// Identifies one loop for the lifetime of the process.
-pub(crate) type LoopId = u64;
+/// Identifies one loop for the lifetime of the process (32 bits: it sits in every `Pause`
+/// and `TimerToken`, and so in every task that holds one).
+pub(crate) type LoopId = u32;
 
-static NEXT_LOOP_ID: AtomicU64 = AtomicU64::new(1);
+static NEXT_LOOP_ID: AtomicU32 = AtomicU32::new(1);
 
 /// Keeps what it holds alone on its cache line(s): 128 bytes, because x86 fetches lines in
 /// adjacent pairs, so two hot atomics 64 bytes apart still contend.
@@ -97,7 +100,12 @@ pub(crate) struct Shared {
     signal: Padded<Signal>,
     side: Padded<LoopSide>,
     /// Tasks woken from other threads, in wake order (rare: off the hot paths' lines).
-    remote_ready: Mutex<Vec<Arc<TaskWaker>>>,
+    /// `None` once the loop is dropped: a task's entry would keep its block, and the block
+    /// this `Shared`, alive forever.
+    remote_ready: Mutex<Option<Vec<RemoteWake>>>,
+    /// The wakers of join handles awaiting an unfinished task, by task block address (rare:
+    /// kept here rather than in every task; `task.rs`, invariant 6).
+    awaiters: Mutex<HashMap<usize, std::task::Waker>>,
     /// Times a watchdog found this loop stuck (written by the watchdog's thread).
     stalls: AtomicU64,
 }
@@ -117,7 +125,7 @@ impl std::error::Error for LoopClosed {}
 impl Shared {
     fn new() -> Self {
         Shared {
-            id: NEXT_LOOP_ID.fetch_add(1, Ordering::Relaxed),
+            id: next_loop_id(),
             posted: Padded(Mutex::new(VecDeque::new())),
             signal: Padded(Signal {
                 notified: AtomicBool::new(false),
@@ -131,7 +139,8 @@ impl Shared {
                 heartbeat: AtomicU64::new(0),
                 now: Now::default(),
             }),
-            remote_ready: Mutex::new(Vec::new()),
+            remote_ready: Mutex::new(Some(Vec::new())),
+            awaiters: Mutex::new(HashMap::new()),
             stalls: AtomicU64::new(0),
         }
     }
@@ -182,19 +191,66 @@ impl Shared {
         std::mem::take(&mut *lock(&self.posted))
     }
 
-    pub(crate) fn push_remote_wake(&self, task: Arc<TaskWaker>) {
-        lock(&self.remote_ready).push(task);
-        self.notify();
+    pub(crate) fn push_remote_wake(&self, wake: RemoteWake) {
+        let refused = match lock(&self.remote_ready).as_mut() {
+            Some(queue) => {
+                queue.push(wake);
+                None
+            }
+            None => Some(wake),
+        };
+        match refused {
+            None => self.notify(),
+            // The loop is gone: nothing to wake (dropped outside the lock).
+            Some(wake) => drop(wake),
+        }
+    }
+
+    /// The loop is going away: drops the remote wakes queued and refuses later ones.
+    pub(crate) fn close_remote_wakes(&self) {
+        let queued = lock(&self.remote_ready).take();
+        drop(queued);
+    }
+
+    /// Stores the waker awaiting task `task`, replacing an earlier one, and runs `flag`
+    /// (which sets the task's `AWAITER` flag) under the same lock.
+    pub(crate) fn put_awaiter(
+        &self,
+        task: std::ptr::NonNull<Header>,
+        waker: std::task::Waker,
+        flag: impl FnOnce(),
+    ) {
+        let mut awaiters = lock(&self.awaiters);
+        awaiters.insert(task.as_ptr() as usize, waker);
+        flag();
+    }
+
+    /// Takes the waker awaiting task `task` if `unflag` (which clears the task's `AWAITER`
+    /// flag, under the same lock) says it was there.
+    pub(crate) fn take_awaiter(
+        &self,
+        task: std::ptr::NonNull<Header>,
+        unflag: impl FnOnce() -> bool,
+    ) -> Option<std::task::Waker> {
+        let mut awaiters = lock(&self.awaiters);
+        if unflag() {
+            awaiters.remove(&(task.as_ptr() as usize))
+        } else {
+            None
+        }
     }
 
     /// Moves the remote wakes into `out`; returns how many.
-    pub(crate) fn take_remote_wakes(&self, out: &mut Vec<Arc<TaskWaker>>) -> usize {
-        let mut ready = lock(&self.remote_ready);
+    pub(crate) fn take_remote_wakes(&self, out: &mut Vec<RemoteWake>) -> usize {
+        let mut guard = lock(&self.remote_ready);
+        let Some(ready) = guard.as_mut() else {
+            return 0;
+        };
         let n = ready.len();
         if out.is_empty() {
-            std::mem::swap(&mut *ready, out);
+            std::mem::swap(ready, out);
         } else {
-            out.append(&mut ready);
+            out.append(ready);
         }
         n
     }
@@ -290,6 +346,17 @@ impl Shared {
     }
 }
 
+/// The next loop id. 2^32 loops in one process would wrap it: stop rather than let two loops
+/// share an id.
+fn next_loop_id() -> LoopId {
+    let id = NEXT_LOOP_ID.fetch_add(1, Ordering::Relaxed);
+    assert!(
+        id != 0,
+        "more than 2^32 - 1 event loops built in this process"
+    );
+    id
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Queues stay consistent even if a thread panicked while holding the lock: every
     // critical section here is a single push or drain.
@@ -356,6 +423,10 @@ pub(crate) struct Core {
     /// `timer::now()`: the boundary being processed during Timers, else this iteration's
     /// clock reading (T5).
     pub(crate) logical_now: Cell<Instant>,
+    /// The logical time a task woken now sees at its next poll: the boundary being processed
+    /// while the Timers phase runs, `None` (the clock reading of the iteration that polls it)
+    /// elsewhere.
+    pub(crate) wake_time: Cell<Option<Instant>>,
     /// The timer whose callback is running, for `timer::current()`.
     pub(crate) current_timer: Cell<Option<Key>>,
     pub(crate) executor: Executor,
@@ -372,6 +443,7 @@ impl Core {
             clock,
             wheel: RefCell::new(Wheel::new()),
             logical_now: Cell::new(clock.epoch),
+            wake_time: Cell::new(None),
             current_timer: Cell::new(None),
             executor: Executor::new(),
             counters: Counters::default(),

@@ -34,7 +34,7 @@ use tokio::task::coop::unconstrained;
 use tokio::time::{Duration, Instant};
 
 use super::context::{Clock, Core, LoopContext, Posted, install, uninstall};
-use super::executor::TaskWaker;
+use super::executor::RootWaker;
 use super::fault::{self, Fault, INJECTED_PANIC};
 use super::fire::fire;
 use super::health::{self, Health};
@@ -369,7 +369,7 @@ impl EventLoop {
         }
         install(&self.core);
         let mut future = pin!(future);
-        let root = TaskWaker::new_root(self.core.shared.clone());
+        let root = RootWaker::new(self.core.shared.clone());
         let root_waker = Waker::from(root.clone());
         self.core.executor.schedule_root();
         loop {
@@ -421,7 +421,9 @@ impl EventLoop {
         };
         let now = Instant::now();
 
-        let fired = self.guarded(Phase::Timers, |this| this.run_timers(now))?;
+        let timers = self.guarded(Phase::Timers, |this| this.run_timers(now));
+        core.wake_time.set(None);
+        let fired = timers?;
         core.logical_now.set(now);
         end(Phase::Timers, fired);
 
@@ -482,6 +484,7 @@ impl EventLoop {
                 current_tick = Some(expired.tick);
                 let boundary = clock.boundary(expired.tick);
                 core.logical_now.set(boundary);
+                core.wake_time.set(Some(boundary));
                 self.account_tick(boundary);
             }
             let ran = fire(core, expired.key);
@@ -645,6 +648,7 @@ impl Drop for EventLoop {
         // Tasks are dropped while the loop is still this thread's loop: their pauses and
         // timers clean up after themselves.
         self.core.executor.clear();
+        self.core.shared.close_remote_wakes();
         uninstall(&self.core);
     }
 }

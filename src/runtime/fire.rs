@@ -6,47 +6,27 @@
 //! callback or a waker runs — callbacks start, cancel and inspect timers themselves.
 
 use std::panic::Location;
-use std::task::Waker;
 
 use super::context::Core;
-use super::job::{Job, WakeTarget};
+use super::job::JobRef;
 use super::panic::catch;
 use super::watch::Doing;
 use crate::slab::Key;
-
-impl WakeTarget {
-    /// Remembers who polled the pause last (`cx`'s waker), as a task key when it is the
-    /// waker of the task being polled.
-    pub(crate) fn update(&mut self, core: &Core, waker: &Waker) {
-        if let Some(task) = core.executor.polled_task(waker) {
-            *self = WakeTarget::Task(task);
-        } else if !matches!(self, WakeTarget::Waker(w) if w.will_wake(waker)) {
-            *self = WakeTarget::Waker(waker.clone());
-        }
-    }
-
-    pub(super) fn wake(self, core: &Core) {
-        match self {
-            WakeTarget::Task(task) => core.executor.wake_task(core, task),
-            WakeTarget::Waker(waker) => waker.wake(),
-        }
-    }
-}
 
 /// Runs the entry `key` that the wheel just yielded. Returns the timer's creation site when
 /// a callback ran (for the loop profile), `None` for a pause woken or nothing run.
 pub(crate) fn fire(core: &Core, key: Key) -> Option<&'static Location<'static>> {
     let mut wheel = core.wheel.borrow_mut();
     let job = wheel.get_mut(key)?;
-    let timer = match job {
-        Job::Wake { .. } => {
-            if let Some(Job::Wake { target, .. }) = wheel.remove(key) {
+    let timer = match job.kind() {
+        JobRef::Pause => {
+            if let Some(pause) = wheel.remove(key) {
                 drop(wheel);
-                target.wake(core);
+                pause.wake(core);
             }
             return None;
         }
-        Job::Timer(timer) => timer,
+        JobRef::Timer(timer) => timer,
     };
     let last = timer.is_last_run();
     let callback = timer.callback.take();
@@ -78,8 +58,8 @@ pub(crate) fn fire(core: &Core, key: Key) -> Option<&'static Location<'static>> 
         drop((removed, callback));
         return Some(site);
     }
-    match wheel.get_mut(key) {
-        Some(Job::Timer(timer)) if !last => {
+    match wheel.get_mut(key).map(|job| job.kind()) {
+        Some(JobRef::Timer(timer)) if !last => {
             timer.index += 1;
             timer.callback = Some(callback);
         }

@@ -38,7 +38,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, RandomState};
 
 use super::context;
-use super::executor::{AbortHandle, JoinHandle};
+use super::task::{AbortHandle, JoinHandle};
 
 /// A handle on something running on the loop that can be stopped: a timer or a task.
 pub trait Cancel {

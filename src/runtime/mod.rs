@@ -19,6 +19,7 @@ mod phase;
 pub(crate) mod profile;
 pub(crate) mod stamp;
 mod stats;
+pub(crate) mod task;
 pub mod telemetry;
 mod thread_wakes;
 mod verdict;
@@ -30,13 +31,14 @@ pub use event_loop::{
     DEFAULT_IDLE_WAIT, DEFAULT_LATE_WAKE_PERCENT, DEFAULT_LATE_WAKE_THRESHOLD,
     DEFAULT_SPIN_BEFORE_PARK, DEFAULT_TICK, EventLoop, EventLoopBuilder,
 };
-pub use executor::{AbortHandle, JoinError, JoinHandle, spawn};
+pub use executor::spawn;
 pub(crate) use fault::faulted;
 pub use fault::{Fault, report_fault};
 pub use keyed::{Cancel, Keyed};
 pub(crate) use panic::catch;
 pub use phase::{Account, Phase, PhaseInfo};
 pub use stats::LagHistogram;
+pub use task::{AbortHandle, JoinError, JoinHandle};
 pub use telemetry::LoopStats;
 pub use verdict::Verdict;
 pub use watch::Doing;

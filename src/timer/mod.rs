@@ -101,8 +101,11 @@ pub fn current() -> Option<TimerToken> {
         .map(|key| TimerToken::new(key, core.shared.id))
 }
 
-/// The loop's logical time: during timer callbacks the boundary being processed, elsewhere
-/// this iteration's clock reading (T5). Durations measured from it never drift.
+/// The loop's logical time: during timer callbacks the boundary being processed; in a task
+/// woken while a tick was processed (by a pause, or by a callback of that tick), that tick's
+/// boundary, for the whole poll; elsewhere this iteration's clock reading (T5). Durations
+/// measured from it never drift, and what a task starts after a pause lands on the same tick
+/// whatever the clock reading or `idle_wait` (T11).
 ///
 /// **Clock:** a [`tokio::time::Instant`] — tokio's clock, which is the monotonic clock
 /// (`CLOCK_MONOTONIC`) in production and tokio's virtual clock under

@@ -1,25 +1,26 @@
 //! `Pause`: the future behind `timer::pause`.
 //!
 //! A pause is armed when it is created (the delay counts from `timer::now()` then, not from
-//! the first poll), as one wheel entry holding the waker to call. When its tick comes, the
-//! entry is removed and the waker called; the pause sees its key gone and completes.
+//! the first poll), as one wheel entry saying whom to wake: the task being polled, or the
+//! waker it was last polled with (`runtime::job`). When its tick comes, the entry is removed
+//! and that task or waker woken; the pause sees its key gone and completes.
 //! Dropping an unfinished pause removes the entry (T9) — on the loop thread. Dropped on
 //! another thread it cannot reach the wheel, and the entry simply fires into nothing.
 
 use std::panic::Location;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use tokio::time::Duration;
 
 use crate::runtime::context::{LoopId, core, try_core};
 use crate::slab::Key;
 
-use crate::runtime::job::{Job, WakeTarget};
+use crate::runtime::job::Job;
 
 /// Completes at the first tick boundary at or after its due instant (`timer::now()` at
 /// creation plus the delay, on tokio's clock — the virtual one under `start_paused`).
-/// `Send`, `Unpin`; dropping it cancels it.
+/// `Send`, `Unpin`, 12 bytes; dropping it cancels it.
 #[must_use = "a Pause does nothing unless awaited"]
 #[derive(Debug)]
 pub struct Pause {
@@ -35,13 +36,8 @@ impl Pause {
         let due = core
             .clock
             .tick_ceil(core.logical_offset().saturating_add(delay));
-        let key = core.wheel.borrow_mut().insert(
-            due,
-            Job::Wake {
-                target: WakeTarget::Waker(Waker::noop().clone()),
-                site,
-            },
-        );
+        let job = Job::pause(&core, site);
+        let key = core.wheel.borrow_mut().insert(due, job);
         Pause {
             key,
             loop_id: core.shared.id,
@@ -59,8 +55,8 @@ impl Future for Pause {
         }
         let mut wheel = core.wheel.borrow_mut();
         match wheel.get_mut(self.key) {
-            Some(Job::Wake { target, .. }) => {
-                target.update(&core, cx.waker());
+            Some(job) if job.is_pause() => {
+                job.update(&core, cx.waker());
                 Poll::Pending
             }
             _ => Poll::Ready(()),
@@ -77,7 +73,7 @@ impl Drop for Pause {
         // The wheel may be borrowed if the pause is dropped by a waker's drop during the
         // Timers phase; the entry then fires into nothing, which is harmless.
         if let Ok(mut wheel) = core.wheel.try_borrow_mut()
-            && matches!(wheel.get(self.key), Some(Job::Wake { .. }))
+            && wheel.get(self.key).is_some_and(Job::is_pause)
         {
             let removed = wheel.remove(self.key);
             drop(wheel);

@@ -66,7 +66,7 @@ impl TimerBuilder {
                 .map(|n| if self.interval.is_some() { n } else { n.min(1) }),
         };
         let mut wheel = core.wheel.borrow_mut();
-        let key = wheel.insert(core.clock.tick_ceil(first_due), Job::Timer(Box::new(job)));
+        let key = wheel.insert(core.clock.tick_ceil(first_due), Job::timer(Box::new(job)));
         if self.times == Some(0) {
             // Never runs: hand back a token that is already stale.
             let removed = wheel.remove(key);
@@ -98,7 +98,7 @@ impl TimerToken {
         }
         let wheel = core.wheel.borrow();
         match wheel.get(self.key) {
-            Some(Job::Timer(timer)) => Some(f(&core, timer)),
+            Some(job) => job.as_timer().map(|timer| f(&core, timer)),
             _ => None,
         }
     }
@@ -119,7 +119,7 @@ impl TimerToken {
             return false;
         }
         let mut wheel = core.wheel.borrow_mut();
-        if !matches!(wheel.get(self.key), Some(Job::Timer(_))) {
+        if wheel.get(self.key).and_then(Job::as_timer).is_none() {
             return false;
         }
         let removed = wheel.remove(self.key);
@@ -165,7 +165,7 @@ impl TimerToken {
             return None;
         }
         let wheel = core.wheel.borrow();
-        if !matches!(wheel.get(self.key), Some(Job::Timer(_))) || !wheel.is_pending(self.key) {
+        if wheel.get(self.key).and_then(Job::as_timer).is_none() || !wheel.is_pending(self.key) {
             return None;
         }
         wheel.due(self.key).map(|tick| core.clock.boundary(tick))
