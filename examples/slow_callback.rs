@@ -1,7 +1,7 @@
 //! A slow-callback episode, made on purpose, and what the loop profile says about it.
 //!
 //! ```sh
-//! cargo run --release --features loop-profiling --example slow_callback
+//! cargo run --release --example slow_callback
 //! ```
 //!
 //! An event loop with the default 8 ms tick runs for ~15 s with two repeating timers: an
@@ -16,8 +16,8 @@
 //! worst second at 10–15 % (stolen time takes the rest on a busy host), the Sleep part's
 //! lowest second down by as much, a max wheel lag of tens of ms (the ordinary timer's next
 //! boundary waits for the stall to end), and `worst timer callback` at ~150 ms with
-//! `examples/slow_callback.rs:LINE`. Built without `loop-profiling` there is no profile: the
-//! example says so and exits with status 2.
+//! `examples/slow_callback.rs:LINE`. Built without `loop-profiling` (a default feature) there is no
+//! profile: the example says so and exits with status 2.
 
 use std::cell::Cell;
 use std::process::ExitCode;
@@ -63,8 +63,9 @@ async fn episode(el: &mut EventLoop) -> (String, u32, u64) {
 async fn main() -> ExitCode {
     if !runtime::profiling() {
         eprintln!(
-            "slow_callback: this build has no loop profile; run it with \
-             cargo run --release --features loop-profiling --example slow_callback"
+            "slow_callback: this build has no loop profile (it was built without the \
+             default feature loop-profiling); run it with \
+             cargo run --release --example slow_callback"
         );
         return ExitCode::from(2);
     }

@@ -4,15 +4,22 @@
 #
 #   scripts/measure-loop-profile.sh OFF_BIN ON_BIN [rounds] [seconds]   (defaults: 3 15)
 #
-# Build the two binaries first, e.g. (the profile is a no-op feature once always on, so to
-# measure its cost again flip `ENABLED` in src/runtime/profile.rs for the OFF build):
-#   cargo build --release --bins && cp target/release/shardloop /tmp/shardloop-off
-#   cargo build --release --bins --features loop-profiling && cp target/release/shardloop /tmp/shardloop-on
+# Build the two binaries first from the same tree (the profile is a default feature; OFF
+# compiles it out):
+#   cargo build --release --bins --no-default-features --features io-uring && cp target/release/shardloop /tmp/shardloop-off
+#   cargo build --release --bins && cp target/release/shardloop /tmp/shardloop-on
 #
 # Each round starts each binary once (default world, autosave off, probe off, admission and
 # ping limits lifted as in measure-network.sh), lets it settle, samples the loop thread's CPU
 # (first field of the main thread's schedstat) for `seconds` at idle, then again while
 # `shardloop loadgen` runs 1000 clients flat out. It prints every run and the medians.
+#
+# Flat out, the work per second follows the CPU the machine lends each side, and the loop's
+# CPU per round trip falls as its iterations batch more (more round trips per iteration at a
+# higher rate), so on a shared machine two runs differ by more than the profile costs.
+# `INTERVAL=50ms scripts/measure-loop-profile.sh ...` paces each client to one ping per
+# interval (1000 clients: 20,000 round trips a second): the same work in every run, so the
+# loop's CPU itself is the figure to compare.
 set -euo pipefail
 
 off=${1:?usage: $0 OFF_BIN ON_BIN [rounds] [seconds]}
@@ -51,7 +58,7 @@ run() {
     sleep 5
     idle=$(sample "$pid" "$seconds")
     busy=$(sample "$pid" "$seconds" "$bin" loadgen --connect "127.0.0.1:$port" \
-        --connections 1000 --duration "${seconds}s" --ramp 2s)
+        --connections 1000 --duration "${seconds}s" --ramp 2s ${INTERVAL:+--interval "$INTERVAL"})
     echo "$name idle_loop_cpu_pct=$idle load_loop_cpu_pct=$busy $(grep -i "round trips" "$work/loadgen.out" | head -1 | tr -s ' ')"
     kill -INT "$pid"; wait "$pid" 2>/dev/null || true
     rm -rf "$work/data-$name"

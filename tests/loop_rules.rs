@@ -415,7 +415,7 @@ fn busy(d: std::time::Duration) {
 #[tokio::test]
 #[cfg_attr(
     not(feature = "loop-profiling"),
-    ignore = "the loop profile is opt-in: cargo test --features loop-profiling"
+    ignore = "the loop profile is compiled out of this build (--no-default-features)"
 )]
 async fn the_profile_adds_up_and_names_the_slow_callback_with_its_line() {
     let mut el = EventLoop::new();

@@ -307,7 +307,7 @@ fn wait_for(screen: &Screen, needle: &str, patience: Duration) -> String {
 #[tokio::test]
 #[cfg_attr(
     not(feature = "loop-profiling"),
-    ignore = "the loop profile is opt-in: cargo test --features loop-profiling"
+    ignore = "the loop profile is compiled out of this build (--no-default-features)"
 )]
 async fn loopstats_shows_the_last_minute_and_csv_writes_the_history_and_its_chart() {
     let dir = tempfile::tempdir().unwrap();

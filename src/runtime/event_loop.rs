@@ -62,6 +62,14 @@ pub const DEFAULT_LATE_WAKE_PERCENT: u32 = 25;
 /// Posted closures run per iteration at most; the rest wait for the next iteration.
 const POSTED_PER_ITERATION: usize = 4096;
 
+/// What the Posted phase did in one iteration.
+struct PostedRun {
+    /// Closures run.
+    ran: usize,
+    /// Closures left for the next iteration.
+    pending: bool,
+}
+
 /// A slot handler: does its bounded share of work and returns true if it left work pending
 /// (which keeps the loop from parking).
 type Handler = Box<dyn FnMut() -> bool>;
@@ -402,9 +410,12 @@ impl EventLoop {
             core.profile
                 .iteration_start(self.idle_part, || core.stats());
         }
-        // What a profiled phase does at its end: one clock read.
-        let end = |part: Phase| {
-            if PROFILING {
+        // What a profiled phase does at its end: one clock read. A phase that found nothing
+        // to run (no tick due, no ready task, no posted closure) skips it: the time it took
+        // to look (a wheel poll, which may move a level's timers down one level; two queue
+        // checks) goes to the next phase, and the iteration costs a read less.
+        let end = |part: Phase, ran: bool| {
+            if PROFILING && ran {
                 core.profile.phase_end(part);
             }
         };
@@ -412,25 +423,26 @@ impl EventLoop {
 
         let timers = self.guarded(Phase::Timers, |this| this.run_timers(now));
         core.wake_time.set(None);
-        timers?;
+        let fired = timers?;
         core.logical_now.set(now);
-        end(Phase::Timers);
+        end(Phase::Timers, fired);
 
         let mut pending = self.guarded(Phase::Network, |this| this.run_slot(Phase::Network))?;
-        end(Phase::Network);
-        self.guarded(Phase::Tasks, |_| core.executor.run_ready(&core, poll_root))?;
-        end(Phase::Tasks);
-        pending |= self.guarded(Phase::Posted, Self::run_posted)?;
-        end(Phase::Posted);
+        end(Phase::Network, true);
+        let polled = self.guarded(Phase::Tasks, |_| core.executor.run_ready(&core, poll_root))?;
+        end(Phase::Tasks, polled);
+        let posted = self.guarded(Phase::Posted, Self::run_posted)?;
+        pending |= posted.pending;
+        end(Phase::Posted, posted.ran > 0);
         pending |= self.guarded(Phase::Deltas, |this| {
             if this.core.faults.take_injected_panic() {
                 panic!("{INJECTED_PANIC}");
             }
             this.run_slot(Phase::Deltas)
         })?;
-        end(Phase::Deltas);
+        end(Phase::Deltas, true);
         pending |= self.guarded(Phase::Flush, |this| this.run_slot(Phase::Flush))?;
-        end(Phase::Flush);
+        end(Phase::Flush, true);
 
         self.guarded(Phase::Sleep, |this| {
             this.core.health.borrow_mut().sample(now)
@@ -454,8 +466,9 @@ impl EventLoop {
         })
     }
 
-    /// Phase 1: every tick boundary up to the clock reading, in order, in one pass.
-    fn run_timers(&mut self, now: Instant) {
+    /// Phase 1: every tick boundary up to the clock reading, in order, in one pass. True if
+    /// a tick fired.
+    fn run_timers(&mut self, now: Instant) -> bool {
         let core = &*self.core;
         let clock = core.clock;
         let target = clock.tick_at(now);
@@ -480,6 +493,7 @@ impl EventLoop {
                     .ran(Kind::Timer, &mut since, &mut save_before, Site::from(site));
             }
         }
+        current_tick.is_some()
     }
 
     fn account_tick(&self, boundary: Instant) {
@@ -513,7 +527,7 @@ impl EventLoop {
     }
 
     /// Phase 4: posted closures, FIFO, at most [`POSTED_PER_ITERATION`].
-    fn run_posted(&mut self) -> bool {
+    fn run_posted(&mut self) -> PostedRun {
         if self.posted.is_empty() {
             let taken = self
                 .core
@@ -524,16 +538,21 @@ impl EventLoop {
         let profile = &self.core.profile;
         let mut since = profile.mark(); // read only with the profile (see run_timers)
         let mut save_before = profile.save_total();
-        for _ in 0..POSTED_PER_ITERATION {
+        let mut ran = 0;
+        while ran < POSTED_PER_ITERATION {
             let Some(job) = self.posted.pop_front() else {
                 break;
             };
+            ran += 1;
             let site = self.run_posted_job(job);
             if PROFILING {
                 profile.ran(Kind::Posted, &mut since, &mut save_before, Site::from(site));
             }
         }
-        !self.posted.is_empty()
+        PostedRun {
+            ran,
+            pending: !self.posted.is_empty(),
+        }
     }
 
     /// Runs one posted closure; returns where it was posted.

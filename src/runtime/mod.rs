@@ -17,6 +17,7 @@ mod panic;
 pub(crate) mod park;
 mod phase;
 pub(crate) mod profile;
+pub(crate) mod stamp;
 mod stats;
 pub(crate) mod task;
 pub mod telemetry;
@@ -72,9 +73,9 @@ pub(crate) fn time_save_snapshot<R>(snapshot: impl FnOnce() -> R) -> R {
     if !profile::ENABLED {
         return snapshot();
     }
-    let began = std::time::Instant::now();
+    let began = stamp::Stamp::now();
     let out = snapshot();
-    let took = began.elapsed();
+    let took = stamp::Stamp::now().since(began);
     context::with_current(|core| core.profile.saved(took));
     out
 }

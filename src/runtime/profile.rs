@@ -2,7 +2,8 @@
 //! the [`History`] of the last 15 minutes of such seconds.
 //!
 //! How it measures, and what it costs:
-//! - One real-clock read (`std::time::Instant`, vDSO) per phase boundary. Marks are chained —
+//! - One read of the profile's clock (a [`Stamp`]: the CPU's time-stamp counter, ~16 ns on the
+//!   development VM against 30–40 ns for `Instant`) per phase boundary. Marks are chained —
 //!   each read ends one part and starts the next — so every nanosecond of wall time lands in
 //!   exactly one part and the parts add up to the wall time by construction.
 //! - Timer callbacks, task polls and posted closures reuse the chain: one read after each,
@@ -26,16 +27,17 @@
 use std::cell::{Cell, RefCell};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::history::{History, LoopSecond, Offender, Site};
 use super::panic::catch;
 use super::phase::Phase;
+use super::stamp::Stamp;
 use super::telemetry::LoopStats;
 
-/// Whether the loop profiles itself: the `loop-profiling` cargo feature, opt-in because it
-/// measured about 5 % of loop CPU per round trip at 1000 ping clients (`docs/performance.md`,
-/// "Loop profile"). Off, every call site is behind this constant and compiles to nothing.
+/// Whether the loop profiles itself: the `loop-profiling` cargo feature, on by default (it
+/// costs under 1 % of loop CPU at 1000 ping clients: `docs/performance.md`, "Loop profile").
+/// Compiled out, every call site is behind this constant and compiles to nothing.
 pub(crate) const ENABLED: bool = cfg!(feature = "loop-profiling");
 
 /// How long one record covers, at least.
@@ -62,11 +64,11 @@ pub(crate) struct Profile {
 
 struct State {
     /// Loop start, real and Unix time.
-    start: Instant,
+    start: Stamp,
     unix_start: Duration,
-    second_start: Instant,
+    second_start: Stamp,
     /// The last phase boundary.
-    mark: Instant,
+    mark: Stamp,
     current: LoopSecond,
     /// The loop's counters, the thread's CPU time and run-queue wait when the second started.
     base_stats: LoopStats,
@@ -77,7 +79,7 @@ struct State {
 
 impl Profile {
     pub(crate) fn new() -> Profile {
-        let now = Instant::now();
+        let now = Stamp::now();
         let schedstat = if ENABLED {
             File::open("/proc/thread-self/schedstat").ok()
         } else {
@@ -114,14 +116,14 @@ impl Profile {
     /// The start of an iteration: what happened since the last boundary was `idle` (sleep,
     /// or a reactor poll); closes every second that ended meanwhile. `stats` gives the
     /// counters a closing record needs.
-    pub(crate) fn iteration_start(&self, idle: Phase, stats: impl Fn() -> LoopStats) -> Instant {
-        let now = Instant::now();
+    pub(crate) fn iteration_start(&self, idle: Phase, stats: impl Fn() -> LoopStats) -> Stamp {
+        let now = Stamp::now();
         let mut closed = 0usize;
         loop {
             let mut state = self.state.borrow_mut();
-            let boundary = state.second_start + SECOND;
+            let boundary = state.second_start.add(SECOND);
             if now < boundary {
-                let took = now.saturating_duration_since(state.mark);
+                let took = now.since(state.mark);
                 state.current.add(idle, took);
                 state.mark = now;
                 return now;
@@ -137,7 +139,7 @@ impl Profile {
             // Work that ran past the boundary stays in its record: the cut is at the later
             // of the boundary and the last mark.
             let cut = boundary.max(state.mark);
-            let took = cut.saturating_duration_since(state.mark);
+            let took = cut.since(state.mark);
             state.current.add(idle, took);
             state.mark = cut;
             drop(state);
@@ -146,11 +148,11 @@ impl Profile {
     }
 
     /// Ends a phase (or the health sample) at a fresh clock read, returned for chaining.
-    pub(crate) fn phase_end(&self, part: Phase) -> Instant {
-        let now = Instant::now();
+    pub(crate) fn phase_end(&self, part: Phase) -> Stamp {
+        let now = Stamp::now();
         let mut state = self.state.borrow_mut();
         let took = now
-            .saturating_duration_since(state.mark)
+            .since(state.mark)
             .saturating_sub(self.save_in_phase.replace(Duration::ZERO));
         state.current.add(part, took);
         state.mark = now;
@@ -158,7 +160,7 @@ impl Profile {
     }
 
     /// The last boundary: where a phase that times its callbacks starts its chain.
-    pub(crate) fn mark(&self) -> Instant {
+    pub(crate) fn mark(&self) -> Stamp {
         self.state.borrow().mark
     }
 
@@ -167,14 +169,14 @@ impl Profile {
     pub(crate) fn ran(
         &self,
         kind: Kind,
-        since: &mut Instant,
+        since: &mut Stamp,
         save_before: &mut Duration,
         site: Site,
     ) {
-        let now = Instant::now();
+        let now = Stamp::now();
         let save = self.save_total.get();
         let took = now
-            .saturating_duration_since(*since)
+            .since(*since)
             .saturating_sub(save.saturating_sub(*save_before));
         *since = now;
         *save_before = save;
@@ -228,7 +230,7 @@ impl Profile {
     }
 
     /// Closes the record at `cut`: counts, CPU, stolen time, the shard's hook; pushes it.
-    fn close(&self, cut: Instant, stats: &dyn Fn() -> LoopStats) {
+    fn close(&self, cut: Stamp, stats: &dyn Fn() -> LoopStats) {
         let now_stats = stats();
         let mut record = {
             let mut state = self.state.borrow_mut();
@@ -238,10 +240,10 @@ impl Profile {
                 .as_ref()
                 .map_or(Duration::ZERO, run_queue_wait);
             let mut record = std::mem::take(&mut state.current);
-            let since_start = state.second_start.saturating_duration_since(state.start);
+            let since_start = state.second_start.since(state.start);
             record.uptime_second = since_start.as_secs();
             record.unix_second = (state.unix_start + since_start).as_secs();
-            record.wall = cut.saturating_duration_since(state.second_start);
+            record.wall = cut.since(state.second_start);
             record.counts.count(&state.base_stats, &now_stats);
             let on_cpu = cpu.saturating_sub(state.base_cpu);
             let rq = run_queue.saturating_sub(state.base_run_queue);

@@ -460,7 +460,7 @@ impl Shell {
     }
 }
 
-const PROFILE_OFF: &str = "the loop profile is not in this build (cargo feature loop-profiling)";
+const PROFILE_OFF: &str = "the loop profile is not in this build (built without its default cargo feature loop-profiling)";
 
 /// `loopstats`: the last minute of the profile, then the counters since start.
 fn loop_report() -> String {
@@ -508,6 +508,20 @@ mod tests {
         for spec in COMMANDS {
             assert!(help.contains(spec.name), "{help}");
         }
+    }
+
+    /// `loopstats` with the profile: the last minute's summary; compiled out: the reason,
+    /// then the loop's counters either way.
+    #[tokio::test]
+    async fn loopstats_says_whether_this_build_has_the_profile() {
+        let mut el = crate::EventLoop::new();
+        let report = el.run_until(async { loop_report() }).await;
+        assert_eq!(
+            report.starts_with(PROFILE_OFF),
+            !runtime::profiling(),
+            "{report}"
+        );
+        assert!(report.contains("since start:"), "{report}");
     }
 
     #[test]
