@@ -663,8 +663,9 @@ struct Batches {
     /// Players with output this iteration: the first `conns.len()` slots are theirs.
     conns: Vec<ConnId>,
     slots: Vec<Slot>,
-    /// Each fanned group's moves and lines, shared, while they are sent.
-    shared: Vec<(SharedFrames, SharedFrames)>,
+    /// Each fanned group's moves and lines (at `2g` and `2g + 1`), shared, while they are
+    /// sent.
+    shared: Vec<Option<SharedFrames>>,
     /// A player's records, gathered to be cut into packets (batch mode).
     records: Vec<u8>,
     /// Lines held and dropped since the counters were last read.
@@ -688,22 +689,21 @@ impl Batches {
     /// Queues each player's packets: the groups' by reference (one shared copy each, made
     /// here), its own by copy; all at the tick. Empties the batches.
     fn send_shared(&mut self, groups: &[Group], sessions: &mut Sessions) {
+        // A group's shared copy is made when its first recipient is queued: groups nobody
+        // sees (a crowd of one, spread players) cost no copy.
         self.shared.clear();
-        self.shared.extend(
-            groups
-                .iter()
-                .map(|g| (SharedFrames::new(&g.moves), SharedFrames::new(&g.said))),
-        );
+        self.shared.resize(2 * groups.len(), None);
         for (conn, slot) in self.conns.drain(..).zip(&mut self.slots) {
             for (source, range, packets) in slot.pieces.drain(..) {
-                let frames = match source {
-                    Source::Moves(g) => &self.shared[g].0,
-                    Source::Said(g) => &self.shared[g].1,
+                let (at, bytes) = match source {
+                    Source::Moves(g) => (2 * g, &groups[g].moves),
+                    Source::Said(g) => (2 * g + 1, &groups[g].said),
                     Source::Own => {
                         sessions.send_frames_at_tick(conn, &slot.own[range], packets);
                         continue;
                     }
                 };
+                let frames = self.shared[at].get_or_insert_with(|| SharedFrames::new(bytes));
                 sessions.send_shared(conn, frames, range, packets);
             }
             slot.clear();
