@@ -350,10 +350,9 @@ macro_rules! suite {
                     while env.net.stats().connections < 2 {
                         timer::pause(1).await;
                     }
-                    let conns: Vec<(SocketAddr, shardloop::net::ConnId)> =
-                        env.net.with_sessions(|s| {
-                            s.ids().map(|c| (s.peer(c).unwrap(), c)).collect()
-                        });
+                    let conns: Vec<(SocketAddr, shardloop::net::ConnId)> = env
+                        .net
+                        .with_sessions(|s| s.ids().map(|c| (s.peer(c).unwrap(), c)).collect());
                     let stuck_conn = conns.iter().find(|(p, _)| *p == stuck_addr).unwrap().1;
                     let reading = on_thread(move || {
                         let mut reader = reader;

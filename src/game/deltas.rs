@@ -982,15 +982,17 @@ mod tests {
     #[test]
     fn groups_merge_only_while_they_fit_in_the_view_range() {
         let at = |x, y| Location::new(x, y, 0, MapId::FELUCCA);
-        let mut fan = FanOut::default();
         // Sectors (6, 6), (7, 6) and (8, 6): the first two 18 tiles apart, the third 19
         // further.
-        fan.queue = vec![
-            Seen::Moved(Serial(1), at(100, 100)),
-            Seen::Moved(Serial(2), at(118, 100)),
-            Seen::Moved(Serial(3), at(137, 100)),
-            Seen::Moved(Serial(4), at(101, 101)),
-        ];
+        let mut fan = FanOut {
+            queue: vec![
+                Seen::Moved(Serial(1), at(100, 100)),
+                Seen::Moved(Serial(2), at(118, 100)),
+                Seen::Moved(Serial(3), at(137, 100)),
+                Seen::Moved(Serial(4), at(101, 101)),
+            ],
+            ..FanOut::default()
+        };
         fan.group();
         let groups: Vec<&[usize]> = fan.groups.iter().map(|g| g.changes.as_slice()).collect();
         assert_eq!(groups, [&[0, 1, 3][..], &[2][..]]);

@@ -420,7 +420,12 @@ impl Sessions {
 
     /// [`Sessions::send_frames`], to go out at the next tick like
     /// [`Sessions::send_shared`].
-    pub(crate) fn send_frames_at_tick(&mut self, conn: ConnId, frames: &[u8], packets: u64) -> bool {
+    pub(crate) fn send_frames_at_tick(
+        &mut self,
+        conn: ConnId,
+        frames: &[u8],
+        packets: u64,
+    ) -> bool {
         self.queue_output(conn, frames.len(), packets, Due::Tick, |out| {
             out.push_own(frames.len(), |buf| buf.extend_from_slice(frames));
         })
@@ -890,12 +895,20 @@ mod tests {
             expected.push((0x11, vec![round, round]));
             expected.extend((3..5).map(|n| (0x20, vec![n; 7])));
         }
-        assert_eq!(shared.holders(), 1 + 2 * 3 * 2, "a reference per queued range");
+        assert_eq!(
+            shared.holders(),
+            1 + 2 * 3 * 2,
+            "a reference per queued range"
+        );
         let queued = sessions.pending_output(slow);
         assert_eq!(queued, sessions.pending_output(fast));
         assert_eq!(sessions.outbound, 2 * queued, "shared bytes count for each");
         flush(&mut sessions, fast);
-        assert_eq!(fast_wire.borrow().writes, 1, "one vectored write took it all");
+        assert_eq!(
+            fast_wire.borrow().writes,
+            1,
+            "one vectored write took it all"
+        );
         while sessions.pending_output(slow) > 0 {
             flush_once(&mut sessions, slow);
         }
@@ -933,9 +946,18 @@ mod tests {
         assert!(sessions.is_open(reader));
         assert!(!sessions.is_open(stuck));
         assert_eq!(sessions.overflows, 1);
-        let why = sessions.conns.get(stuck.0).unwrap().closing.clone().unwrap();
+        let why = sessions
+            .conns
+            .get(stuck.0)
+            .unwrap()
+            .closing
+            .clone()
+            .unwrap();
         assert_eq!(why.kind(), "send buffer overflow");
-        assert_eq!(sessions.outbound, 0, "the closed one's shared bytes left the budget");
+        assert_eq!(
+            sessions.outbound, 0,
+            "the closed one's shared bytes left the budget"
+        );
         assert_eq!(shared.holders(), 1, "and its queue let go of the frames");
     }
 

@@ -206,8 +206,11 @@ async fn read_path_cost() {
     }
 }
 
-/// A transport that takes every write and notes when each one happened (the loop's clock).
-struct Clocked(Rc<RefCell<Vec<(Instant, Vec<u8>)>>>);
+/// Each write: when (the loop's clock) and what.
+type Writes = Rc<RefCell<Vec<(Instant, Vec<u8>)>>>;
+
+/// A transport that takes every write and notes when each one happened.
+struct Clocked(Writes);
 
 impl Transport for Clocked {
     fn read(&mut self, _: &mut Vec<u8>, _: usize) -> ReadOutcome {

@@ -236,7 +236,11 @@ mod tests {
         assert_eq!(out.chunks(), 1);
         out.push_shared(&shared, 6..8);
         out.push_shared(&other, 8..9);
-        assert_eq!(out.chunks(), 3, "a gap, or other frames, is a chunk of its own");
+        assert_eq!(
+            out.chunks(),
+            3,
+            "a gap, or other frames, is a chunk of its own"
+        );
         assert_eq!(bytes(&out), b"01234678");
     }
 

@@ -65,7 +65,11 @@ impl Outbox {
 
     /// Takes what fits of `pieces` into `room` bytes, in order (the last one perhaps in
     /// part): own bytes copied, shared frames by reference. How many bytes it took.
-    pub(super) fn take(&mut self, pieces: &mut dyn Iterator<Item = Piece<'_>>, room: usize) -> usize {
+    pub(super) fn take(
+        &mut self,
+        pieces: &mut dyn Iterator<Item = Piece<'_>>,
+        room: usize,
+    ) -> usize {
         let mut taken = 0;
         while taken < room {
             let Some(piece) = pieces.next() else { break };
@@ -214,6 +218,8 @@ impl Outbox {
 mod tests {
     use super::*;
 
+    // `msg_iovlen` is a `usize` with glibc, an `i32` with musl.
+    #[allow(clippy::unnecessary_cast)]
     fn message_bytes(header: *const libc::msghdr) -> Vec<u8> {
         // SAFETY: the header and iovecs `arm` made, read while the outbox is untouched.
         unsafe {
@@ -243,7 +249,11 @@ mod tests {
         assert!(outbox.arm().is_none(), "one send at a time");
         // Accepted while it flies: goes after, never into an entry being read.
         assert_eq!(outbox.take(&mut [Piece::Bytes(b"ef")].into_iter(), 100), 2);
-        assert_eq!(message_bytes(header), b"abSSSScd", "the flying message is unchanged");
+        assert_eq!(
+            message_bytes(header),
+            b"abSSSScd",
+            "the flying message is unchanged"
+        );
         // The kernel took 3 bytes: the next send starts inside the shared entry.
         outbox.sent(3);
         assert_eq!(outbox.queued(), 7);
