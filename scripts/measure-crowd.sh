@@ -6,9 +6,13 @@
 #
 #   scripts/measure-crowd.sh [ROUNDS] BIN...     e.g. scripts/measure-crowd.sh 2 old/shardloop target/release/shardloop
 #
+# Needs `perf` (the kernel's syscall tracepoints, as root) for the count of socket writes.
+#
 # Prints, per run: the shard's `loop:` status lines (every 5 s: loop cpu, wheel lag peak, late
 # ticks) while the bots were on, and loadgen's own summary (packets read, bots closed by the
 # server). The loadgen is the first binary's, so every shard meets the same client.
+#
+# CROWD=N sets the number of bots (default 1000).
 #
 # Builds nothing. Needs 1000 descriptors for the shard and as many for loadgen.
 set -euo pipefail
@@ -37,13 +41,22 @@ run() {
     done
     local from
     from=$(grep -c "loop:" "$work/$name.log" || true)
-    "$loadgen" loadgen --connect "127.0.0.1:$port" --mode crowd --connections 1000 \
+    # The shard's socket writes while the bots are on, counted by the kernel: a measure of the
+    # flush's work that does not depend on how much CPU the loop got on a busy machine.
+    perf stat -x, -e 'syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_sendto,syscalls:sys_enter_sendmsg' \
+        -p "$pid" -o "$work/$name.perf" -- sleep 37 &
+    local perf=$!
+    "$loadgen" loadgen --connect "127.0.0.1:$port" --mode crowd --connections "${CROWD:-1000}" \
         --ramp 5s --duration 30s >"$work/$name.loadgen" 2>&1 || true
+    wait "$perf" || true
     kill -INT "$pid"
     wait "$pid" 2>/dev/null || true
     echo "== $name: $bin (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
     grep "loop:" "$work/$name.log" | tail -n +"$((from + 1))" | sed 's/^.*loop:/loop:/'
     cat "$work/$name.loadgen"
+    echo "socket writes by the shard (perf stat, whole run):"
+    grep -v '^#' "$work/$name.perf" | awk -F, 'NF > 2 { print "  " $3 " " $1 }'
+    echo "  (io_uring sends are not system calls: counted only with network.backend = epoll)"
     rm -rf "$work/data-$name"
 }
 
