@@ -3,7 +3,7 @@
 //! however many times a mobile changed in it.
 //!
 //! The engine decides *who* sees a change (the players in range, from the sector index) and
-//! *when* (once per loop iteration); the game decides what it looks like on the wire: its
+//! *when* (once per loop iteration, written to the sockets at the next tick); the game decides what it looks like on the wire: its
 //! [`DeltaPackets`], registered with `Game::deltas`. A shard whose games register none sends
 //! nothing for world changes. With [`DeltaPackets::batch`] set, each player gets the
 //! iteration's changes as one packet instead of one packet per change; system messages
@@ -119,9 +119,12 @@ pub const HELD_CHATTER: usize = 64;
 /// [`crate::world::deltas_handler`], and sends moves and speech, encoded by `packets`, to
 /// the players who can see them.
 ///
-/// Each player gets the iteration's changes in one write (one packet of records with
-/// [`DeltaPackets::batch`]): changes are grouped by the sector they happen in, each group
-/// encoded once, and a player who sees all of a group gets it in one copy. A player gets
+/// Changes are grouped by the sector they happen in (neighbouring sectors' groups merged
+/// while they fit within [`VIEW_RANGE`]), each group is encoded once into shared frames,
+/// and each player is queued the ranges of them it sees by reference
+/// ([`Sessions::send_shared`]: no copy per player; one packet of records per player with
+/// [`DeltaPackets::batch`]). The output goes out at the next tick boundary, at most one
+/// write per player per tick, unless a reply of its own takes it along sooner. A player gets
 /// the changes of one group in the order they happened, moves before speech. At most
 /// [`FANOUT_PER_ITERATION`] deliveries are made per iteration; the rest wait for the next.
 /// Speech to a player whose unsent output is past half its send limit is held (at most
