@@ -235,6 +235,36 @@ fn neighbours() -> (String, String) {
     panic!("no two start locations within sight");
 }
 
+// ---- shared frames ---------------------------------------------------------------------
+
+/// A packet of the test's own, sent to one client alone.
+const OWN: u8 = 0x7A;
+/// A packet of the shared frames.
+const SHARED: u8 = 0x7B;
+/// Packets in the shared frames, and rounds of the test.
+const SHARED_PACKETS: usize = 40;
+const SHARED_ROUNDS: usize = 30;
+
+/// The shared frames (packet k: 3000 bytes of k) and each packet's bytes in them.
+fn shared_frames() -> (shardloop::net::SharedFrames, Vec<std::ops::Range<usize>>) {
+    let mut frames = Vec::new();
+    let mut ranges = Vec::new();
+    for k in 0..SHARED_PACKETS {
+        let start = frames.len();
+        frame::put(&mut frames, SHARED, &[&[k as u8; 3000]]);
+        ranges.push(start..frames.len());
+    }
+    (shardloop::net::SharedFrames::new(&frames), ranges)
+}
+
+/// What a client reads in round `round`: its own packet, then shared packets from
+/// `round % 10` on.
+fn shared_round(round: usize) -> Vec<(u8, Vec<u8>)> {
+    let mut packets = vec![(OWN, round.to_be_bytes().to_vec())];
+    packets.extend((round % 10..SHARED_PACKETS).map(|k| (SHARED, vec![k as u8; 3000])));
+    packets
+}
+
 // ---- the suite, once per backend ------------------------------------------------------
 
 macro_rules! suite {
@@ -301,6 +331,62 @@ macro_rules! suite {
                 assert_eq!(out.stats.packets_in, 1, "{}", out.logs);
                 assert_eq!(out.stats.faults, 0, "{}", out.logs);
                 assert!(out.logs.contains("reason=refused"), "{}", out.logs);
+            }
+
+            #[test]
+            fn shared_frames_and_own_packets_arrive_in_order_and_only_the_stuck_reader_is_closed() {
+                // The stuck reader passes the send limit within a few rounds; the reader is
+                // never more than two rounds behind (under 400 kB), however slowly it runs.
+                let limits = Limits {
+                    send_buffer_size: 1 << 20,
+                    ..limits()
+                };
+                let Some(out) = serve(KIND, limits, Duration::from_millis(2), |env| async move {
+                    let read = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+                    let progress = read.clone();
+                    let reader = small_receive_buffer(env.addr);
+                    let stuck = small_receive_buffer(env.addr);
+                    let stuck_addr = stuck.local_addr().unwrap();
+                    while env.net.stats().connections < 2 {
+                        timer::pause(1).await;
+                    }
+                    let conns: Vec<(SocketAddr, shardloop::net::ConnId)> = env
+                        .net
+                        .with_sessions(|s| s.ids().map(|c| (s.peer(c).unwrap(), c)).collect());
+                    let stuck_conn = conns.iter().find(|(p, _)| *p == stuck_addr).unwrap().1;
+                    let reading = on_thread(move || {
+                        let mut reader = reader;
+                        for round in 0..SHARED_ROUNDS {
+                            for expected in shared_round(round) {
+                                assert_eq!(recv(&mut reader), expected, "round {round}");
+                            }
+                            progress.store(round + 1, std::sync::atomic::Ordering::Release);
+                        }
+                    });
+                    let (frames, ranges) = shared_frames();
+                    for round in 0..SHARED_ROUNDS {
+                        while read.load(std::sync::atomic::Ordering::Acquire) + 2 < round {
+                            timer::pause(1).await;
+                        }
+                        let (from, to) = (round % 10, SHARED_PACKETS);
+                        env.net.with_sessions(|s| {
+                            for &(_, conn) in &conns {
+                                s.send_packet(conn, OWN, &[&round.to_be_bytes()]);
+                                let range = ranges[from].start..ranges[to - 1].end;
+                                s.send_shared(conn, &frames, range, (to - from) as u64);
+                            }
+                        });
+                        timer::pause(1).await;
+                    }
+                    reading.await;
+                    assert!(!env.net.with_sessions(|s| s.is_open(stuck_conn)));
+                    drop(stuck);
+                }) else {
+                    return;
+                };
+                assert_eq!(out.stats.send_overflows, 1, "{}", out.logs);
+                assert_eq!(out.stats.disconnects, 2, "{}", out.logs);
+                assert_eq!(out.stats.faults, 1, "only the stuck one: {}", out.logs);
             }
 
             #[test]

@@ -3,7 +3,7 @@
 //! however many times a mobile changed in it.
 //!
 //! The engine decides *who* sees a change (the players in range, from the sector index) and
-//! *when* (once per loop iteration); the game decides what it looks like on the wire: its
+//! *when* (once per loop iteration, written to the sockets at the next tick); the game decides what it looks like on the wire: its
 //! [`DeltaPackets`], registered with `Game::deltas`. A shard whose games register none sends
 //! nothing for world changes. With [`DeltaPackets::batch`] set, each player gets the
 //! iteration's changes as one packet instead of one packet per change; system messages
@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::rc::Rc;
 
 use crate::EventLoopBuilder;
-use crate::net::{ConnId, Net, Sessions, frame};
+use crate::net::{ConnId, Net, Sessions, SharedFrames, frame};
 use crate::runtime::Phase;
 use crate::world::{
     DELTAS_PER_ITERATION, Delta, IdMap, Location, SECTOR_SIZE, SectorId, Serial, World,
@@ -119,9 +119,12 @@ pub const HELD_CHATTER: usize = 64;
 /// [`crate::world::deltas_handler`], and sends moves and speech, encoded by `packets`, to
 /// the players who can see them.
 ///
-/// Each player gets the iteration's changes in one write (one packet of records with
-/// [`DeltaPackets::batch`]): changes are grouped by the sector they happen in, each group
-/// encoded once, and a player who sees all of a group gets it in one copy. A player gets
+/// Changes are grouped by the sector they happen in (neighbouring sectors' groups merged
+/// while they fit within [`VIEW_RANGE`]), each group is encoded once into shared frames,
+/// and each player is queued the ranges of them it sees by reference
+/// ([`Sessions::send_shared`]: no copy per player; one packet of records per player with
+/// [`DeltaPackets::batch`]). The output goes out at the next tick boundary, at most one
+/// write per player per tick, unless a reply of its own takes it along sooner. A player gets
 /// the changes of one group in the order they happened, moves before speech. At most
 /// [`FANOUT_PER_ITERATION`] deliveries are made per iteration; the rest wait for the next.
 /// Speech to a player whose unsent output is past half its send limit is held (at most
@@ -182,6 +185,10 @@ struct FanOut {
     /// This iteration's groups, in the order their first change happened.
     groups: Vec<Group>,
     group_of: IdMap<SectorId, usize>,
+    /// Each group's sector, and the group it was merged into (itself if none), while
+    /// grouping.
+    sectors: Vec<SectorId>,
+    merged_into: Vec<usize>,
     out: Batches,
     /// Speech held for players reading too slowly, oldest first: one packet (or record)
     /// each.
@@ -194,9 +201,14 @@ struct FanOut {
 /// Held speech is looked at every this many runs of the fan-out.
 const RELEASE_EVERY: u32 = 8;
 
-/// The changes of one sector, encoded once.
+/// The changes of one sector, or of neighbouring sectors close enough together (at most
+/// [`VIEW_RANGE`] apart both ways), encoded once.
 #[derive(Default)]
 struct Group {
+    /// The corners of the box the changes lie in, and their map.
+    lo: (u16, u16),
+    hi: (u16, u16),
+    map: Option<crate::world::MapId>,
     /// Indexes into the queue, in order.
     changes: Vec<usize>,
     /// Encoded moves, back to back, and each one's mover, spot and bytes.
@@ -207,6 +219,40 @@ struct Group {
     /// Encoded lines, back to back, and each one's spot and bytes.
     said: Vec<u8>,
     lines: Vec<(Location, Range<usize>)>,
+}
+
+/// The 8 sectors around one, in a fixed order.
+const NEIGHBOURS: [(i16, i16); 8] = [
+    (-1, -1),
+    (0, -1),
+    (1, -1),
+    (-1, 0),
+    (1, 0),
+    (-1, 1),
+    (0, 1),
+    (1, 1),
+];
+
+impl Group {
+    /// Files change `i`, which happened at `at`.
+    fn add(&mut self, i: usize, at: Location) {
+        if self.map.is_none() {
+            self.lo = (at.x, at.y);
+            self.hi = (at.x, at.y);
+            self.map = Some(at.map);
+        }
+        self.lo = (self.lo.0.min(at.x), self.lo.1.min(at.y));
+        self.hi = (self.hi.0.max(at.x), self.hi.1.max(at.y));
+        self.changes.push(i);
+    }
+
+    /// Whether this group's changes and `other`'s lie on one map within [`VIEW_RANGE`] of
+    /// each other both ways.
+    fn fits_with(&self, other: &Group) -> bool {
+        let lo = (self.lo.0.min(other.lo.0), self.lo.1.min(other.lo.1));
+        let hi = (self.hi.0.max(other.hi.0), self.hi.1.max(other.hi.1));
+        self.map == other.map && hi.0 - lo.0 <= VIEW_RANGE && hi.1 - lo.1 <= VIEW_RANGE
+    }
 }
 
 impl FanOut {
@@ -246,17 +292,22 @@ impl FanOut {
             });
         }
         match packets.batch {
-            Some(id) => self.out.send_batches(id, sessions),
-            None => self.out.send_frames(sessions),
+            Some(id) => self.out.send_batches(id, &self.groups[..done], sessions),
+            None => self.out.send_shared(&self.groups[..done], sessions),
         }
     }
 
-    /// Files the queue's changes into groups by sector, in order.
+    /// Files the queue's changes into groups by sector, in order, then merges neighbouring
+    /// sectors' groups whose changes lie within [`VIEW_RANGE`] of each other both ways: a
+    /// crowd standing across a sector corner is one group, found with one area query and
+    /// queued to each player in one piece, not four.
     fn group(&mut self) {
         for group in &mut self.groups {
             group.changes.clear();
+            group.map = None;
         }
         self.group_of.clear();
+        self.sectors.clear();
         let mut used = 0;
         for (i, seen) in self.queue.iter().enumerate() {
             let at = seen.at();
@@ -272,9 +323,60 @@ impl FanOut {
             if self.groups.len() <= g {
                 self.groups.push(Group::default());
             }
-            self.groups[g].changes.push(i);
+            if self.sectors.len() <= g {
+                self.sectors.push(key);
+            }
+            self.groups[g].add(i, at);
         }
         self.groups.truncate(used);
+        self.merge_neighbours();
+    }
+
+    /// Merges each group into an earlier neighbouring one (of the 8 sectors around it) when
+    /// both fit in one box at most [`VIEW_RANGE`] across; keeps the groups in the order of
+    /// their first change, and each group's changes in the order they happened.
+    fn merge_neighbours(&mut self) {
+        let n = self.groups.len();
+        self.merged_into.clear();
+        self.merged_into.extend(0..n);
+        for g in 1..n {
+            let key = self.sectors[g];
+            let into = NEIGHBOURS.iter().find_map(|&(dx, dy)| {
+                let near = SectorId {
+                    map: key.map,
+                    x: key.x.checked_add_signed(dx)?,
+                    y: key.y.checked_add_signed(dy)?,
+                };
+                let root = self.merged_into[*self.group_of.get(&near)?];
+                (root < g && self.groups[root].fits_with(&self.groups[g])).then_some(root)
+            });
+            if let Some(root) = into {
+                self.merged_into[g] = root;
+                let moved = std::mem::take(&mut self.groups[g].changes);
+                let (lo, hi) = (self.groups[g].lo, self.groups[g].hi);
+                let target = &mut self.groups[root];
+                target.lo = (target.lo.0.min(lo.0), target.lo.1.min(lo.1));
+                target.hi = (target.hi.0.max(hi.0), target.hi.1.max(hi.1));
+                target.changes.extend_from_slice(&moved);
+                self.groups[g].changes = moved; // its allocation, kept for reuse
+                self.groups[g].changes.clear();
+            }
+        }
+        // Roots to the front, in order; merged groups' changes back in the order they
+        // happened. Emptied groups go to the back, keeping their buffers.
+        let mut kept = 0;
+        for g in 0..n {
+            if self.merged_into[g] == g {
+                self.groups.swap(kept, g);
+                kept += 1;
+            }
+        }
+        for group in &mut self.groups[..kept] {
+            if !group.changes.is_sorted() {
+                group.changes.sort_unstable();
+            }
+        }
+        self.groups.truncate(kept);
     }
 
     /// Encodes group `g` and queues it to everyone who sees any of it; the deliveries made.
@@ -352,24 +454,23 @@ impl FanOut {
                 .binary_search_by_key(&serial, |&(s, _)| s)
                 .ok()
                 .map(|k| group.by_mover[k].1);
-            let (buffer, count) = out.slot(conn);
+            let slot = out.slot(conn);
+            let moves = Source::Moves(g);
             if whole {
-                match own.map(|k| group.movers[k].2.clone()) {
-                    Some(r) => {
-                        buffer.extend_from_slice(&group.moves[..r.start]);
-                        buffer.extend_from_slice(&group.moves[r.end..]);
-                        *count += group.movers.len() as u64 - 1;
+                let (all, n) = (group.moves.len(), group.movers.len());
+                match own {
+                    // All but its own move: the moves before it and after it.
+                    Some(k) => {
+                        let r = group.movers[k].2.clone();
+                        slot.push(moves, 0..r.start, k as u64);
+                        slot.push(moves, r.end..all, (n - k - 1) as u64);
                     }
-                    None => {
-                        buffer.extend_from_slice(&group.moves);
-                        *count += group.movers.len() as u64;
-                    }
+                    None => slot.push(moves, 0..all, n as u64),
                 }
             } else {
                 for (k, (_, spot, r)) in group.movers.iter().enumerate() {
                     if Some(k) != own && sees(&at, spot) {
-                        buffer.extend_from_slice(&group.moves[r.clone()]);
-                        *count += 1;
+                        slot.push(moves, r.clone(), 1);
                     }
                 }
             }
@@ -378,13 +479,13 @@ impl FanOut {
                 continue;
             }
             work += group.lines.len();
-            let backlog = sessions.pending_output(conn) + buffer.len();
+            let backlog = sessions.pending_output(conn) + slot.bytes;
             let ring = held.get_mut(&conn);
             let slow = ring.as_ref().is_some_and(|r| !r.is_empty())
                 || backlog + group.said.len() > chatter_limit;
+            let said = Source::Said(g);
             if !slow && whole {
-                buffer.extend_from_slice(&group.said);
-                *count += group.lines.len() as u64;
+                slot.push(said, 0..group.said.len(), group.lines.len() as u64);
                 continue;
             }
             let visible = group
@@ -393,8 +494,7 @@ impl FanOut {
                 .filter(|(spot, _)| whole || sees(&at, spot));
             if !slow {
                 for (_, r) in visible {
-                    buffer.extend_from_slice(&group.said[r.clone()]);
-                    *count += 1;
+                    slot.push(said, r.clone(), 1);
                 }
                 continue;
             }
@@ -431,20 +531,19 @@ impl FanOut {
             if !sessions.is_open(conn) {
                 return false;
             }
-            let queued = out.index.get(&conn).map_or(0, |&i| out.buffers[i].0.len());
+            let queued = out.index.get(&conn).map_or(0, |&i| out.slots[i].bytes);
             let first = ring.front().map_or(0, Vec::len);
             if sessions.pending_output(conn) + queued + first > chatter_limit {
                 return true; // no room yet: nothing to queue, no slot taken
             }
-            let (buffer, count) = out.slot(conn);
-            let mut backlog = sessions.pending_output(conn) + buffer.len();
+            let slot = out.slot(conn);
+            let mut backlog = sessions.pending_output(conn) + slot.bytes;
             while let Some(line) = ring.front() {
                 if backlog + line.len() > chatter_limit {
                     break;
                 }
                 backlog += line.len();
-                buffer.extend_from_slice(line);
-                *count += 1;
+                slot.push_own(line);
                 ring.pop_front();
             }
             !ring.is_empty()
@@ -506,63 +605,140 @@ fn unit(batch: bool, id: u8, payload: &[u8], out: &mut Vec<u8>) -> bool {
     true
 }
 
-/// This iteration's output for each player — whole packets, or records of a batch — in
-/// the order players first got some. Buffers are kept between iterations, so a steady
-/// crowd allocates nothing.
+/// Where a piece of a player's output lies: in a group's encoded moves or lines (shared
+/// by everyone who gets them), or in the player's own buffer (held speech let go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Moves(usize),
+    Said(usize),
+    Own,
+}
+
+/// One player's output this iteration: pieces, in order, each with its packet count.
+#[derive(Default)]
+struct Slot {
+    pieces: Vec<(Source, Range<usize>, u64)>,
+    /// Bytes of its own (held lines let go), which `Source::Own` pieces point into.
+    own: Vec<u8>,
+    /// Bytes in all its pieces.
+    bytes: usize,
+}
+
+impl Slot {
+    /// Appends `range` of `source` (`packets` packets or records); a range continuing the
+    /// last piece joins it.
+    fn push(&mut self, source: Source, range: Range<usize>, packets: u64) {
+        if range.is_empty() {
+            return;
+        }
+        self.bytes += range.len();
+        if let Some((last, last_range, count)) = self.pieces.last_mut()
+            && *last == source
+            && last_range.end == range.start
+        {
+            last_range.end = range.end;
+            *count += packets;
+            return;
+        }
+        self.pieces.push((source, range, packets));
+    }
+
+    /// Appends a packet (or record) of its own.
+    fn push_own(&mut self, bytes: &[u8]) {
+        let start = self.own.len();
+        self.own.extend_from_slice(bytes);
+        self.push(Source::Own, start..self.own.len(), 1);
+    }
+
+    fn clear(&mut self) {
+        self.pieces.clear();
+        self.own.clear();
+        self.bytes = 0;
+    }
+}
+
+/// This iteration's output for each player — whole packets, or records of a batch — as
+/// pieces of the groups' encodings, in the order players first got some. Kept between
+/// iterations, so a steady crowd allocates nothing but each group's shared copy.
 #[derive(Default)]
 struct Batches {
     index: IdMap<ConnId, usize>,
-    /// Players with output this iteration: `used` entries of `buffers` are theirs, with
-    /// how many changes each holds.
+    /// Players with output this iteration: the first `conns.len()` slots are theirs.
     conns: Vec<ConnId>,
-    buffers: Vec<(Vec<u8>, u64)>,
+    slots: Vec<Slot>,
+    /// Each fanned group's moves and lines (at `2g` and `2g + 1`), shared, while they are
+    /// sent.
+    shared: Vec<Option<SharedFrames>>,
+    /// A player's records, gathered to be cut into packets (batch mode).
+    records: Vec<u8>,
     /// Lines held and dropped since the counters were last read.
     held: u64,
     dropped: u64,
 }
 
 impl Batches {
-    /// `conn`'s buffer and change count this iteration.
-    fn slot(&mut self, conn: ConnId) -> (&mut Vec<u8>, &mut u64) {
+    /// `conn`'s output this iteration.
+    fn slot(&mut self, conn: ConnId) -> &mut Slot {
         let slot = *self.index.entry(conn).or_insert_with(|| {
             self.conns.push(conn);
-            if self.buffers.len() < self.conns.len() {
-                self.buffers.push((Vec::new(), 0));
+            if self.slots.len() < self.conns.len() {
+                self.slots.push(Slot::default());
             }
             self.conns.len() - 1
         });
-        let (buffer, count) = &mut self.buffers[slot];
-        (buffer, count)
+        &mut self.slots[slot]
     }
 
-    /// Queues each player's packets in one write, and empties the batches.
-    fn send_frames(&mut self, sessions: &mut Sessions) {
-        for (conn, (buffer, count)) in self.conns.drain(..).zip(&mut self.buffers) {
-            if !buffer.is_empty() {
-                sessions.send_frames(conn, buffer, *count);
+    /// Queues each player's packets: the groups' by reference (one shared copy each, made
+    /// here), its own by copy; all at the tick. Empties the batches.
+    fn send_shared(&mut self, groups: &[Group], sessions: &mut Sessions) {
+        // A group's shared copy is made when its first recipient is queued: groups nobody
+        // sees (a crowd of one, spread players) cost no copy.
+        self.shared.clear();
+        self.shared.resize(2 * groups.len(), None);
+        for (conn, slot) in self.conns.drain(..).zip(&mut self.slots) {
+            for (source, range, packets) in slot.pieces.drain(..) {
+                let (at, bytes) = match source {
+                    Source::Moves(g) => (2 * g, &groups[g].moves),
+                    Source::Said(g) => (2 * g + 1, &groups[g].said),
+                    Source::Own => {
+                        sessions.send_frames_at_tick(conn, &slot.own[range], packets);
+                        continue;
+                    }
+                };
+                let frames = self.shared[at].get_or_insert_with(|| SharedFrames::new(bytes));
+                sessions.send_shared(conn, frames, range, packets);
             }
-            buffer.clear();
-            *count = 0;
+            slot.clear();
         }
+        self.shared.clear();
         self.index.clear();
     }
 
     /// Queues each player's records as packets `id`, cut at record boundaries below the
     /// packet limit, and empties the batches.
-    fn send_batches(&mut self, id: u8, sessions: &mut Sessions) {
-        for (conn, (buffer, count)) in self.conns.drain(..).zip(&mut self.buffers) {
-            let mut rest = buffer.as_slice();
+    fn send_batches(&mut self, id: u8, groups: &[Group], sessions: &mut Sessions) {
+        for (conn, slot) in self.conns.drain(..).zip(&mut self.slots) {
+            self.records.clear();
+            for (source, range, _) in &slot.pieces {
+                let bytes = match *source {
+                    Source::Moves(g) => &groups[g].moves,
+                    Source::Said(g) => &groups[g].said,
+                    Source::Own => &slot.own,
+                };
+                self.records.extend_from_slice(&bytes[range.clone()]);
+            }
+            let mut rest = self.records.as_slice();
             while !rest.is_empty() {
                 let cut = records_within(rest, MAX_PAYLOAD);
                 if cut == 0 {
                     break; // unreachable: whole records only
                 }
                 let (packet, tail) = rest.split_at(cut);
-                sessions.send_packet(conn, id, &[packet]);
+                sessions.send_packet_at_tick(conn, id, &[packet]);
                 rest = tail;
             }
-            buffer.clear();
-            *count = 0;
+            slot.clear();
         }
         self.index.clear();
     }
@@ -744,14 +920,14 @@ mod tests {
     #[test]
     fn work_past_the_budget_waits_for_the_next_iteration_in_order() {
         let mut bed = Bed::new(64 << 20);
-        // 100 watchers see three sectors' worth of movers (x 96.., 112.., 128..).
-        let watchers: Vec<ConnId> = (1..=100).map(|s| bed.join(s, spot(112))).collect();
+        // 100 watchers see three neighbouring sectors' worth of movers, too far apart to
+        // be one group (30 tiles).
+        let at = |x, y| Location::new(x, y, 0, MapId::FELUCCA);
+        let watchers: Vec<ConnId> = (1..=100).map(|s| bed.join(s, at(112, 112))).collect();
+        let spots = [at(97, 97), at(127, 97), at(97, 127)];
         let per_group = FANOUT_PER_ITERATION / 100 + 1;
         let moves: Vec<Seen> = (0..3 * per_group)
-            .map(|k| {
-                let group = (k % 3) as u16;
-                Seen::Moved(Serial(1000 + k as u32), spot(96 + 16 * group + 1))
-            })
+            .map(|k| Seen::Moved(Serial(1000 + k as u32), spots[k % 3]))
             .collect();
         let expected: Vec<Vec<u32>> = (0..3)
             .map(|g| (0..per_group).map(|i| 1000 + (3 * i + g) as u32).collect())
@@ -773,6 +949,56 @@ mod tests {
         let stats = bed.players.fan_out();
         assert_eq!(stats.deferred, 3 * per_group as u64);
         assert_eq!(stats.deferring_iterations, 2);
+    }
+
+    #[test]
+    fn a_crowd_across_a_sector_corner_is_one_group_and_everyone_gets_the_others_in_order() {
+        let mut bed = Bed::new(64 << 20);
+        // 36 players on a 6 × 6 grid, 3 tiles apart, across the corner at (112, 112).
+        let at = |x, y| Location::new(x, y, 0, MapId::FELUCCA);
+        let spots: Vec<Location> = (0..36u16)
+            .map(|k| at(104 + 3 * (k % 6), 104 + 3 * (k / 6)))
+            .collect();
+        let conns: Vec<ConnId> = spots
+            .iter()
+            .enumerate()
+            .map(|(k, &spot)| bed.join(k as u32 + 1, spot))
+            .collect();
+        let moves: Vec<Seen> = spots
+            .iter()
+            .enumerate()
+            .map(|(k, &spot)| Seen::Moved(Serial(k as u32 + 1), spot))
+            .collect();
+        bed.iterate(moves);
+        assert_eq!(bed.fan.groups.len(), 1, "four sectors, one group");
+        for (k, &conn) in conns.iter().enumerate() {
+            let got: Vec<u32> = bed
+                .read(conn)
+                .iter()
+                .map(|(_, p)| u32::from_be_bytes(p[..4].try_into().unwrap()))
+                .collect();
+            let others: Vec<u32> = (1..=36).filter(|&s| s != k as u32 + 1).collect();
+            assert_eq!(got, others, "player {}", k + 1);
+        }
+    }
+
+    #[test]
+    fn groups_merge_only_while_they_fit_in_the_view_range() {
+        let at = |x, y| Location::new(x, y, 0, MapId::FELUCCA);
+        // Sectors (6, 6), (7, 6) and (8, 6): the first two 18 tiles apart, the third 19
+        // further.
+        let mut fan = FanOut {
+            queue: vec![
+                Seen::Moved(Serial(1), at(100, 100)),
+                Seen::Moved(Serial(2), at(118, 100)),
+                Seen::Moved(Serial(3), at(137, 100)),
+                Seen::Moved(Serial(4), at(101, 101)),
+            ],
+            ..FanOut::default()
+        };
+        fan.group();
+        let groups: Vec<&[usize]> = fan.groups.iter().map(|g| g.changes.as_slice()).collect();
+        assert_eq!(groups, [&[0, 1, 3][..], &[2][..]]);
     }
 
     fn record(id: u8, len: usize) -> Vec<u8> {

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Poll, Wake, Waker};
 
 use super::conn_id::ConnId;
+use super::shared::Piece;
 use crate::LoopContext;
 
 /// What one `read` did.
@@ -37,6 +38,19 @@ pub trait Transport {
     /// Takes as much of `data` as the socket (or the backend's in-flight buffer) accepts now;
     /// `Ok(0)` means "full: I will signal when you may write again". Never blocks.
     fn write(&mut self, data: &[u8]) -> io::Result<usize>;
+
+    /// Takes as much as it can of `pieces`, in order, as one write: `Ok(n)` is how many bytes
+    /// from the start of their concatenation it took (it may stop inside any piece); `Ok(0)`
+    /// means "full: I will signal when you may write again". Never blocks. A transport that
+    /// keeps a shared piece past the call keeps a reference to its frames, not a copy.
+    ///
+    /// The default writes the first piece alone, through [`Transport::write`].
+    fn write_pieces(&mut self, pieces: &mut dyn Iterator<Item = Piece<'_>>) -> io::Result<usize> {
+        match pieces.next() {
+            Some(piece) => self.write(piece.bytes()),
+            None => Ok(0),
+        }
+    }
 
     /// Makes the close that dropping it does an abortive one: output the peer has not taken
     /// is discarded and the peer gets a reset, so the socket's send buffer is freed at once

@@ -7,7 +7,7 @@
 //!
 //! Must never block or spawn: everything happens inside the phase that calls it.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::task::{Context, Poll, Waker};
@@ -20,6 +20,11 @@ use tokio::net::TcpStream;
 use super::backend::{
     Accept, Accepted, Acceptor, Backend, ReadOutcome, Screen, Transport, accept_and_close,
 };
+use super::shared::Piece;
+
+/// Pieces handed to one `writev`: a connection's output rarely has more queued (a reply, an
+/// iteration's shared groups); what is left goes in the next call.
+const IOV_BATCH: usize = 32;
 
 /// tokio's epoll reactor.
 #[derive(Debug, Default, Clone, Copy)]
@@ -174,6 +179,33 @@ impl Transport for EpollConn {
                 Poll::Ready(Ok(())) => {}
             }
             match self.stream.try_write(data) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// One `writev` of up to [`IOV_BATCH`] pieces: shared frames go to the kernel straight
+    /// from their one buffer.
+    fn write_pieces(&mut self, pieces: &mut dyn Iterator<Item = Piece<'_>>) -> io::Result<usize> {
+        let held: [Option<Piece<'_>>; IOV_BATCH] = std::array::from_fn(|_| pieces.next());
+        let mut slices = [IoSlice::new(&[]); IOV_BATCH];
+        let mut count = 0;
+        for piece in held.iter().flatten() {
+            slices[count] = IoSlice::new(piece.bytes());
+            count += 1;
+        }
+        if count == 0 {
+            return Ok(0);
+        }
+        let mut cx = Context::from_waker(&self.waker);
+        loop {
+            match self.stream.poll_write_ready(&mut cx) {
+                Poll::Pending => return Ok(0),
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Ready(Ok(())) => {}
+            }
+            match self.stream.try_write_vectored(&slices[..count]) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 other => return other,
             }

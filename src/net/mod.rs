@@ -26,6 +26,7 @@ pub(crate) mod rate;
 pub(crate) mod reason;
 mod server;
 mod session;
+mod shared;
 mod throttle;
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
 pub(crate) mod uring;
@@ -43,6 +44,7 @@ pub use rate::Rate;
 pub(crate) use server::bind_all;
 pub use server::{Limits, Net, NetStats};
 pub use session::{Disconnect, Sessions};
+pub use shared::{Piece, SharedFrames};
 
 /// Whom a connection from an address counts against for `network.max_per_ip` — its host: an
 /// IPv4 address, or an IPv6 /64 (an IPv4 address carried in IPv6 — mapped, 6to4, Teredo,

@@ -295,6 +295,9 @@ struct Server {
     /// Runs only while connections are open: an empty server adds no wake-ups to an idle
     /// shard.
     sweeper: Option<TimerToken>,
+    /// Armed while output waits for the next tick ([`Sessions::send_shared`]): at that
+    /// boundary it hands the waiting connections to the Flush phase.
+    tick_release: Option<TimerToken>,
     /// The server itself, for the sweeper's callback (weak: dropping every `Net` frees it).
     me: Weak<RefCell<Server>>,
 }
@@ -331,6 +334,7 @@ impl Net {
                 admission,
                 spare: open_spare(),
                 sweeper: None,
+                tick_release: None,
             })
         }))
     }
@@ -417,7 +421,12 @@ impl Net {
         }
         server.listener_fds.clear();
         server.acceptors.clear();
-        // Best effort, never blocking: what the sockets take now still reaches the players.
+        if let Some(token) = server.tick_release.take() {
+            token.cancel();
+        }
+        // Best effort, never blocking: what the sockets take now still reaches the players,
+        // the broadcasts waiting for the tick included.
+        server.sessions.release_tick();
         server.flush();
         let ids: Vec<ConnId> = server.sessions.ids().collect();
         for conn in ids {
@@ -441,6 +450,7 @@ impl Net {
             let mut server = net.0.borrow_mut();
             server.flush();
             server.reap();
+            server.arm_tick_release();
             // A disconnect hook may have queued output for others: next iteration, not after
             // a park.
             !server.sessions.to_flush.is_empty()
@@ -528,6 +538,24 @@ impl Net {
 }
 
 impl Server {
+    /// Arms the release of output waiting for the tick, if some waits and it is not armed:
+    /// at the next tick boundary (its Timers phase) the waiting connections join the Flush
+    /// phase's list, so that iteration writes them. Broadcast output thus goes out at most
+    /// once per tick per connection, at most a tick after it was queued.
+    fn arm_tick_release(&mut self) {
+        if self.tick_release.is_some() || !self.sessions.has_tick_output() {
+            return;
+        }
+        let me = self.me.clone();
+        self.tick_release = Some(timer::after(Duration::ZERO).start(move || {
+            if let Some(server) = me.upgrade() {
+                let mut server = server.borrow_mut();
+                server.tick_release = None;
+                server.sessions.release_tick();
+            }
+        }));
+    }
+
     /// Starts the sweep for idle and not-logged-in connections if it is off and there is
     /// something to sweep.
     fn start_sweeper(&mut self) {
@@ -1125,13 +1153,16 @@ impl Server {
                 continue;
             }
             while state.pending_output() > 0 {
-                match state.transport.write(&state.send[state.sent..]) {
+                // Every queued chunk in one vectored write where the transport takes them so:
+                // shared frames go out of their one buffer, never copied per connection.
+                let written = state.transport.write_pieces(&mut state.out.pieces());
+                match written {
                     Ok(0) => {
                         state.write_blocked = true;
                         break;
                     }
                     Ok(n) => {
-                        state.sent += n;
+                        state.out.advance(n);
                         self.sessions.outbound -= n;
                         self.stats.bytes_out += n as u64;
                     }
@@ -1142,8 +1173,7 @@ impl Server {
                     }
                 }
             }
-            if let Some(state) = self.sessions.conns.get_mut(conn.0) {
-                state.compact_send();
+            if self.sessions.conns.get(conn.0).is_some() {
                 self.sessions.flushed(conn);
                 if let Some(state) = self.sessions.conns.get_mut(conn.0)
                     && state.pending_output() == 0

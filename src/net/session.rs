@@ -4,13 +4,21 @@
 //! Owns the per-connection buffers and the rules that bound them. Both buffers start empty
 //! and unallocated, so an idle connection costs its socket plus this struct: the receive
 //! buffer holds only a packet that arrived in pieces (the server reads the rest of it into
-//! that buffer in place), the send buffer only what the socket has not taken yet, and each is
-//! freed once it drains. A client that stops reading cannot make the shard hoard memory for
+//! that buffer in place), the output queue only what the socket has not taken yet — bytes of
+//! the connection's own, and frames shared with other connections by reference
+//! ([`SharedFrames`]) — and each is freed once it drains. A client that stops reading cannot make the shard hoard memory for
 //! it: past `send_buffer_size` queued bytes it is disconnected, and so is one that keeps more
 //! than `send_soft_limit` queued for longer than `send_soft_timeout` (a reader that keeps
 //! just under the hard limit). The outbound budget counts, besides the queued bytes, the
 //! kernel's send buffer (and a backend's own output buffer) of every socket that said
-//! "full": those bytes are the process's too, only not on its heap.
+//! "full": those bytes are the process's too, only not on its heap. Shared frames count
+//! against each connection they are queued to as the bytes it will send.
+//!
+//! Output is queued to go out *now* (the next Flush phase: replies, anything sent to one
+//! player) or *at the tick* ([`Sessions::send_shared`]: the fan-out of world changes), which
+//! the server writes at the next tick boundary, so a connection with only broadcast output is
+//! written at most once per tick. Queuing output to go now sends what was queued at the tick
+//! too, in order.
 //!
 //! This module must never touch a socket's readiness or parse packets: the server does that.
 
@@ -27,15 +35,15 @@ use super::conn_id::ConnId;
 use super::frame;
 use super::rate::{Bucket, Rate, Verdict};
 use super::reason::kind_of;
+use super::shared::SharedFrames;
 use crate::slab::Slab;
 
 // Connections with no socket, for the test kit's handler harness (tests only).
 #[cfg(any(test, doc, feature = "testkit"))]
 mod detached;
+mod output;
 
-/// A buffer that drained keeps its allocation up to this size (a busy connection would
-/// otherwise reallocate on every packet); larger ones are freed.
-const KEEP_CAPACITY: usize = 4 * 1024;
+pub(super) use output::Output;
 
 /// Why a connection is going away. Faults (the client broke the protocol or a limit) are
 /// logged as warnings, ordinary ends (logout, the peer hung up) as info.
@@ -114,9 +122,8 @@ pub(super) struct NetState {
     /// Bytes arrived since the last deadline sweep (which shrinks an idle partial packet's
     /// buffer to what it holds).
     pub received: bool,
-    /// Output the socket has not taken yet; `send[sent..]` is still to write.
-    pub send: Vec<u8>,
-    pub sent: usize,
+    /// Output the socket has not taken yet, in order.
+    pub out: Output,
     pub logged_in: bool,
     /// When the last complete packet arrived: the idle timeout counts from here, so a client
     /// trickling bytes without ever finishing a packet still times out.
@@ -137,6 +144,8 @@ pub(super) struct NetState {
     /// ([`Transport::discard_output`]), so the kernel frees its send buffer at once.
     pub discard_output: bool,
     pub queued_flush: bool,
+    /// In the list of connections written at the next tick ([`Sessions::send_shared`]).
+    pub queued_tick: bool,
     /// In the server's read queue.
     pub queued_read: bool,
 }
@@ -156,8 +165,7 @@ impl NetState {
             buckets: Vec::new(),
             recv: Vec::new(),
             received: false,
-            send: Vec::new(),
-            sent: 0,
+            out: Output::default(),
             logged_in: false,
             last_packet: now,
             closing: None,
@@ -167,6 +175,7 @@ impl NetState {
             over_soft_since: None,
             discard_output: false,
             queued_flush: false,
+            queued_tick: false,
             queued_read: false,
         }
     }
@@ -192,30 +201,17 @@ impl NetState {
 
     /// Bytes queued and not yet written.
     pub(crate) fn pending_output(&self) -> usize {
-        self.send.len() - self.sent
-    }
-
-    /// Forgets the written prefix: all of it once everything is out (then frees an oversized
-    /// buffer), or by moving the unsent tail to the front once the prefix is the larger half
-    /// — so a client that reads about as fast as it is sent to never leaves a growing trail
-    /// of written bytes behind its unsent ones. The move costs at most what was written.
-    pub(crate) fn compact_send(&mut self) {
-        if self.sent == self.send.len() {
-            self.send.clear();
-            self.sent = 0;
-            release_if_large(&mut self.send);
-        } else if self.sent >= self.send.len() - self.sent {
-            self.send.drain(..self.sent);
-            self.sent = 0;
-        }
+        self.out.len()
     }
 }
 
-/// Frees `buf`'s allocation if it is empty and bigger than what a busy connection reuses.
-pub(super) fn release_if_large(buf: &mut Vec<u8>) {
-    if buf.is_empty() && buf.capacity() > KEEP_CAPACITY {
-        *buf = Vec::new();
-    }
+/// When queued output goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// In this iteration's Flush phase.
+    Now,
+    /// In the Flush phase of the iteration that processes the next tick boundary.
+    Tick,
 }
 
 /// Every open connection. Packet handlers get `&mut Sessions` to answer, broadcast, log a
@@ -245,6 +241,8 @@ pub struct Sessions {
     pub(super) packets_out: u64,
     /// Connections with output queued since the last Flush phase.
     pub(super) to_flush: Vec<ConnId>,
+    /// Connections with output queued to go at the next tick ([`Sessions::release_tick`]).
+    pub(super) at_tick: Vec<ConnId>,
     /// Connections condemned since they were last reaped.
     pub(super) to_close: Vec<ConnId>,
     /// Open connections that have not logged in (condemned ones until they are reaped).
@@ -272,6 +270,7 @@ impl Sessions {
             soft_overflows: 0,
             packets_out: 0,
             to_flush: Vec::new(),
+            at_tick: Vec::new(),
             to_close: Vec::new(),
             prelogin: 0,
             arrivals: VecDeque::new(),
@@ -367,7 +366,46 @@ impl Sessions {
     /// disconnected first (usually the slowest reader, rarely `conn` itself).
     pub fn send_packet(&mut self, conn: ConnId, id: u8, parts: &[&[u8]]) -> bool {
         let len = frame::HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>();
-        self.queue_output(conn, len, 1, |out| frame::put(out, id, parts))
+        self.queue_output(conn, len, 1, Due::Now, |out| {
+            out.push_own(len, |buf| frame::put(buf, id, parts));
+        })
+    }
+
+    /// [`Sessions::send_packet`], to go out with the broadcast output at the next tick
+    /// ([`Sessions::send_shared`]) unless something queued to go now takes it along first.
+    pub(crate) fn send_packet_at_tick(&mut self, conn: ConnId, id: u8, parts: &[&[u8]]) -> bool {
+        let len = frame::HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>();
+        self.queue_output(conn, len, 1, Due::Tick, |out| {
+            out.push_own(len, |buf| frame::put(buf, id, parts));
+        })
+    }
+
+    /// Queues `frames[range]`, whole packets (`packets` of them) encoded once for many
+    /// connections, by reference: `conn` gets a reference count and a queue entry, not a
+    /// copy. The bytes count against its send limit and the outbound budget as the bytes it
+    /// will send, like any other output.
+    ///
+    /// Broadcast output: it goes out at the next tick boundary (the Flush phase of the
+    /// iteration that processes it), not in this iteration's Flush phase, so a connection
+    /// that gets only broadcasts is written at most once per tick however many iterations
+    /// queue them. Output queued to go now ([`Sessions::send_packet`]) takes it along, in
+    /// order, when it comes first.
+    ///
+    /// # Panics
+    ///
+    /// If `range` is not within `frames`.
+    pub fn send_shared(
+        &mut self,
+        conn: ConnId,
+        frames: &SharedFrames,
+        range: std::ops::Range<usize>,
+        packets: u64,
+    ) -> bool {
+        assert!(range.end <= frames.len(), "a range within the frames");
+        let len = range.len();
+        self.queue_output(conn, len, packets, Due::Tick, |out| {
+            out.push_shared(frames, range);
+        })
     }
 
     /// Queues `frames`, whole packets already framed one after the other (`packets` of
@@ -375,8 +413,21 @@ impl Sessions {
     /// under the same send limit and outbound budget. The fan-out of world changes sends
     /// each player its iteration's packets this way.
     pub fn send_frames(&mut self, conn: ConnId, frames: &[u8], packets: u64) -> bool {
-        self.queue_output(conn, frames.len(), packets, |out| {
-            out.extend_from_slice(frames);
+        self.queue_output(conn, frames.len(), packets, Due::Now, |out| {
+            out.push_own(frames.len(), |buf| buf.extend_from_slice(frames));
+        })
+    }
+
+    /// [`Sessions::send_frames`], to go out at the next tick like
+    /// [`Sessions::send_shared`].
+    pub(crate) fn send_frames_at_tick(
+        &mut self,
+        conn: ConnId,
+        frames: &[u8],
+        packets: u64,
+    ) -> bool {
+        self.queue_output(conn, frames.len(), packets, Due::Tick, |out| {
+            out.push_own(frames.len(), |buf| buf.extend_from_slice(frames));
         })
     }
 
@@ -393,13 +444,15 @@ impl Sessions {
     }
 
     /// Queues `len` bytes (`packets` packets) that `write` appends to `conn`'s output,
-    /// after the send limit and the outbound budget have had their say.
+    /// after the send limit and the outbound budget have had their say, to go out when `due`
+    /// says.
     fn queue_output(
         &mut self,
         conn: ConnId,
         len: usize,
         packets: u64,
-        write: impl FnOnce(&mut Vec<u8>),
+        due: Due,
+        write: impl FnOnce(&mut Output),
     ) -> bool {
         let Some(state) = self.conns.get(conn.0) else {
             return false;
@@ -432,7 +485,7 @@ impl Sessions {
         let Some(state) = self.conns.get_mut(conn.0) else {
             return false;
         };
-        write(&mut state.send);
+        write(&mut state.out);
         if self.soft_limit > 0
             && state.over_soft_since.is_none()
             && state.pending_output() > self.soft_limit
@@ -441,8 +494,47 @@ impl Sessions {
         }
         self.packets_out += packets;
         self.outbound += len;
-        self.queue_flush(conn);
+        match due {
+            Due::Now => self.queue_flush(conn),
+            Due::Tick => self.queue_tick(conn),
+        }
         true
+    }
+
+    /// Puts `conn` in the list written at the next tick, once (unless it is to be written in
+    /// this iteration's Flush phase anyway).
+    fn queue_tick(&mut self, conn: ConnId) {
+        if let Some(state) = self.conns.get_mut(conn.0)
+            && !state.queued_flush
+            && !state.queued_tick
+        {
+            state.queued_tick = true;
+            self.at_tick.push(conn);
+        }
+    }
+
+    /// Whether output waits for the next tick.
+    pub(super) fn has_tick_output(&self) -> bool {
+        !self.at_tick.is_empty()
+    }
+
+    /// The tick is here: every connection whose output waited for it goes into the next
+    /// Flush phase's list (those still holding output).
+    pub(super) fn release_tick(&mut self) {
+        let waiting = std::mem::take(&mut self.at_tick);
+        for &conn in &waiting {
+            if let Some(state) = self.conns.get_mut(conn.0) {
+                state.queued_tick = false;
+                if state.pending_output() > 0 {
+                    self.queue_flush(conn);
+                }
+            }
+        }
+        if self.at_tick.is_empty() {
+            let mut waiting = waiting;
+            waiting.clear();
+            self.at_tick = waiting; // keeps its allocation
+        }
     }
 
     /// What `conn` holds against the outbound budget: its unsent output, plus the socket
@@ -546,8 +638,7 @@ impl Sessions {
                 self.charged_sockets -= 1;
             }
             state.over_soft_since = None;
-            state.send = Vec::new();
-            state.sent = 0;
+            state.out.clear();
             self.to_close.push(conn);
         }
     }
@@ -589,16 +680,6 @@ impl Sessions {
 mod tests {
     use super::*;
 
-    struct Nothing;
-    impl Transport for Nothing {
-        fn read(&mut self, _: &mut Vec<u8>, _: usize) -> super::super::backend::ReadOutcome {
-            super::super::backend::ReadOutcome::WouldBlock
-        }
-        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
-            Ok(0)
-        }
-    }
-
     /// A socket that takes `room` bytes, then says "full".
     struct Room(std::rc::Rc<std::cell::Cell<usize>>);
     impl Transport for Room {
@@ -617,18 +698,18 @@ mod tests {
         let state = sessions.conns.get_mut(conn.0).unwrap();
         state.write_blocked = false;
         while state.pending_output() > 0 {
-            match state.transport.write(&state.send[state.sent..]).unwrap() {
+            let written = state.transport.write_pieces(&mut state.out.pieces());
+            match written.unwrap() {
                 0 => {
                     state.write_blocked = true;
                     break;
                 }
                 n => {
-                    state.sent += n;
+                    state.out.advance(n);
                     sessions.outbound -= n;
                 }
             }
         }
-        sessions.conns.get_mut(conn.0).unwrap().compact_send();
         sessions.flushed(conn);
     }
 
@@ -727,19 +808,180 @@ mod tests {
         assert_eq!(why.kind(), "send soft limit");
     }
 
-    #[tokio::test]
-    async fn a_partly_written_send_buffer_never_keeps_more_than_twice_its_unsent_bytes() {
-        let peer = "127.0.0.1:1".parse().unwrap();
-        let keys = Keys::of(std::net::IpAddr::from([127, 0, 0, 1]));
-        let mut state = NetState::new(Box::new(Nothing), peer, keys, Instant::now());
-        // A slow reader: each round 1000 bytes are queued and 990 written.
-        for _ in 0..1000 {
-            state.send.extend_from_slice(&[7; 1000]);
-            state.sent += 990;
-            state.compact_send();
-            assert!(state.send.len() <= 2 * state.pending_output() + 1000);
+    /// A socket that takes up to `room` bytes per write across every piece offered (a
+    /// vectored write that may stop anywhere), and keeps what it took.
+    #[derive(Default)]
+    struct Wire {
+        room: usize,
+        got: Vec<u8>,
+        writes: usize,
+    }
+
+    struct Vectored(std::rc::Rc<std::cell::RefCell<Wire>>);
+    impl Transport for Vectored {
+        fn read(&mut self, _: &mut Vec<u8>, _: usize) -> super::super::backend::ReadOutcome {
+            super::super::backend::ReadOutcome::WouldBlock
         }
-        assert_eq!(state.pending_output(), 10_000);
-        assert!(state.send.len() < 25_000, "{}", state.send.len());
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.write_pieces(&mut std::iter::once(Piece::Bytes(data)))
+        }
+        fn write_pieces(
+            &mut self,
+            pieces: &mut dyn Iterator<Item = Piece<'_>>,
+        ) -> std::io::Result<usize> {
+            let mut wire = self.0.borrow_mut();
+            let mut took = 0;
+            for piece in pieces {
+                let n = piece.bytes().len().min(wire.room - took);
+                wire.got.extend_from_slice(&piece.bytes()[..n]);
+                took += n;
+            }
+            wire.writes += 1;
+            Ok(took)
+        }
+    }
+
+    use super::super::shared::Piece;
+
+    fn open_wire(
+        sessions: &mut Sessions,
+        room: usize,
+    ) -> (ConnId, std::rc::Rc<std::cell::RefCell<Wire>>) {
+        let wire = std::rc::Rc::new(std::cell::RefCell::new(Wire {
+            room,
+            ..Wire::default()
+        }));
+        let peer = "127.0.0.2:1".parse().unwrap();
+        let keys = Keys::of(std::net::IpAddr::from([127, 0, 0, 2]));
+        let state = NetState::new(Box::new(Vectored(wire.clone())), peer, keys, Instant::now());
+        (ConnId(sessions.conns.insert(state)), wire)
+    }
+
+    /// The packets in `bytes`, as (id, payload).
+    fn packets(bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut rest = bytes;
+        while let Ok(Some(f)) = frame::split(rest, usize::from(u16::MAX)) {
+            out.push((f.id, f.payload().to_vec()));
+            rest = &rest[f.bytes.len()..];
+        }
+        assert!(rest.is_empty(), "whole packets only");
+        out
+    }
+
+    #[tokio::test]
+    async fn shared_and_own_packets_arrive_in_the_order_queued_through_partial_vectored_writes() {
+        let mut sessions = Sessions::new(1 << 20, 1 << 20);
+        let mut frames = Vec::new();
+        for n in 0..5u8 {
+            frame::put(&mut frames, 0x20, &[&[n; 7]]);
+        }
+        let shared = SharedFrames::new(&frames);
+        let each = frames.len() / 5;
+        // Two connections get the same frames; one's writes stop every 7 bytes (inside
+        // packets and pieces), the other's take everything.
+        let (slow, slow_wire) = open_wire(&mut sessions, 7);
+        let (fast, fast_wire) = open_wire(&mut sessions, usize::MAX);
+        let mut expected = Vec::new();
+        for round in 0..3u8 {
+            for &conn in &[slow, fast] {
+                assert!(sessions.send_packet(conn, 0x10, &[&[round]]));
+                assert!(sessions.send_shared(conn, &shared, 0..2 * each, 2));
+                assert!(sessions.send_packet(conn, 0x11, &[&[round, round]]));
+                assert!(sessions.send_shared(conn, &shared, 3 * each..5 * each, 2));
+            }
+            expected.push((0x10, vec![round]));
+            expected.extend((0..2).map(|n| (0x20, vec![n; 7])));
+            expected.push((0x11, vec![round, round]));
+            expected.extend((3..5).map(|n| (0x20, vec![n; 7])));
+        }
+        assert_eq!(
+            shared.holders(),
+            1 + 2 * 3 * 2,
+            "a reference per queued range"
+        );
+        let queued = sessions.pending_output(slow);
+        assert_eq!(queued, sessions.pending_output(fast));
+        assert_eq!(sessions.outbound, 2 * queued, "shared bytes count for each");
+        flush(&mut sessions, fast);
+        assert_eq!(
+            fast_wire.borrow().writes,
+            1,
+            "one vectored write took it all"
+        );
+        while sessions.pending_output(slow) > 0 {
+            flush_once(&mut sessions, slow);
+        }
+        assert!(slow_wire.borrow().writes >= queued / 7);
+        for wire in [&slow_wire, &fast_wire] {
+            assert_eq!(packets(&wire.borrow().got), expected);
+        }
+        assert_eq!(sessions.outbound, 0);
+        assert_eq!(shared.holders(), 1, "written ranges let go of the frames");
+    }
+
+    /// One write of `conn`'s output, as a socket that takes part of it.
+    fn flush_once(sessions: &mut Sessions, conn: ConnId) {
+        let state = sessions.conns.get_mut(conn.0).unwrap();
+        let written = state.transport.write_pieces(&mut state.out.pieces());
+        let n = written.unwrap();
+        state.out.advance(n);
+        sessions.outbound -= n;
+    }
+
+    #[tokio::test]
+    async fn shared_frames_over_the_send_limit_close_only_the_reader_that_does_not_read() {
+        let mut sessions = Sessions::new(10_000, 1 << 20);
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 997]]));
+        let (reader, _) = open_wire(&mut sessions, usize::MAX);
+        let (stuck, _) = open_wire(&mut sessions, 0);
+        for _ in 0..20 {
+            for conn in [reader, stuck] {
+                sessions.send_shared(conn, &shared, 0..shared.len(), 1);
+            }
+            for conn in [reader, stuck] {
+                flush(&mut sessions, conn);
+            }
+        }
+        assert!(sessions.is_open(reader));
+        assert!(!sessions.is_open(stuck));
+        assert_eq!(sessions.overflows, 1);
+        let why = sessions
+            .conns
+            .get(stuck.0)
+            .unwrap()
+            .closing
+            .clone()
+            .unwrap();
+        assert_eq!(why.kind(), "send buffer overflow");
+        assert_eq!(
+            sessions.outbound, 0,
+            "the closed one's shared bytes left the budget"
+        );
+        assert_eq!(shared.holders(), 1, "and its queue let go of the frames");
+    }
+
+    #[tokio::test]
+    async fn shared_output_waits_for_the_tick_unless_output_to_go_now_takes_it_along() {
+        let mut sessions = Sessions::new(1 << 20, 1 << 20);
+        let shared = SharedFrames::new(&frame::packet(0x20, &[b"crowd"]));
+        let (watcher, _) = open_wire(&mut sessions, usize::MAX);
+        let (mover, _) = open_wire(&mut sessions, usize::MAX);
+        for _ in 0..3 {
+            sessions.send_shared(watcher, &shared, 0..shared.len(), 1);
+            sessions.send_shared(mover, &shared, 0..shared.len(), 1);
+        }
+        assert!(sessions.to_flush.is_empty(), "broadcasts alone wait");
+        assert_eq!(sessions.at_tick, vec![watcher, mover], "each listed once");
+        // The mover's own answer goes now, with what was queued before it.
+        sessions.send_packet(mover, 0x21, &[b"ok"]);
+        assert_eq!(sessions.to_flush, vec![mover]);
+        flush(&mut sessions, mover);
+        sessions.to_flush.clear();
+        sessions.conns.get_mut(mover.0).unwrap().queued_flush = false;
+        // The tick: only what still holds output is written.
+        sessions.release_tick();
+        assert_eq!(sessions.to_flush, vec![watcher]);
+        assert!(sessions.at_tick.is_empty());
     }
 }

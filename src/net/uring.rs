@@ -2,8 +2,10 @@
 //!
 //! io_uring does not say "ready"; it completes an operation on a buffer the kernel held for
 //! its whole flight. So every connection owns one receive buffer with a receive always in
-//! flight, and an outgoing buffer with at most one send in flight; `Transport::read` copies
-//! out of the first, `Transport::write` into the second. Neither ever waits for the kernel.
+//! flight, and an outbox with at most one send in flight; `Transport::read` copies out of the
+//! first, `Transport::write_pieces` puts output into the second — a connection's own bytes
+//! copied, frames shared by many connections by reference (`outbox.rs`), sent with one
+//! `sendmsg` over several entries. Neither ever waits for the kernel.
 //!
 //! The ring belongs to the loop thread (created by the first `listen`, shared by every
 //! listener and connection on that thread, gone with the last of them). Its descriptor is
@@ -78,6 +80,11 @@ use super::backend::{
     Accept, Accepted, Acceptor, Backend, BackendFailed, ReadOutcome, Screen, Transport,
     accept_and_close,
 };
+use super::shared::Piece;
+use outbox::Outbox;
+
+// What a connection's `write` accepted, until the kernel takes it.
+mod outbox;
 use crate::slab::{Key, Slab};
 
 /// A connection's receive buffer. Every idle connection keeps a receive in flight into it, so
@@ -85,9 +92,6 @@ use crate::slab::{Key, Slab};
 const RECV_BUFFER: usize = 4 * 1024;
 /// Bytes `write` accepts before the kernel has taken them.
 const OUTBOX_LIMIT: usize = 64 * 1024;
-/// An emptied output buffer keeps its allocation up to this size; a larger one is freed, so
-/// a burst does not stay on an idle connection.
-const RETAIN: usize = 2 * 1024;
 /// Accepted connections waiting for `poll_accept` before the listener stops accepting.
 const ACCEPT_QUEUE: usize = 64;
 /// How long a closed connection may keep sending what `write` accepted.
@@ -265,12 +269,10 @@ struct Conn {
     read_error: Option<io::Error>,
     /// The loop got `WouldBlock` and is owed a wake when data arrives.
     want_read: bool,
-    /// The kernel reads `sending[sent..]` while `send_in_flight`; nothing touches it then.
-    sending: Vec<u8>,
-    sent: usize,
+    /// Output `write` accepted, in order: the kernel reads its first entries while
+    /// `send_in_flight`, and nothing touches those then.
+    outbox: Outbox,
     send_in_flight: bool,
-    /// Accepted by `write` while a send was in flight; sent next.
-    outbox: Vec<u8>,
     write_error: Option<io::Error>,
     /// A write failure was reported: every later `write` fails too.
     write_failed: bool,
@@ -293,10 +295,8 @@ impl Conn {
             read_error: None,
             // The server reads right after attaching; a first wake costs nothing.
             want_read: true,
-            sending: Vec::new(),
-            sent: 0,
+            outbox: Outbox::default(),
             send_in_flight: false,
-            outbox: Vec::new(),
             write_error: None,
             write_failed: false,
             want_write: false,
@@ -306,7 +306,7 @@ impl Conn {
 
     /// Bytes accepted by `write` and not yet taken by the kernel.
     fn queued(&self) -> usize {
-        self.sending.len() - self.sent + self.outbox.len()
+        self.outbox.queued()
     }
 
     /// Nothing in flight and the transport gone: the slot may be freed.
@@ -1161,35 +1161,34 @@ impl Ring {
         }
     }
 
-    /// Arms a send of `sending[sent..]`. On an error nothing is in flight and every later
-    /// `write` fails: the caller reports it.
+    /// Arms a send of the outbox's first entries (one `sendmsg`). On an error nothing is in
+    /// flight and every later `write` fails: the caller reports it.
     fn arm_send(&mut self, key: Key) -> io::Result<()> {
         let Some(conn) = self.conns.get_mut(key) else {
             return Ok(());
         };
-        debug_assert!(!conn.send_in_flight && conn.sent < conn.sending.len());
+        debug_assert!(!conn.send_in_flight);
+        let Some(message) = conn.outbox.arm() else {
+            return Ok(());
+        };
         conn.send_in_flight = true;
-        let rest = &conn.sending[conn.sent..];
-        let entry = opcode::Send::new(
-            types::Fd(conn.socket.as_raw_fd()),
-            rest.as_ptr(),
-            rest.len() as u32,
-        )
-        .flags(libc::MSG_NOSIGNAL)
-        .build()
-        .user_data(user_data(Op::Send, key));
+        let entry = opcode::SendMsg::new(types::Fd(conn.socket.as_raw_fd()), message)
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .build()
+            .user_data(user_data(Op::Send, key));
         self.in_flight += 1;
-        // SAFETY: `sending` is neither written, grown nor dropped while `send_in_flight`, and
-        // the slot is not freed before the completion.
+        // SAFETY: the message header, its iovecs and the bytes they point to (own buffers and
+        // shared frames the outbox holds a reference to) neither move, change nor go away
+        // while `send_in_flight` (the outbox's rule), and the slot is not freed before the
+        // completion.
         let pushed = unsafe { self.push(&entry) };
         if pushed.is_err() {
             self.in_flight -= 1;
             if let Some(conn) = self.conns.get_mut(key) {
                 conn.send_in_flight = false;
                 conn.write_failed = true;
-                conn.sending = Vec::new();
-                conn.sent = 0;
-                conn.outbox = Vec::new();
+                conn.outbox.abandon();
+                conn.outbox.discard_unsent();
             }
         }
         pushed
@@ -1223,31 +1222,18 @@ impl Ring {
         if result < 0 {
             // Nothing more goes out on this connection.
             conn.write_error = Some(io::Error::from_raw_os_error(-result));
-            conn.sending = Vec::new();
-            conn.sent = 0;
-            conn.outbox = Vec::new();
+            conn.outbox.abandon();
+            conn.outbox.discard_unsent();
             conn.wake();
             self.free_if_finished(key);
             return true;
         }
-        conn.sent += result as usize;
+        conn.outbox.sent(result as usize);
         if conn.given_up {
             self.free_if_finished(key);
             return true;
         }
-        if conn.sent == conn.sending.len() {
-            // All out: the outbox goes next, and the emptied buffer becomes the outbox.
-            conn.sending.clear();
-            conn.sent = 0;
-            mem::swap(&mut conn.sending, &mut conn.outbox);
-            if conn.outbox.capacity() > RETAIN {
-                conn.outbox = Vec::new();
-            }
-        }
-        let more = !conn.sending.is_empty();
-        if !more && conn.sending.capacity() > RETAIN {
-            conn.sending = Vec::new();
-        }
+        let more = !conn.outbox.is_empty();
         if conn.queued() < OUTBOX_LIMIT && mem::take(&mut conn.want_write) {
             conn.wake();
         }
@@ -1344,7 +1330,7 @@ impl Transport for UringConn {
         let _ = SockRef::from(&conn.socket).set_linger(Some(Duration::ZERO));
         // No linger for what `write` accepted: the send in flight is cancelled on close.
         conn.given_up = true;
-        conn.outbox = Vec::new();
+        conn.outbox.discard_unsent();
     }
 
     fn read(&mut self, buf: &mut Vec<u8>, max: usize) -> ReadOutcome {
@@ -1371,6 +1357,12 @@ impl Transport for UringConn {
     }
 
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.write_pieces(&mut std::iter::once(Piece::Bytes(data)))
+    }
+
+    /// Takes what fits in the outbox: own bytes copied, shared frames by reference (the
+    /// kernel reads them from their one buffer).
+    fn write_pieces(&mut self, pieces: &mut dyn Iterator<Item = Piece<'_>>) -> io::Result<usize> {
         let mut ring = self.ring.borrow_mut();
         if let Some(dead) = &ring.dead {
             return Err(dead.to_io());
@@ -1386,15 +1378,14 @@ impl Transport for UringConn {
                 "an earlier write on this connection failed",
             ));
         }
-        let n = OUTBOX_LIMIT.saturating_sub(conn.queued()).min(data.len());
+        let room = OUTBOX_LIMIT.saturating_sub(conn.queued());
+        let n = conn.outbox.take(pieces, room);
         if n == 0 {
-            conn.want_write = !data.is_empty();
+            // Full (a spurious wake, were nothing offered, costs nothing).
+            conn.want_write = true;
             return Ok(0);
         }
-        if conn.send_in_flight {
-            conn.outbox.extend_from_slice(&data[..n]);
-        } else {
-            conn.sending.extend_from_slice(&data[..n]);
+        if !conn.send_in_flight {
             ring.arm_send(self.key)?; // submitted by the driver before the loop parks
         }
         Ok(n)

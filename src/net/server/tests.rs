@@ -205,3 +205,106 @@ async fn read_path_cost() {
         );
     }
 }
+
+/// Each write: when (the loop's clock) and what.
+type Writes = Rc<RefCell<Vec<(Instant, Vec<u8>)>>>;
+
+/// A transport that takes every write and notes when each one happened.
+struct Clocked(Writes);
+
+impl Transport for Clocked {
+    fn read(&mut self, _: &mut Vec<u8>, _: usize) -> ReadOutcome {
+        ReadOutcome::WouldBlock
+    }
+
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.0.borrow_mut().push((Instant::now(), data.to_vec()));
+        Ok(data.len())
+    }
+
+    fn write_pieces(
+        &mut self,
+        pieces: &mut dyn Iterator<Item = crate::net::Piece<'_>>,
+    ) -> io::Result<usize> {
+        let bytes: Vec<u8> = pieces.flat_map(|p| p.bytes().to_vec()).collect();
+        self.write(&bytes)
+    }
+}
+
+/// Lets the loop run one more iteration, then goes on.
+struct NextIteration(bool);
+
+impl std::future::Future for NextIteration {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        if std::mem::replace(&mut self.0, true) {
+            return Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn broadcast_output_is_written_once_per_tick_and_a_reply_at_once() {
+    use crate::EventLoop;
+    use crate::net::SharedFrames;
+    use crate::runtime::Phase;
+    let net = Net::new(Limits::default());
+    let mut event_loop = EventLoop::builder()
+        .slot(Phase::Network, net.network_slot())
+        .slot(Phase::Flush, net.flush_slot())
+        .build();
+    let writes = Rc::new(RefCell::new(Vec::new()));
+    let peer: SocketAddr = "127.0.0.2:1".parse().unwrap();
+    let state = NetState::new(
+        Box::new(Clocked(writes.clone())),
+        peer,
+        Keys::of(peer.ip()),
+        Instant::now(),
+    );
+    let conn = ConnId(net.0.borrow_mut().sessions.conns.insert(state));
+    let moved = frame::packet(0x20, &[b"moved"]);
+    let shared = SharedFrames::new(&moved);
+    let reply = frame::packet(0x21, &[b"yours"]);
+    let tick = Duration::from_millis(8);
+    event_loop
+        .run_until(async {
+            timer::pause(3).await; // resumes on the first boundary
+            let queued_at = timer::now();
+            // Ten iterations in a row each queue a broadcast: none is written yet.
+            for _ in 0..10 {
+                net.with_sessions(|s| s.send_shared(conn, &shared, 0..shared.len(), 1));
+                NextIteration(false).await;
+            }
+            assert!(writes.borrow().is_empty(), "broadcasts wait for the tick");
+            // At the next boundary, all ten go in one write.
+            timer::pause(20).await;
+            {
+                let writes = writes.borrow();
+                assert_eq!(writes.len(), 1, "one write for the tick");
+                let (at, bytes) = &writes[0];
+                assert_eq!(*bytes, moved.repeat(10));
+                let since_epoch = *at - timer::epoch();
+                assert_eq!(since_epoch.as_nanos() % tick.as_nanos(), 0, "on a boundary");
+                assert!(*at > queued_at && *at - queued_at <= tick, "within a tick");
+            }
+            // A broadcast, then a reply to this player: both go at once, in order.
+            let now = Instant::now();
+            net.with_sessions(|s| {
+                s.send_shared(conn, &shared, 0..shared.len(), 1);
+                s.send_packet(conn, 0x21, &[b"yours"]);
+            });
+            NextIteration(false).await;
+            let writes = writes.borrow();
+            assert_eq!(writes.len(), 2, "the reply did not wait");
+            assert_eq!(writes[1].0, now, "written in the same iteration");
+            assert_eq!(writes[1].1, [moved.as_slice(), &reply].concat());
+        })
+        .await;
+    assert_eq!(
+        net.stats().bytes_out as usize,
+        11 * moved.len() + reply.len()
+    );
+}

@@ -31,10 +31,7 @@ impl Sessions {
         };
         self.outbound -= state.pending_output();
         state.over_soft_since = None;
-        let out = state.send.split_off(state.sent);
-        state.send.clear();
-        state.sent = 0;
-        out
+        state.out.take_bytes()
     }
 
     /// `conn` is condemned: closed at the end of the phase (not lingering to write an answer).
