@@ -309,11 +309,16 @@ fn read_path_summary() {
         }
     }
     println!();
-    println!("| read path, one segment per read ({READS} reads a run) | ns per read (median) | min | max |");
+    println!(
+        "| read path, one segment per read ({READS} reads a run) | ns per read (median) | min | max |"
+    );
     println!("|---|---:|---:|---:|");
     for ((name, _), xs) in READ_PEERS.iter().zip(&runs) {
         let (min, max) = min_max(xs);
-        println!("| {name} | {:.0} | {min:.0} | {max:.0} |", median(xs.clone()));
+        println!(
+            "| {name} | {:.0} | {min:.0} | {max:.0} |",
+            median(xs.clone())
+        );
     }
     if let [trickled, whole] = &runs[..] {
         println!(

@@ -62,7 +62,7 @@ for round in $(seq "$rounds"); do
     echo "   load: $(cut -d' ' -f1-3 /proc/loadavg)"
     start_shard "crowd-$round" "$bin"
     loadgen --mode crowd --connections 1000 --ramp 5s --duration "$((seconds + 2))s" \
-        --say "$say" --source-range 127.0.0.2-127.0.0.99 >"$work/crowd-$round" 2>&1 &
+        --say "$say" --source-range 127.0.0.2-127.0.0.99 >"$work/bots-$round" 2>&1 &
     crowd=$!
     sleep 6
     from=$(wc -l <"$log")
@@ -80,10 +80,10 @@ for round in $(seq "$rounds"); do
     record loop_cpu "$(sed -nE 's/^loop: cpu ([0-9.]+)%.*/\1/p' <<<"$lines" | sort -g |
         awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')"
     echo "  crowd:"
-    sed 's/^/    /' "$work/crowd-$round"
-    record crowd_made "$(sed -nE 's/^  connects attempted [0-9]+  made ([0-9]+) .*/\1/p' "$work/crowd-$round")"
-    record crowd_closed "$(sed -nE 's/^  closed by the server ([0-9]+) .*/\1/p' "$work/crowd-$round")"
-    record crowd_packets_read "$(sed -nE 's/.*received ([0-9]+) packets.*/\1/p' "$work/crowd-$round")"
+    sed 's/^/    /' "$work/bots-$round"
+    record crowd_made "$(sed -nE 's/^  connects attempted [0-9]+  made ([0-9]+) .*/\1/p' "$work/bots-$round")"
+    record crowd_closed "$(sed -nE 's/^  closed by the server ([0-9]+) .*/\1/p' "$work/bots-$round")"
+    record crowd_packets_read "$(sed -nE 's/.*received ([0-9]+) packets.*/\1/p' "$work/bots-$round")"
     echo "  player:"
     sed 's/^/    /' "$work/player-$round"
     record player_connected "$(sed -nE 's/^loadgen: [a-z-]+, ([0-9]+)\/.*/\1/p' "$work/player-$round")"

@@ -33,11 +33,8 @@
 #    loadgen reconnected). Figures: walkers' RTT p99, errors (a walker closed by the server
 #    counts as an error), loop cpu.
 #
-# Not run here (by hand, against a shard started as in A): the fan-out crowd,
-#   shardloop loadgen --connect 127.0.0.1:PORT --mode crowd --connections 1000 \
-#       --source-range 127.0.0.2-127.0.0.99 --duration 20s   (1000 bots on one spot, each
-#       spending its move burst every 2 s; needs max_per_ip >= 11 and max_connections >= 1000)
-# and partial packets, `--mode trickle --connections 16` against `--mode ping-only
+# Not run here: the fan-out crowd (scripts/measure-crowd.sh: 1000 bots on one spot spending
+# their move burst, a player among them) and partial packets, `--mode trickle --connections 16` against `--mode ping-only
 # --connections 16 --interval 10ms` (the same bytes as whole pings).
 #
 # Builds nothing: run `cargo build --release` first (or point SHARDLOOP_BIN at a binary).

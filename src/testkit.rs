@@ -88,9 +88,9 @@ use crate::net;
 use crate::shard::{Console, Shard, ShardBuilder, Stopped};
 use crate::world::World;
 
+pub use crate::net::read_path::ReadPath;
 pub use harness::{Harness, npc};
 pub use player::{EXPECT_WITHIN, Login, TestPlayer};
-pub use crate::net::read_path::ReadPath;
 
 /// FAULT INJECTION: the next `io_uring_enter` of the io_uring ring on this thread fails with
 /// `errno` instead of entering the kernel — EBADF or EIO kill the ring (the shard then stops

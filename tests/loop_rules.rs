@@ -523,7 +523,11 @@ async fn the_longest_iteration_is_the_most_work_one_iteration_did_parks_excluded
     let mut lp = EventLoop::builder().idle_wait(ms(1_000)).build();
     // Under the paused clock an iteration takes no time, and the 50 ms are parked.
     lp.run_until(timer::pause(50)).await;
-    assert_eq!(lp.stats().longest_iteration, Duration::ZERO, "a park is no work");
+    assert_eq!(
+        lp.stats().longest_iteration,
+        Duration::ZERO,
+        "a park is no work"
+    );
     // The clock moves 20 ms while the root future runs: inside one iteration's Tasks phase.
     lp.run_until(async {
         tokio::time::advance(ms(20)).await;
@@ -542,7 +546,11 @@ async fn the_longest_iteration_is_the_most_work_one_iteration_did_parks_excluded
         tokio::time::advance(ms(5)).await;
     })
     .await;
-    assert_eq!(lp.stats().longest_iteration, ms(20), "a peak, not the latest");
+    assert_eq!(
+        lp.stats().longest_iteration,
+        ms(20),
+        "a peak, not the latest"
+    );
     let window = lp
         .run_until(async { shardloop::runtime::take_longest_iteration() })
         .await;

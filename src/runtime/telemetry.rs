@@ -357,9 +357,10 @@ loop_telemetry! {
     max_wheel_lag: Peak, "max wheel lag",
         total ("loop_max_wheel_lag", "The largest wheel lag since start"),
         second ("max_wheel_lag_us", "the largest processing time minus boundary of a fired tick");
-    /// The most work one iteration did: from its clock reading to the one that follows its
-    /// phases (before the park, or before tokio's reactor runs), so parking and sleeping are
-    /// not in it. An iteration over two ticks is one that delays every timer behind it.
+    /// The most work one iteration did: the wall time from its clock reading to the one that
+    /// follows its phases (before the park, or before tokio's reactor runs), so parking and
+    /// sleeping are not in it, but time the thread was descheduled mid-iteration is. An
+    /// iteration over two ticks is one that delays every timer behind it.
     longest_iteration: Peak, "longest iteration",
         total ("loop_longest_iteration",
             "The longest one loop iteration worked (parking excluded) since start"),

@@ -177,14 +177,11 @@ impl StatusState {
 
     /// Samples the interval that ends now and logs its `loop:` line.
     pub(super) fn emit(&self) {
-        let line = self
-            .reporter
-            .borrow_mut()
-            .sample(
-                runtime::stats(),
-                &runtime::take_lag_window(),
-                runtime::take_longest_iteration(),
-            );
+        let line = self.reporter.borrow_mut().sample(
+            runtime::stats(),
+            &runtime::take_lag_window(),
+            runtime::take_longest_iteration(),
+        );
         tracing::info!("{line}");
         *self.last.borrow_mut() = Some(line);
     }

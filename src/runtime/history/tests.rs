@@ -306,7 +306,10 @@ fn bad_csv_is_refused_naming_line_and_column() {
     let short = good.rsplitn(3, ',').nth(2).unwrap();
     let e = refusal(&csv_of(&[short]));
     let fields = COLUMNS.len();
-    assert_eq!(e, format!("line 2: {} fields, expected {fields}", fields - 2));
+    assert_eq!(
+        e,
+        format!("line 2: {} fields, expected {fields}", fields - 2)
+    );
     let e = refusal(&csv_of(&[&format!("{good},1")]));
     assert_eq!(e, format!("line 2: more than {} fields", COLUMNS.len()));
 
@@ -324,7 +327,10 @@ fn bad_csv_is_refused_naming_line_and_column() {
     );
     let no_line = good.replacen(".rs:", ".rs:x", 1);
     let e = refusal(&csv_of(&[&no_line]));
-    let site = 1 + COLUMNS.iter().position(|c| c.name == "worst_timer_site").unwrap();
+    let site = 1 + COLUMNS
+        .iter()
+        .position(|c| c.name == "worst_timer_site")
+        .unwrap();
     assert!(
         e.starts_with(&format!("line 2, column {site} (worst_timer_site)")),
         "{e}"

@@ -15,9 +15,7 @@ use tokio::time::Instant;
 
 use super::AttackReport;
 use crate::tools::loadgen::end_to_end::{Cli, args};
-use crate::tools::loadgen::fake_shard::{
-    Close, FakeShard, Peer, refusing_port, unanswering_port,
-};
+use crate::tools::loadgen::fake_shard::{Close, FakeShard, Peer, refusing_port, unanswering_port};
 use crate::tools::loadgen::{self, LoadgenArgs, LoadgenError, Mode, Report};
 
 /// Runs a hostile mode against `fake` with `flags` (and no ramp) and returns its report.
@@ -215,7 +213,10 @@ fn crowd_logs_in_on_one_spot_and_spends_its_burst_each_interval() {
     let walkers = super::names_in_crowd("walker", 2);
     for name in &walkers {
         let at = crate::demo::packets::start_location(name);
-        assert!(at.distance(&spots[0]).is_some_and(|d| d < 16), "{name}: {at:?}");
+        assert!(
+            at.distance(&spots[0]).is_some_and(|d| d < 16),
+            "{name}: {at:?}"
+        );
         assert!(!names.contains(name), "{name}");
     }
 }
@@ -297,7 +298,11 @@ fn slow_reader_never_reads_so_the_servers_output_backs_up() {
 fn a_server_closing_idle_connections_is_counted_with_their_lifetimes() {
     let fake = FakeShard::closing(ms(300), Close::Eof);
 
-    let report = attack(&fake, "idle", "--connections 3 --duration 5s --no-reconnect");
+    let report = attack(
+        &fake,
+        "idle",
+        "--connections 3 --duration 5s --no-reconnect",
+    );
 
     // Every client stopped when its connection was closed, not at the deadline.
     assert_closed(&report, (3, 0), ms(290)..ms(5_000));

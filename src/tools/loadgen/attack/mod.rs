@@ -53,9 +53,9 @@ use super::conn::{ClientError, Conn, login_packet};
 use super::dial::Dial;
 use super::loopback::Sources;
 use super::{LoadgenArgs, Mode};
-pub use report::AttackReport;
 /// The first `n` names of `series` that start in the crowd's square (`walk --in-crowd`).
 pub(super) use crowd::names_in_square as names_in_crowd;
+pub use report::AttackReport;
 use tally::{Close, Tally, server_close};
 
 /// What every hostile client shares.
