@@ -272,8 +272,11 @@ fn bench(c: &mut Criterion, connections: usize) {
     group.finish();
 }
 
+/// A read-path peer: its name, and how to make its path.
+type ReadPeer = (&'static str, fn() -> ReadPath);
+
 /// The read-path peers: a trickled byte, and its peer, a whole ping.
-const READ_PEERS: [(&str, fn() -> ReadPath); 2] = [
+const READ_PEERS: [ReadPeer; 2] = [
     ("trickled_byte", ReadPath::trickled),
     ("whole_ping", ReadPath::whole_pings),
 ];

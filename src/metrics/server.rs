@@ -746,6 +746,9 @@ mod tests {
         live[i].peer
     }
 
+    /// A case: its name, the limits, the flood's `i`th address, and whether the flood pays.
+    type Case<'a> = (&'a str, &'a Limits, &'a dyn Fn(usize) -> String, bool);
+
     #[test]
     fn a_prefix_flooding_from_many_hosts_evicts_its_own_scrapes_not_another_host_s() {
         let v6_64 = Limits {
@@ -760,7 +763,7 @@ mod tests {
         let one_24 = |i: usize| format!("10.0.0.{}", i + 1);
         let one_64 = |i: usize| format!("2001:db8::{:x}", i + 1);
         // (limits, flood, whose connection goes: the flood's oldest or the scraper's)
-        let cases: [(&str, &Limits, &dyn Fn(usize) -> String, bool); 6] = [
+        let cases: [Case<'_>; 6] = [
             // One /56, every connection from its own /64: by host each holds one, by prefix
             // (the default /56, as the game port counts) the flood holds the most.
             ("default /56", &Limits::default(), &one_56, true),
