@@ -4,13 +4,13 @@
 //! Bounds, so that slow or many clients cannot exhaust the shard's descriptors or reach the
 //! loop: at most [`MAX_CONNECTIONS`] connections are kept; when a new one arrives at the cap,
 //! a connection with no request in flight (an idle keep-alive, a client still dribbling its
-//! headers) is closed for it — the oldest of those from the host holding the most
-//! connections, hosts grouped as the game port's admission groups them (an IPv4 address or an
-//! IPv6 /64, and their prefix: the IPv6 /56 by default, the IPv4 /24 while that cap is on; from
-//! the same `[network]` settings, [`Settings::hosts`]), so that a flood from one host or one
-//! prefix closes its own connections, not the scraper's — and if every one is mid-request the newcomer is closed instead (both
-//! counted, and logged at most once a minute). Headers must arrive within [`HEADER_TIMEOUT`];
-//! a connection lives at most
+//! headers) is closed for it — the oldest of those from the host or prefix holding the most
+//! connections, hosts grouped as the game port's admission groups them (an IPv4 address or
+//! an IPv6 /64, and their prefix: the IPv6 /56 by default, the IPv4 /24 while that cap is on;
+//! from the same `[network]` settings, [`Settings::hosts`]), so that a flood from one host or
+//! one prefix closes its own connections, not the scraper's — and if every one is
+//! mid-request the newcomer is closed instead (both counted, and logged at most once a
+//! minute). Headers must arrive within [`HEADER_TIMEOUT`]; a connection lives at most
 //! [`CONNECTION_LIFETIME`] (then it is closed after its current request). `/metrics` never
 //! waits for the loop: it reads the copy the loop published last ([`super::publish`]) and
 //! reports its age. Only the status page asks the loop, at most once per [`PAGE_REUSE`] (a page

@@ -6,14 +6,16 @@
 //! answered within `--connect-timeout` (the server drops the SYN: a banned source, a full
 //! backlog) is `timed_out`; a connection the server accepts and closes before sending
 //! anything (admission refusing it at accept) is `closed at once`, by end of stream or by
-//! reset (a reset that comes before this side has seen its connect complete included). The last is seen only if the close arrives before the hang-up: with
-//! `--churn-ping` the client waits for the echo, so a refusal always arrives first and every
-//! one is counted; without it, the client looks once (without waiting) just before hanging
-//! up, so a refusal still on its way is counted as a hang-up: a lower bound. Whether a
-//! close at once is an end of stream or a reset is the server's and the timing's: a server
-//! that closes with data unread (the ping got there first) resets, and one that closed
-//! before the ping came answers the ping with a reset that may be read before the end of
-//! stream; the total is what counts.
+//! reset (a reset that comes before this side has seen its connect complete included).
+//!
+//! The last is seen only if the close arrives before the hang-up: with `--churn-ping` the
+//! client waits for the echo, so a refusal always arrives first and every one is counted;
+//! without it, the client looks once (without waiting) just before hanging up, so a refusal
+//! still on its way is counted as a hang-up: a lower bound. Whether a close at once is an
+//! end of stream or a reset is the server's and the timing's: a server that closes with data
+//! unread (the ping got there first) resets, and one that closed before the ping came
+//! answers the ping with a reset that may be read before the end of stream; the total is
+//! what counts.
 //!
 //! This module owns one churning client's loop. It must never hold more than one connection
 //! at a time (a client is one descriptor), nor go on past the deadline.
