@@ -13,6 +13,11 @@
 //!   `shard_io_uring` (skipped where the kernel refuses io_uring) and `tokio_echo`
 //!   (`examples/tokio_echo.rs`, a bare tokio current-thread echo server: the ceiling).
 //!   Target: each shard backend ≥ 0.8× `tokio_echo`'s round trips per second.
+//! - `read_path/<peer>`: the server's read path for one connection, with no socket, no
+//!   syscall and no wake-up (`testkit::ReadPath`); one iteration = one read of one segment
+//!   and the flush after it. `trickled_byte`: 8 KiB packets sent a byte per segment;
+//!   its peer `whole_ping`: a whole 19-byte ping per segment, handled and answered. Target
+//!   (issue 33, trickled packets): a trickled byte costs no more than a whole ping.
 //!
 //! The shard servers run the real server (`Net`, the demo protocol's handler table) on an
 //! `EventLoop`, exactly as the shard wires them, minus the world.
@@ -34,6 +39,7 @@ use shardloop::EventLoop;
 use shardloop::net::frame;
 use shardloop::net::{BackendKind, Limits, Net};
 use shardloop::runtime::{DEFAULT_IDLE_WAIT, Phase};
+use shardloop::testkit::ReadPath;
 
 /// The demo game, as the binary compiles it.
 #[path = "../src/demo/mod.rs"]
@@ -251,6 +257,78 @@ fn bench(c: &mut Criterion, connections: usize) {
         });
     }
     group.finish();
+
+    let runtime = read_path_runtime();
+    let _entered = runtime.enter();
+    let mut group = c.benchmark_group("read_path");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for (name, make) in READ_PEERS {
+        let mut path = make();
+        group.bench_function(name, |b| b.iter_custom(|n| read_run(&mut path, n)));
+    }
+    group.finish();
+}
+
+/// A read-path peer: its name, and how to make its path.
+type ReadPeer = (&'static str, fn() -> ReadPath);
+
+/// The read-path peers: a trickled byte, and its peer, a whole ping.
+const READ_PEERS: [ReadPeer; 2] = [
+    ("trickled_byte", ReadPath::trickled),
+    ("whole_ping", ReadPath::whole_pings),
+];
+
+/// The runtime the read path runs in (it reads tokio's clock; no loop, no reactor work).
+fn read_path_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// `n` reads on `path`, loaded beforehand (the loading is not timed).
+fn read_run(path: &mut ReadPath, n: u64) -> Duration {
+    path.load(n as usize);
+    let began = Instant::now();
+    for _ in 0..n {
+        path.read_once();
+    }
+    began.elapsed()
+}
+
+/// Median ns per read of each read-path peer, runs interleaved, and their ratio.
+fn read_path_summary() {
+    const READS: u64 = 64 * 8192;
+    let runtime = read_path_runtime();
+    let _entered = runtime.enter();
+    let mut runs = vec![Vec::new(); READ_PEERS.len()];
+    for _ in 0..REPS {
+        for ((_, make), out) in READ_PEERS.iter().zip(&mut runs) {
+            let took = read_run(&mut make(), READS);
+            out.push(took.as_secs_f64() * 1e9 / READS as f64);
+        }
+    }
+    println!();
+    println!(
+        "| read path, one segment per read ({READS} reads a run) | ns per read (median) | min | max |"
+    );
+    println!("|---|---:|---:|---:|");
+    for ((name, _), xs) in READ_PEERS.iter().zip(&runs) {
+        let (min, max) = min_max(xs);
+        println!(
+            "| {name} | {:.0} | {min:.0} | {max:.0} |",
+            median(xs.clone())
+        );
+    }
+    if let [trickled, whole] = &runs[..] {
+        println!(
+            "\ntrickled byte / whole ping: {:.2}× (target ≤ 1)",
+            median(trickled.clone()) / median(whole.clone())
+        );
+    }
 }
 
 /// Median round-trip time (µs) per RTT peer and median round trips/s per fan-out peer, runs
@@ -341,5 +419,6 @@ fn main() {
     criterion.final_summary();
     if run.summary {
         summary(connections);
+        read_path_summary();
     }
 }

@@ -55,29 +55,6 @@ bin=$(realpath "$bin")
 if [[ -n $before ]]; then before=$(realpath "$before"); fi
 ulimit -n "$(ulimit -Hn)"
 
-# loop_ns: the loop thread's CPU time so far (the shard's main thread), in nanoseconds.
-loop_ns() {
-    local ns
-    read -r ns _ <"/proc/$spid/task/$spid/schedstat"
-    echo "$ns"
-}
-
-# connects: "ACCEPTED REFUSED" from a fresh `netstats` (every number on its `refused` line
-# added up, so the older binary's shorter line reads the same way).
-connects() {
-    local lines
-    lines=$(wc -l <"$out")
-    echo netstats >&3
-    for _ in $(seq 100); do
-        (($(wc -l <"$out") > lines)) && tail -n +"$((lines + 1))" "$out" | grep -q '^traffic' && break
-        sleep 0.05
-    done
-    tail -n +"$((lines + 1))" "$out" | awk '
-        /^open / { for (i = 1; i < NF; i++) if ($(i + 1) == "accepted") a = $i }
-        /^refused / { for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) r += $i }
-        END { print a + 0, r + 0 }'
-}
-
 # window KEY FLOOD(0|1): one measured window; records KEY.* figures.
 window() {
     local key=$1 flood=$2 a0 r0 a1 r1 c0 c1 p0 p1 t0 t1 attacker="" recorded

@@ -1,69 +1,106 @@
 #!/usr/bin/env bash
-# The live crowd (docs/performance.md, "The fan-out budget (issue 33)"): a release shard on
-# loopback and `loadgen --mode crowd` — 1000 bots whose names start them within one 16-tile
-# square, each writing its 20-move burst every 2 s, so every move goes to 999 players — for
-# each binary named, one after the other, ROUNDS times.
+# The fan-out's worst case, live: 1,000 bots on one spot spending their move burst, and a real
+# player walking beside them.
 #
-#   scripts/measure-crowd.sh [ROUNDS] BIN...     e.g. scripts/measure-crowd.sh 2 old/shardloop target/release/shardloop
+#   scripts/measure-crowd.sh [rounds] [seconds] [say]        (defaults: 1 30 1)
 #
-# Needs `perf` (the kernel's syscall tracepoints, as root) for the count of socket writes.
+# Loopback only, bounded in time (about 1 min per round at 30 s). Each round starts a shard
+# (default world and limits: max_connections 1024, max_per_ip 16), then
+#   - the crowd: `loadgen --mode crowd --connections 1000 --ramp 5s --say SAY` from
+#     127.0.0.2-127.0.0.99 (10-11 bots per address, under max_per_ip and the connect rate's
+#     burst): each bot logs in within one 16-tile square and every 2 s writes its 20 moves
+#     and SAY lines of speech in one write, so every move and line goes to 999 others;
+#   - the player, once the crowd's ramp is over: `loadgen --mode walk --connections 1
+#     --in-crowd` from 127.0.0.1, logged in within the crowd's square (so it gets every
+#     bot's moves and speech), moving every 250 ms and timing each move.
+# Figures: from the shard's `loop:` lines over the player's window (the first dropped): the
+# longest iteration (max of windows), late ticks and ticks late >= 2 ticks (sums), the wheel
+# lag peak (max), loop cpu (median); the crowd's report (bots closed by the server, packets
+# read); the player's (connected, errors, move RTT p50/p99); `netstats` at the end (the
+# shard's disconnects by cause).
 #
-# Prints, per run: the shard's `loop:` status lines (every 5 s: loop cpu, wheel lag peak, late
-# ticks) while the bots were on, and loadgen's own summary (packets read, bots closed by the
-# server). The loadgen is the first binary's, so every shard meets the same client.
-#
-# CROWD=N sets the number of bots (default 1000).
-#
-# Builds nothing. Needs 1000 descriptors for the shard and as many for loadgen.
+# Builds nothing: run `cargo build --release` first (or point SHARDLOOP_BIN at a binary).
 set -euo pipefail
 
 rounds=${1:-1}
-shift
-[[ $# -ge 1 ]] || { echo "usage: $0 [ROUNDS] BIN..." >&2; exit 2; }
-loadgen=$1
+seconds=${2:-30}
+say=${3:-1}
+bin=${SHARDLOOP_BIN:-target/release/shardloop}
+port=${PORT:-26300}
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-ulimit -n 8192
-port=$((20000 + RANDOM % 20000))
+results=$work/results
+: >"$results"
 
-run() {
-    local bin=$1 name=$2 pid
-    (cd "$work" && exec env SHARD_SERVER__PROBE_HOST=false SHARD_AUTOSAVE__ENABLED=false \
-        SHARD_SERVER__LOOP_STATS_INTERVAL=5s \
-        SHARD_NETWORK__MAX_CONNECTIONS=2000 SHARD_NETWORK__MAX_PER_IP=4096 \
-        SHARD_NETWORK__MAX_PRELOGIN=1024 SHARD_NETWORK__CONNECT_RATE=0 \
-        SHARD_NETWORK__LISTEN="[\"127.0.0.1:$port\"]" \
-        "$bin" run --data-dir "$work/data-$name" </dev/null >/dev/null 2>"$work/$name.log") &
-    pid=$!
-    for _ in $(seq 600); do
-        grep -q "shard ready" "$work/$name.log" 2>/dev/null && break
-        sleep 0.1
-    done
-    local from
-    from=$(grep -c "loop:" "$work/$name.log" || true)
-    # The shard's socket writes while the bots are on, counted by the kernel: a measure of the
-    # flush's work that does not depend on how much CPU the loop got on a busy machine.
-    perf stat -x, -e 'syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_sendto,syscalls:sys_enter_sendmsg' \
-        -p "$pid" -o "$work/$name.perf" -- sleep 37 &
-    local perf=$!
-    "$loadgen" loadgen --connect "127.0.0.1:$port" --mode crowd --connections "${CROWD:-1000}" \
-        --ramp 5s --duration 30s >"$work/$name.loadgen" 2>&1 || true
-    wait "$perf" || true
-    kill -INT "$pid"
-    wait "$pid" 2>/dev/null || true
-    echo "== $name: $bin (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
-    grep "loop:" "$work/$name.log" | tail -n +"$((from + 1))" | sed 's/^.*loop:/loop:/'
-    cat "$work/$name.loadgen"
-    echo "socket writes by the shard (perf stat, whole run):"
-    grep -v '^#' "$work/$name.perf" | awk -F, 'NF > 2 { print "  " $3 " " $1 }'
-    echo "  (io_uring sends are not system calls: counted only with network.backend = epoll)"
-    rm -rf "$work/data-$name"
+# shellcheck source=scripts/shard-session.sh
+source "$(dirname "$0")/shard-session.sh"
+trap cleanup EXIT
+
+if [[ ! -x "$bin" ]]; then
+    echo "measure-crowd: $bin not found; run 'cargo build --release' first" >&2
+    exit 2
+fi
+bin=$(realpath "$bin")
+ulimit -n "$(ulimit -Hn)"
+
+loadgen() {
+    timeout -k 5 $((seconds + 60)) "$bin" loadgen --connect "127.0.0.1:$port" "$@" || true
+}
+
+# sum_of / max_of SED_EXPR LINES: the sum / max (ms) of what SED_EXPR extracts from each line.
+sum_of() { sed -nE "$1" <<<"$2" | awk '{ n += $1 } END { print n + 0 }'; }
+max_ms_of() {
+    local max=0 v
+    while IFS= read -r v; do
+        v=$(to_ms "$v")
+        max=$(awk -v a="$max" -v b="$v" 'BEGIN { print (b > a) ? b : a }')
+    done < <(sed -nE "$1" <<<"$2")
+    echo "$max"
 }
 
 for round in $(seq "$rounds"); do
-    i=0
-    for bin in "$@"; do
-        i=$((i + 1))
-        run "$bin" "bin$i-round$round"
-    done
+    echo "== round $round: 1000 crowd bots (--say $say) and a walking player (${seconds}s)"
+    echo "   load: $(cut -d' ' -f1-3 /proc/loadavg)"
+    start_shard "crowd-$round" "$bin"
+    loadgen --mode crowd --connections 1000 --ramp 5s --duration "$((seconds + 2))s" \
+        --say "$say" --source-range 127.0.0.2-127.0.0.99 >"$work/bots-$round" 2>&1 &
+    crowd=$!
+    sleep 6
+    from=$(wc -l <"$log")
+    loadgen --mode walk --connections 1 --in-crowd --ramp 0s --duration "${seconds}s" \
+        >"$work/player-$round"
+    to=$(wc -l <"$log")
+    wait "$crowd" || true
+    lines=$(sed -n "$((from + 1)),${to}p" "$log" | grep -o 'loop: .*' | tail -n +2 || true)
+    echo "  loop: lines (first dropped):"
+    sed 's/^/    /' <<<"$lines"
+    record longest_iteration_ms "$(max_ms_of 's/.*longest iteration ([^ |]+).*/\1/p' "$lines")"
+    record wheel_lag_peak_ms "$(max_ms_of 's/.*wheel lag peak ([^ |]+).*/\1/p' "$lines")"
+    record late_ticks "$(sum_of 's/.*late ticks ([0-9]+) \(>=2.*/\1/p' "$lines")"
+    record very_late_ticks "$(sum_of 's/.*\(>=2 ticks ([0-9]+)\).*/\1/p' "$lines")"
+    record loop_cpu "$(sed -nE 's/^loop: cpu ([0-9.]+)%.*/\1/p' <<<"$lines" | sort -g |
+        awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')"
+    echo "  crowd:"
+    sed 's/^/    /' "$work/bots-$round"
+    record crowd_made "$(sed -nE 's/^  connects attempted [0-9]+  made ([0-9]+) .*/\1/p' "$work/bots-$round")"
+    record crowd_closed "$(sed -nE 's/^  closed by the server ([0-9]+) .*/\1/p' "$work/bots-$round")"
+    record crowd_packets_read "$(sed -nE 's/.*received ([0-9]+) packets.*/\1/p' "$work/bots-$round")"
+    echo "  player:"
+    sed 's/^/    /' "$work/player-$round"
+    record player_connected "$(sed -nE 's/^loadgen: [a-z-]+, ([0-9]+)\/.*/\1/p' "$work/player-$round")"
+    record player_errors "$(sed -nE 's/^  errors ([0-9]+).*/\1/p' "$work/player-$round")"
+    record player_rtt_p50_ms "$(to_ms "$(sed -nE 's/.*rtt p50 (.+)  p99 .*/\1/p' "$work/player-$round")")"
+    record player_rtt_p99_ms "$(to_ms "$(sed -nE 's/.*rtt p50 .+  p99 (.+)  max .*/\1/p' "$work/player-$round")")"
+    console netstats
+    sleep 1
+    echo "  netstats:"
+    tail -n 8 "$out" | sed 's/^/    /'
+    stop_shard
+    echo "  shutdown: exit $rc"
 done
+
+echo
+echo "== summary: median over $rounds round(s) (every round's value in brackets)"
+for k in $(awk '{ print $1 }' "$results" | awk '!seen[$0]++'); do
+    printf '  %-22s %10s  [%s]\n' "$k" "$(med "$k")" "$(each "$k")"
+done
+echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

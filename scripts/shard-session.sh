@@ -57,6 +57,29 @@ stop_shard() {
     exec 3>&-
 }
 
+# loop_ns: the loop thread's CPU time so far (the shard's main thread), in nanoseconds.
+loop_ns() {
+    local ns
+    read -r ns _ <"/proc/$spid/task/$spid/schedstat"
+    echo "$ns"
+}
+
+# connects: "ACCEPTED REFUSED" from a fresh `netstats` (every number on its `refused` line
+# added up, so the older binary's shorter line reads the same way).
+connects() {
+    local lines
+    lines=$(wc -l <"$out")
+    echo netstats >&3
+    for _ in $(seq 100); do
+        (($(wc -l <"$out") > lines)) && tail -n +"$((lines + 1))" "$out" | grep -q '^traffic' && break
+        sleep 0.05
+    done
+    tail -n +"$((lines + 1))" "$out" | awk '
+        /^open / { for (i = 1; i < NF; i++) if ($(i + 1) == "accepted") a = $i }
+        /^refused / { for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) r += $i }
+        END { print a + 0, r + 0 }'
+}
+
 # to_ms "1.5 ms" | "512 µs" | "1.234ms" | "12.000µs" | "0.000ns" | "1.00 s" -> milliseconds
 to_ms() {
     awk -v v="$*" 'BEGIN {

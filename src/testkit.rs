@@ -65,7 +65,9 @@
 //! shard, no listener and no loop.
 //!
 //! Besides, the engine's fault-injection hooks for tests ([`inject_uring_enter_failure`]),
-//! which only builds with this feature have.
+//! which only builds with this feature have, and one benchmark hook: [`ReadPath`], the
+//! network server's read path for one connection with the socket replaced by memory
+//! (`benches/net.rs`, `read_path`).
 //!
 //! Owns the test shard's setup and its players; must never be needed by the shard itself.
 
@@ -86,6 +88,7 @@ use crate::net;
 use crate::shard::{Console, Shard, ShardBuilder, Stopped};
 use crate::world::World;
 
+pub use crate::net::read_path::ReadPath;
 pub use harness::{Harness, npc};
 pub use player::{EXPECT_WITHIN, Login, TestPlayer};
 

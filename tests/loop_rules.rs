@@ -517,3 +517,42 @@ async fn l2_a_post_keeps_the_parked_deadline_real_time() {
     // The posts ended parks early (the pause's park was entered again after each).
     assert!(stats.wakes_issued >= 3 && stats.sleeps >= 4, "{stats:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_longest_iteration_is_the_most_work_one_iteration_did_parks_excluded() {
+    let mut lp = EventLoop::builder().idle_wait(ms(1_000)).build();
+    // Under the paused clock an iteration takes no time, and the 50 ms are parked.
+    lp.run_until(timer::pause(50)).await;
+    assert_eq!(
+        lp.stats().longest_iteration,
+        Duration::ZERO,
+        "a park is no work"
+    );
+    // The clock moves 20 ms while the root future runs: inside one iteration's Tasks phase.
+    lp.run_until(async {
+        tokio::time::advance(ms(20)).await;
+    })
+    .await;
+    assert_eq!(lp.stats().longest_iteration, ms(20));
+    // The status line's window takes the peak and starts again; the total keeps it.
+    let (window, next) = lp
+        .run_until(async {
+            let window = shardloop::runtime::take_longest_iteration();
+            (window, shardloop::runtime::take_longest_iteration())
+        })
+        .await;
+    assert_eq!((window, next), (ms(20), Duration::ZERO));
+    lp.run_until(async {
+        tokio::time::advance(ms(5)).await;
+    })
+    .await;
+    assert_eq!(
+        lp.stats().longest_iteration,
+        ms(20),
+        "a peak, not the latest"
+    );
+    let window = lp
+        .run_until(async { shardloop::runtime::take_longest_iteration() })
+        .await;
+    assert_eq!(window, ms(5));
+}

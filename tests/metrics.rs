@@ -595,45 +595,54 @@ fn wait_closed(streams: &mut [TcpStream], at_least: usize, what: &str) {
 }
 
 #[test]
-fn a_flood_from_many_addresses_of_one_ipv6_64_evicts_its_own_connections_not_the_scraper_s() {
-    // Twice the bound's worth of flooders, one connection from each address of one /64, and
-    // a scraper from another /64.
-    let flooders: Vec<Ipv6Addr> = (1..=2 * MAX_CONNECTIONS as u16)
+fn a_flood_from_one_ipv6_64_or_one_56_evicts_its_own_connections_not_the_scraper_s() {
+    // Twice the bound's worth of flooders, one connection from each address: all of one /64,
+    // or each from its own /64 of one /56 (the game port's default `ipv6_prefix`); and a
+    // scraper from another /56.
+    let n = 2 * MAX_CONNECTIONS as u16;
+    let one_64: Vec<Ipv6Addr> = (1..=n)
         .map(|i| Ipv6Addr::new(0x2001, 0xdb8, 0, 1, 0, 0, 0, i))
         .collect();
-    let scraper = Ipv6Addr::new(0x2001, 0xdb8, 0, 2, 0, 0, 0, 1);
-    let mut addresses = flooders.clone();
+    let one_56: Vec<Ipv6Addr> = (1..=n)
+        .map(|i| Ipv6Addr::new(0x2001, 0xdb8, 0, 0x100 + i, 0, 0, 0, 1))
+        .collect();
+    let scraper = Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 0, 0, 0, 1);
+    let mut addresses = one_64.clone();
+    addresses.extend(&one_56);
     addresses.push(scraper);
     if !common::netns::with_addresses(&addresses) {
         return;
     }
-    let _watchdog = watchdog(Duration::from_secs(60), "an IPv6 /64 flood");
-    let endpoint = endpoint_on("[::1]:0", Settings::default(), Vec::new());
-    // The scraper holds two connections before the flood: the oldest idle ones, and, counted
-    // by address, the address holding the most.
-    let scraper_conns: Vec<TcpStream> = (0..2)
-        .map(|_| connect_from(&scraper.to_string(), endpoint.addr))
-        .collect();
-    let mut flood: Vec<TcpStream> = flooders
-        .iter()
-        .map(|a| connect_from(&a.to_string(), endpoint.addr))
-        .collect();
-    let over = flood.len() + scraper_conns.len() - MAX_CONNECTIONS;
-    wait_closed(&mut flood, over, "flood connections closed");
-    // Counted by host (the /64), the flood held the most: the scraper's connections stayed.
-    for stream in scraper_conns {
-        match request(stream, "/healthz", &[]) {
-            Ok((status, _, body)) => assert_eq!(status, 200, "{body}"),
-            Err(e) => panic!("a scraper's connection was closed for the flood: {e}"),
+    let _watchdog = watchdog(Duration::from_secs(120), "an IPv6 flood");
+    for (shape, flooders) in [("one /64", &one_64), ("one /56", &one_56)] {
+        let endpoint = endpoint_on("[::1]:0", Settings::default(), Vec::new());
+        // The scraper holds two connections before the flood: the oldest idle ones, and,
+        // counted by address or by /64, the holder of the most.
+        let scraper_conns: Vec<TcpStream> = (0..2)
+            .map(|_| connect_from(&scraper.to_string(), endpoint.addr))
+            .collect();
+        let mut flood: Vec<TcpStream> = flooders
+            .iter()
+            .map(|a| connect_from(&a.to_string(), endpoint.addr))
+            .collect();
+        let over = flood.len() + scraper_conns.len() - MAX_CONNECTIONS;
+        wait_closed(&mut flood, over, "flood connections closed");
+        // Counted by host (the /64) or prefix (the /56), the flood held the most: the
+        // scraper's connections stayed.
+        for stream in scraper_conns {
+            match request(stream, "/healthz", &[]) {
+                Ok((status, _, body)) => assert_eq!(status, 200, "{shape}: {body}"),
+                Err(e) => panic!("{shape}: a scraper's connection was closed for the flood: {e}"),
+            }
         }
+        let (_, metrics) = get(endpoint.addr, "/metrics");
+        assert!(
+            metrics.contains(&format!(
+                "shardloop_metrics_http_closed_total{{reason=\"evicted\"}} {over}"
+            )),
+            "{shape}: {metrics}"
+        );
     }
-    let (_, metrics) = get(endpoint.addr, "/metrics");
-    assert!(
-        metrics.contains(&format!(
-            "shardloop_metrics_http_closed_total{{reason=\"evicted\"}} {over}"
-        )),
-        "{metrics}"
-    );
 }
 
 #[test]

@@ -4,12 +4,13 @@
 //! Bounds, so that slow or many clients cannot exhaust the shard's descriptors or reach the
 //! loop: at most [`MAX_CONNECTIONS`] connections are kept; when a new one arrives at the cap,
 //! a connection with no request in flight (an idle keep-alive, a client still dribbling its
-//! headers) is closed for it — the oldest of those from the host holding the most
-//! connections, a host as the game port counts one (an IPv4 address or an IPv6 /64:
-//! `net::host_key`), so that a flood from one host closes its own connections, not
-//! the scraper's — and if every one is mid-request the newcomer is closed instead (both
-//! counted, and logged at most once a minute). Headers must arrive within [`HEADER_TIMEOUT`];
-//! a connection lives at most
+//! headers) is closed for it — the oldest of those from the host or prefix holding the most
+//! connections, hosts grouped as the game port's admission groups them (an IPv4 address or
+//! an IPv6 /64, and their prefix: the IPv6 /56 by default, the IPv4 /24 while that cap is on;
+//! from the same `[network]` settings, [`Settings::hosts`]), so that a flood from one host or
+//! one prefix closes its own connections, not the scraper's — and if every one is
+//! mid-request the newcomer is closed instead (both counted, and logged at most once a
+//! minute). Headers must arrive within [`HEADER_TIMEOUT`]; a connection lives at most
 //! [`CONNECTION_LIFETIME`] (then it is closed after its current request). `/metrics` never
 //! waits for the loop: it reads the copy the loop published last ([`super::publish`]) and
 //! reports its age. Only the status page asks the loop, at most once per [`PAGE_REUSE`] (a page
@@ -45,7 +46,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::net::{HostKey, host_key};
+use crate::net::{HostKey, HostKeys, Limits};
 use crate::runtime::LoopContext;
 
 use super::disk::DiskCache;
@@ -224,6 +225,10 @@ pub struct Settings {
     /// Every request but `/healthz` must carry `Authorization: Bearer <token>`; `None`: no
     /// authentication.
     pub token: Option<BearerToken>,
+    /// The game port's limits, whose grouping of addresses into hosts and prefixes
+    /// (`ipv6_prefix`, `ipv4_prefix`, and whether `max_per_ipv4_prefix` is set) the eviction
+    /// uses; nothing else of them is read.
+    pub hosts: Limits,
 }
 
 impl Default for Settings {
@@ -233,6 +238,7 @@ impl Default for Settings {
             disk_dirs: Vec::new(),
             disk_every: DISK_EVERY,
             token: None,
+            hosts: Limits::default(),
         }
     }
 }
@@ -289,7 +295,8 @@ impl MetricsServer {
                 runtime.block_on(async move {
                     let app = App::new(probe, slot, context, saves, &settings);
                     let token = settings.token.clone();
-                    if let Err(e) = serve(listener, app, token, stopped).await {
+                    let hosts = HostKeys::new(&settings.hosts);
+                    if let Err(e) = serve(listener, app, token, hosts, stopped).await {
                         tracing::error!("the metrics endpoint stopped: {e}");
                     }
                 });
@@ -534,7 +541,8 @@ async fn not_found() -> Response {
 struct Conn {
     /// The peer's address.
     peer: IpAddr,
-    /// The peer's host, as the game port counts one: what eviction counts connections by.
+    /// The peer's host and prefix, as the game port counts them: what eviction counts
+    /// connections by.
     host: HostKey,
     /// Requests being answered (0: idle, may be evicted).
     in_flight: AtomicUsize,
@@ -565,6 +573,7 @@ async fn serve(
     listener: std::net::TcpListener,
     app: Arc<App>,
     token: Option<BearerToken>,
+    hosts: HostKeys,
     stopped: oneshot::Receiver<()>,
 ) -> io::Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
@@ -588,7 +597,7 @@ async fn serve(
             },
         };
         live.retain(|c| !c.done.load(Ordering::Acquire));
-        let host = host_key(peer.ip());
+        let host = hosts.of(peer.ip());
         if live.len() >= MAX_CONNECTIONS {
             match evictable(&live, host).and_then(|i| live.remove(i)) {
                 Some(evicted) => {
@@ -620,21 +629,23 @@ async fn serve(
     Ok(())
 }
 
-/// Which of `live` (oldest first, at the cap) to close for a newcomer from the host
-/// `newcomer`: the oldest with no request in flight among the connections of the host that
-/// holds the most (the newcomer counted with its own), so that one host flooding connections
-/// — from one address or from many in its /64 — only closes its own. `None` if every one is
+/// Which of `live` (oldest first, at the cap) to close for a newcomer `newcomer`: the oldest
+/// with no request in flight among the connections of the host or prefix that holds the most
+/// (the newcomer counted with its own; a connection weighs as the larger of its host's and its
+/// prefix's count), so that one host flooding connections — from one address, from many in
+/// its /64, or from many /64s of its /56 — only closes its own. `None` if every one is
 /// mid-request.
 fn evictable(live: &VecDeque<Arc<Conn>>, newcomer: HostKey) -> Option<usize> {
-    let held = |host: HostKey| {
-        live.iter().filter(|c| c.host == host).count() + usize::from(host == newcomer)
+    let held = |key: &HostKey, same: fn(&HostKey, &HostKey) -> bool| {
+        live.iter().filter(|c| same(&c.host, key)).count() + usize::from(same(&newcomer, key))
     };
+    let weight = |key: &HostKey| held(key, HostKey::same_host).max(held(key, HostKey::same_prefix));
     live.iter()
         .enumerate()
         .filter(|(_, c)| c.in_flight.load(Ordering::Acquire) == 0)
         // `max_by_key` keeps the last of equals: reversed, that is the oldest.
         .rev()
-        .max_by_key(|(_, c)| held(c.host))
+        .max_by_key(|(_, c)| weight(&c.host))
         .map(|(i, _)| i)
 }
 
@@ -705,4 +716,94 @@ async fn serve_connection(
         }
     }
     conn.done.store(true, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection from `ip` as `hosts` key it, idle (`busy`: with a request in flight).
+    fn conn(hosts: &HostKeys, ip: &str, busy: bool) -> Arc<Conn> {
+        let peer: IpAddr = ip.parse().expect("an address");
+        Arc::new(Conn {
+            peer,
+            host: hosts.of(peer),
+            in_flight: AtomicUsize::new(usize::from(busy)),
+            done: AtomicBool::new(false),
+            close: Notify::new(),
+        })
+    }
+
+    /// The endpoint at its bound: `scraper` first with two idle connections, then
+    /// `MAX_CONNECTIONS - 2` flood connections, the `i`th from `flood(i)`; a newcomer from
+    /// `flood(MAX_CONNECTIONS)`. Whose connection is evicted for it.
+    fn evicted(limits: &Limits, scraper: &str, flood: impl Fn(usize) -> String) -> IpAddr {
+        let hosts = HostKeys::new(limits);
+        let mut live: VecDeque<_> = (0..2).map(|_| conn(&hosts, scraper, false)).collect();
+        live.extend((0..MAX_CONNECTIONS - 2).map(|i| conn(&hosts, &flood(i), false)));
+        let newcomer = hosts.of(flood(MAX_CONNECTIONS).parse().expect("an address"));
+        let i = evictable(&live, newcomer).expect("an idle connection");
+        live[i].peer
+    }
+
+    /// A case: its name, the limits, the flood's `i`th address, and whether the flood pays.
+    type Case<'a> = (&'a str, &'a Limits, &'a dyn Fn(usize) -> String, bool);
+
+    #[test]
+    fn a_prefix_flooding_from_many_hosts_evicts_its_own_scrapes_not_another_host_s() {
+        let v6_64 = Limits {
+            ipv6_prefix: 64,
+            ..Limits::default()
+        };
+        let v4_24 = Limits {
+            max_per_ipv4_prefix: Some(64),
+            ..Limits::default()
+        };
+        let one_56 = |i: usize| format!("2001:db8:0:{i:x}::1");
+        let one_24 = |i: usize| format!("10.0.0.{}", i + 1);
+        let one_64 = |i: usize| format!("2001:db8::{:x}", i + 1);
+        // (limits, flood, whose connection goes: the flood's oldest or the scraper's)
+        let cases: [Case<'_>; 6] = [
+            // One /56, every connection from its own /64: by host each holds one, by prefix
+            // (the default /56, as the game port counts) the flood holds the most.
+            ("default /56", &Limits::default(), &one_56, true),
+            // Configured as /64, those /64s are unrelated hosts: the scraper, holding two,
+            // is the largest holder (what the endpoint did before it counted prefixes).
+            ("ipv6_prefix = 64", &v6_64, &one_56, false),
+            ("one /64, many addresses", &Limits::default(), &one_64, true),
+            // IPv4: one /24 counts as one only while the game port caps the /24.
+            ("/24 cap on", &v4_24, &one_24, true),
+            ("/24 cap off", &Limits::default(), &one_24, false),
+            (
+                "6to4 addresses of one IPv4 address",
+                &Limits::default(),
+                &|i| format!("2002:a00:1:{i:x}::1"),
+                true,
+            ),
+        ];
+        for (name, limits, flood, flood_pays) in cases {
+            let scraper = match flood(0).contains(':') {
+                true => "2001:db8:1::1",
+                false => "10.0.1.1",
+            };
+            let gone = evicted(limits, scraper, flood);
+            let expected: IpAddr = match flood_pays {
+                true => flood(0).parse().expect("an address"),
+                false => scraper.parse().expect("an address"),
+            };
+            assert_eq!(gone, expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn only_idle_connections_are_evicted() {
+        let hosts = HostKeys::new(&Limits::default());
+        let live: VecDeque<_> = (0..MAX_CONNECTIONS)
+            .map(|i| conn(&hosts, &format!("2001:db8:0:{i:x}::1"), i != 3))
+            .collect();
+        let newcomer = hosts.of("2001:db8:0:ff::1".parse().expect("an address"));
+        assert_eq!(evictable(&live, newcomer), Some(3));
+        live[3].in_flight.store(1, Ordering::Release);
+        assert_eq!(evictable(&live, newcomer), None, "every one mid-request");
+    }
 }

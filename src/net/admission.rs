@@ -118,6 +118,52 @@ impl Keys {
     }
 }
 
+/// How addresses are grouped: the IPv6 prefix every native IPv6 host counts against, and the
+/// IPv4 prefix, while its cap is on. The game port's admission and the metrics endpoint's
+/// eviction both take their keys from here (`net::host_keys`), so the two agree on who is
+/// one host and one prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyRules {
+    /// The first `ipv6_prefix` bits of a /64, as a mask.
+    ipv6_mask: u64,
+    /// The first `ipv4_prefix` bits of an address, as a mask, while `max_per_ipv4_prefix` is
+    /// set; `None`: IPv4 addresses count against no prefix.
+    ipv4_mask: Option<u32>,
+}
+
+impl KeyRules {
+    /// The rules `limits` configure.
+    pub(crate) fn new(limits: &Limits) -> KeyRules {
+        let v6 = u32::from(limits.ipv6_prefix.clamp(1, 64));
+        let v4 = u32::from(limits.ipv4_prefix.clamp(1, 32));
+        KeyRules {
+            ipv6_mask: u64::MAX << (64 - v6),
+            ipv4_mask: limits.max_per_ipv4_prefix.map(|_| u32::MAX << (32 - v4)),
+        }
+    }
+
+    /// What `ip`'s connections count against.
+    #[must_use]
+    pub(crate) fn keys(&self, ip: IpAddr) -> Keys {
+        let host = Host::of(ip);
+        match host {
+            Host::V4(address) => Keys {
+                host,
+                prefix: self.ipv4_mask.map(|mask| Prefix::V4(address & mask)),
+                rate: Prefix::V4(address),
+            },
+            Host::V6Net(net) => {
+                let prefix = Prefix::V6(net & self.ipv6_mask);
+                Keys {
+                    host,
+                    prefix: Some(prefix),
+                    rate: prefix,
+                }
+            }
+        }
+    }
+}
+
 /// Why a connection was refused at accept. Its texts are static: refusing allocates nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
@@ -195,10 +241,8 @@ pub(crate) struct Admission {
     max_connections: usize,
     max_per_ip: usize,
     max_per_ipv6_prefix: usize,
-    /// The first `ipv6_prefix` bits of a /64, as a mask.
-    ipv6_mask: u64,
     max_per_ipv4_prefix: Option<usize>,
-    ipv4_mask: u32,
+    rules: KeyRules,
     max_prelogin: usize,
     per_host: HashMap<Host, u32>,
     per_prefix: HashMap<Prefix, u32>,
@@ -207,15 +251,12 @@ pub(crate) struct Admission {
 
 impl Admission {
     pub(crate) fn new(limits: &Limits) -> Admission {
-        let v6 = u32::from(limits.ipv6_prefix.clamp(1, 64));
-        let v4 = u32::from(limits.ipv4_prefix.clamp(1, 32));
         Admission {
             max_connections: limits.max_connections,
             max_per_ip: limits.max_per_ip,
             max_per_ipv6_prefix: limits.max_per_ipv6_prefix,
-            ipv6_mask: u64::MAX << (64 - v6),
             max_per_ipv4_prefix: limits.max_per_ipv4_prefix,
-            ipv4_mask: u32::MAX << (32 - v4),
+            rules: KeyRules::new(limits),
             max_prelogin: limits.max_prelogin.max(1),
             per_host: HashMap::new(),
             per_prefix: HashMap::new(),
@@ -226,24 +267,7 @@ impl Admission {
     /// What `ip`'s connections count against.
     #[must_use]
     pub(crate) fn keys(&self, ip: IpAddr) -> Keys {
-        let host = Host::of(ip);
-        match host {
-            Host::V4(address) => Keys {
-                host,
-                prefix: self
-                    .max_per_ipv4_prefix
-                    .map(|_| Prefix::V4(address & self.ipv4_mask)),
-                rate: Prefix::V4(address),
-            },
-            Host::V6Net(net) => {
-                let prefix = Prefix::V6(net & self.ipv6_mask);
-                Keys {
-                    host,
-                    prefix: Some(prefix),
-                    rate: prefix,
-                }
-            }
-        }
+        self.rules.keys(ip)
     }
 
     /// Decides about a new connection from `ip` at `now`, with `open` connections open of
@@ -339,7 +363,7 @@ impl Admission {
     /// The IPv6 prefix as a mask over an address's first 64 bits.
     #[must_use]
     pub(crate) fn ipv6_mask(&self) -> u64 {
-        self.ipv6_mask
+        self.rules.ipv6_mask
     }
 }
 

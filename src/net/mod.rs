@@ -42,20 +42,53 @@ pub use kind::{BackendKind, IoUringUnavailable, io_uring_available};
 pub(crate) use listener::bind;
 pub use rate::Rate;
 pub(crate) use server::bind_all;
+#[cfg(any(test, doc, feature = "testkit"))]
+pub(crate) use server::read_path;
 pub use server::{Limits, Net, NetStats};
 pub use session::{Disconnect, Sessions};
 pub use shared::{Piece, SharedFrames};
 
-/// Whom a connection from an address counts against for `network.max_per_ip` — its host: an
-/// IPv4 address, or an IPv6 /64 (an IPv4 address carried in IPv6 — mapped, 6to4, Teredo,
-/// NAT64 — counts as itself: `admission::Host::of`) — as an opaque key, so that another
-/// listener (the metrics endpoint) groups its connections by the same notion of a host as the
-/// game port.
+/// Whom a connection from an address counts against, as the game port's admission counts:
+/// its host (an IPv4 address, or an IPv6 /64; an IPv4 address carried in IPv6 — mapped, 6to4,
+/// Teredo, NAT64 — counts as itself) and its prefix (the IPv6 prefix of `ipv6_prefix` bits;
+/// the IPv4 /`ipv4_prefix` while `max_per_ipv4_prefix` is on). Opaque, so that another
+/// listener (the metrics endpoint) groups its connections by the same rules as the game port
+/// without copying them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct HostKey(admission::Host);
+pub(crate) struct HostKey {
+    host: admission::Host,
+    prefix: Option<admission::Prefix>,
+}
 
-/// The host a connection from `ip` counts against ([`HostKey`]).
-#[must_use]
-pub(crate) fn host_key(ip: std::net::IpAddr) -> HostKey {
-    HostKey(admission::Host::of(ip))
+impl HostKey {
+    /// Whether `other` is the same host.
+    pub(crate) fn same_host(&self, other: &HostKey) -> bool {
+        self.host == other.host
+    }
+
+    /// Whether `other` counts against the same prefix (never, if this one has none).
+    pub(crate) fn same_prefix(&self, other: &HostKey) -> bool {
+        self.prefix.is_some() && self.prefix == other.prefix
+    }
+}
+
+/// The game port's grouping rules ([`HostKey`]) under `limits`, for another listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HostKeys(admission::KeyRules);
+
+impl HostKeys {
+    /// The rules `limits` configure (`ipv6_prefix`, `ipv4_prefix`, `max_per_ipv4_prefix`).
+    pub(crate) fn new(limits: &Limits) -> HostKeys {
+        HostKeys(admission::KeyRules::new(limits))
+    }
+
+    /// The key a connection from `ip` counts against.
+    #[must_use]
+    pub(crate) fn of(&self, ip: std::net::IpAddr) -> HostKey {
+        let keys = self.0.keys(ip);
+        HostKey {
+            host: keys.host,
+            prefix: keys.prefix,
+        }
+    }
 }

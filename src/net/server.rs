@@ -1277,5 +1277,7 @@ fn is_per_connection(e: &io::Error) -> bool {
     )
 }
 
+#[cfg(any(test, doc, feature = "testkit"))]
+pub(crate) mod read_path;
 #[cfg(test)]
 mod tests;

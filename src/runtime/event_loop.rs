@@ -225,6 +225,7 @@ impl EventLoopBuilder {
             posted: VecDeque::new(),
             park: Park::default(),
             idle_part: Phase::Sleep,
+            iteration_began: epoch,
         }
     }
 }
@@ -248,6 +249,9 @@ pub struct EventLoop {
     /// What the time since the last iteration was, for the profile: a park, or a poll of
     /// tokio's reactor.
     idle_part: Phase,
+    /// The clock reading the current iteration began with: the park's own reading, minus
+    /// this, is what the iteration worked (no clock read of its own).
+    iteration_began: Instant,
 }
 
 impl fmt::Debug for EventLoop {
@@ -420,6 +424,7 @@ impl EventLoop {
             }
         };
         let now = Instant::now();
+        self.iteration_began = now;
 
         let timers = self.guarded(Phase::Timers, |this| this.run_timers(now));
         core.wake_time.set(None);
@@ -574,6 +579,11 @@ impl EventLoop {
     async fn idle(&mut self, pending: bool) -> Phase {
         let core = self.core.clone();
         let now = Instant::now();
+        let worked = now.saturating_duration_since(self.iteration_began);
+        core.counters.record_iteration(worked);
+        if PROFILING {
+            core.profile.iterated(worked);
+        }
         let spinning = self.in_spin_window();
         if pending
             || spinning

@@ -44,6 +44,8 @@ pub use verdict::Verdict;
 pub use watch::Doing;
 pub use watchdog::Watchdog;
 
+use std::time::Duration;
+
 /// The counters of this thread's loop, from code running on it (a console command, a status
 /// timer); `EventLoop::stats` is the same from outside.
 ///
@@ -63,6 +65,20 @@ pub fn take_lag_window() -> LagHistogram {
     context::core("runtime::take_lag_window")
         .counters
         .lag_window
+        .take()
+}
+
+/// The longest loop iteration (its phases' work, parking excluded) since the previous call,
+/// from code running on the loop: the `loop:` status line's window. The peak since start is
+/// [`LoopStats::longest_iteration`].
+///
+/// # Panics
+/// Off the loop thread.
+#[track_caller]
+pub fn take_longest_iteration() -> Duration {
+    context::core("runtime::take_longest_iteration")
+        .counters
+        .longest_iteration_window
         .take()
 }
 

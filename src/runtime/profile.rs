@@ -209,6 +209,13 @@ impl Profile {
         *max = (*max).max(overshoot);
     }
 
+    /// An iteration's phases took `worked`.
+    pub(crate) fn iterated(&self, worked: Duration) {
+        let mut state = self.state.borrow_mut();
+        let max = &mut state.current.counts.longest_iteration;
+        *max = (*max).max(worked);
+    }
+
     /// A fired tick was processed `lag` after its boundary.
     pub(crate) fn lagged(&self, lag: Duration) {
         let mut state = self.state.borrow_mut();

@@ -22,6 +22,9 @@ pub(crate) struct Counters {
     pub(crate) lag_window: Cell<LagHistogram>,
     /// Wheel lag of every fired tick since the loop was built (for `/metrics`).
     pub(crate) lag_total: Cell<LagHistogram>,
+    /// The longest iteration since the status line last took it
+    /// ([`take_longest_iteration`](super::take_longest_iteration)).
+    pub(crate) longest_iteration_window: Cell<Duration>,
     /// The loop thread's voluntary context switches when the loop was built.
     pub(crate) switches_at_build: Cell<u64>,
     /// Cross-thread task wakes the loop has taken off their queue.
@@ -48,6 +51,15 @@ impl Counters {
     /// call it on the loop thread, per snapshot, not per iteration).
     pub(crate) fn thread_wakeups(&self) -> u64 {
         super::thread_wakes::voluntary_switches().saturating_sub(self.switches_at_build.get())
+    }
+
+    /// An iteration worked `worked` (its phases, without the park): the peak since start and
+    /// the window's.
+    pub(crate) fn record_iteration(&self, worked: Duration) {
+        let total = &self.totals.longest_iteration;
+        total.set(total.get().max(worked));
+        let window = &self.longest_iteration_window;
+        window.set(window.get().max(worked));
     }
 
     pub(crate) fn record_lag(&self, lag: Duration) {

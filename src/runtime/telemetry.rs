@@ -357,6 +357,14 @@ loop_telemetry! {
     max_wheel_lag: Peak, "max wheel lag",
         total ("loop_max_wheel_lag", "The largest wheel lag since start"),
         second ("max_wheel_lag_us", "the largest processing time minus boundary of a fired tick");
+    /// The most work one iteration did: the wall time from its clock reading to the one that
+    /// follows its phases (before the park, or before tokio's reactor runs), so parking and
+    /// sleeping are not in it, but time the thread was descheduled mid-iteration is. An
+    /// iteration over two ticks is one that delays every timer behind it.
+    longest_iteration: Peak, "longest iteration",
+        total ("loop_longest_iteration",
+            "The longest one loop iteration worked (parking excluded) since start"),
+        second ("longest_iteration_us", "the longest one loop iteration worked, parking excluded");
     /// Closures posted by `LoopContext::post` (and `spawn`, which posts) that the loop has
     /// taken to run (counted by the loop, so a post still queued is not in it yet).
     posts: Count, "posts",

@@ -105,6 +105,7 @@ pub(super) fn start(
             ("archives", config.archive_path()),
         ],
         token: config.metrics.token().map(metrics::BearerToken::new),
+        hosts: crate::net::Limits::from(&config.network),
         ..Settings::default()
     };
     MetricsServer::start(listener, sources, save_log.metrics(), settings)

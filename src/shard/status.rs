@@ -6,7 +6,8 @@
 //! wake-ups per second (its voluntary context switches: at idle the two should be about
 //! equal, and a thread that wakes more often than its loop pays for wake-ups that do no
 //! work), iterations, fired and late ticks (and
-//! of those, ticks two ticks or more late), peak and p99 wheel lag, the loop thread's
+//! of those, ticks two ticks or more late), peak and p99 wheel lag, the longest iteration (the
+//! most work one iteration did, parking excluded), the loop thread's
 //! run-queue wait and steal (from the loop profile's closed seconds: stolen time is wall time
 //! neither parked nor on a CPU; steal is the part of it that is not run-queue wait), posts,
 //! wakes issued/elided, sleep backoffs, the verdict and `idle_wait`.
@@ -43,6 +44,8 @@ pub struct StatusLine {
     pub peak_lag: Duration,
     /// An upper bound of its 99th percentile.
     pub p99_lag: Duration,
+    /// The most work one loop iteration did in the interval (parking excluded).
+    pub longest_iteration: Duration,
     /// Stolen time over the interval that was not run-queue wait (host steal).
     pub steal: Duration,
     /// `server.idle_wait`, as configured.
@@ -70,8 +73,14 @@ impl StatusReporter {
         }
     }
 
-    /// The line for the interval ending now, given the loop's counters and the lag window.
-    pub fn sample(&mut self, stats: LoopStats, lags: &LagHistogram) -> StatusLine {
+    /// The line for the interval ending now, given the loop's counters, the lag window and
+    /// the window's longest iteration (`runtime::take_longest_iteration`).
+    pub fn sample(
+        &mut self,
+        stats: LoopStats,
+        lags: &LagHistogram,
+        longest_iteration: Duration,
+    ) -> StatusLine {
         let now = std::time::Instant::now();
         let cpu = process_cpu_time();
         let line = self.line(
@@ -80,6 +89,10 @@ impl StatusReporter {
             &stats,
             lags,
         );
+        let line = StatusLine {
+            longest_iteration,
+            ..line
+        };
         self.last_stats = stats;
         self.last_cpu = cpu;
         self.last_at = now;
@@ -103,6 +116,7 @@ impl StatusReporter {
             change,
             peak_lag: lags.max(),
             p99_lag: lags.percentile(99.0),
+            longest_iteration: Duration::ZERO,
             steal: change.stolen.saturating_sub(change.run_queue_wait),
             idle_wait: self.idle_wait,
         }
@@ -115,7 +129,7 @@ impl fmt::Display for StatusLine {
         write!(
             f,
             "loop: cpu {:.2}% | wakes {:.1}/s thread {:.1}/s | iterations {} | fired ticks {} | late ticks {} \
-             (>=2 ticks {}) | wheel lag peak {:.3?} p99<={:.3?} | run-queue wait {:.3?} steal \
+             (>=2 ticks {}) | wheel lag peak {:.3?} p99<={:.3?} | longest iteration {:.3?} | run-queue wait {:.3?} steal \
              {:.3?} | posts {} | wakes issued {} elided {} | backoffs {} | verdict {:?} | \
              idle_wait {:?}",
             self.cpu_percent,
@@ -127,6 +141,7 @@ impl fmt::Display for StatusLine {
             c.very_late_ticks,
             self.peak_lag,
             self.p99_lag,
+            self.longest_iteration,
             c.run_queue_wait,
             self.steal,
             c.posts,
@@ -162,10 +177,11 @@ impl StatusState {
 
     /// Samples the interval that ends now and logs its `loop:` line.
     pub(super) fn emit(&self) {
-        let line = self
-            .reporter
-            .borrow_mut()
-            .sample(runtime::stats(), &runtime::take_lag_window());
+        let line = self.reporter.borrow_mut().sample(
+            runtime::stats(),
+            &runtime::take_lag_window(),
+            runtime::take_longest_iteration(),
+        );
         tracing::info!("{line}");
         *self.last.borrow_mut() = Some(line);
     }
@@ -231,6 +247,16 @@ mod tests {
         assert!(
             text.contains("run-queue wait 5.000ms steal 2.000ms"),
             "{text}"
+        );
+        assert!(text.contains("| longest iteration 0.000ns |"), "{text}");
+        let busy = StatusLine {
+            longest_iteration: Duration::from_micros(17_250),
+            ..line
+        };
+        assert!(
+            busy.to_string()
+                .contains("p99<=0.000ns | longest iteration 17.250ms | run-queue wait"),
+            "{busy}"
         );
     }
 

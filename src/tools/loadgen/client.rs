@@ -76,8 +76,10 @@ async fn client(
     tokio::time::sleep(delay).await;
     let mut conn = Conn::connect(&dial).await?;
     if plan.mode == Mode::Walk {
-        conn.login(&format!("bot{id}"), |packet| seen.unasked(packet))
-            .await?;
+        conn.login(&walker_name(id, plan.in_crowd), |packet| {
+            seen.unasked(packet)
+        })
+        .await?;
     }
     seen.connected = 1;
     ready.signal(true);
@@ -88,6 +90,17 @@ async fn client(
         Mode::Ping => ping(&mut conn, id, &plan, window, seen).await,
         Mode::Walk => walk(&mut conn, id, plan.clients, window, seen).await,
         hostile => unreachable!("{hostile} is not a load mode: attack::run runs it"),
+    }
+}
+
+/// Walker `id`'s name: `bot{id}`, or with `--in-crowd` the `id`th name of the `walker`
+/// series that starts in the crowd's square.
+fn walker_name(id: u32, in_crowd: bool) -> String {
+    match in_crowd {
+        false => format!("bot{id}"),
+        true => super::attack::names_in_crowd("walker", id + 1)
+            .pop()
+            .unwrap_or_else(|| format!("bot{id}")),
     }
 }
 

@@ -3,10 +3,12 @@
 //! It answers like the shard minus the world (pings echoed, login → `0x81`, move → `0x85`
 //! and `0x82`, say → `0x84`, logout or an unknown id → close) and records, per connection,
 //! who connected and what it sent. On request it closes every connection a while after
-//! accepting it (with an end of stream or a reset), and pushes bytes at each client first,
+//! accepting it (with an end of stream or a reset; after no while at all, before reading a
+//! byte, as the shard refuses at accept), and pushes bytes at each client first,
 //! writing until the client's window stops it, to see whether the client reads.
 //!
-//! Besides, `refusing_port`: a port where nobody listens.
+//! Besides, `refusing_port`: a port where nobody listens; `unanswering_port`: one whose SYNs
+//! go unanswered.
 //!
 //! This module owns the fake and its records. It must never be built outside tests, nor
 //! leave a test without a bound: every wait on it gives up after `WAIT`.
@@ -158,6 +160,27 @@ pub(super) fn refusing_port() -> (socket2::Socket, SocketAddr) {
     (socket, addr)
 }
 
+/// A port that never answers a connect: listening with its accept queue full (a backlog of
+/// 0, filled by connections that are never accepted), so the kernel drops every new SYN, as
+/// it drops a banned source's. What is returned holds the port and the queue; keep it.
+pub(super) fn unanswering_port() -> (Vec<socket2::Socket>, SocketAddr) {
+    let (listener, addr) = refusing_port();
+    listener.listen(0).expect("listen");
+    let mut held = vec![listener];
+    for _ in 0..8 {
+        let filler = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("a TCP socket");
+        let answered = filler
+            .connect_timeout(&addr.into(), Duration::from_millis(200))
+            .is_ok();
+        held.push(filler);
+        if !answered {
+            return (held, addr);
+        }
+    }
+    panic!("{addr} still answers with its backlog full");
+}
+
 fn lock(peers: &Peers) -> std::sync::MutexGuard<'_, Vec<Peer>> {
     // A test that panicked while holding it has failed already: its records still stand.
     peers.lock().unwrap_or_else(PoisonError::into_inner)
@@ -209,6 +232,13 @@ async fn serve(stream: TcpStream, me: Record, behaviour: Behaviour) {
         me.update(|peer| peer.gone = Some(Instant::now()));
         return;
     };
+    if after.is_zero() {
+        // Closed at accept, nothing read or answered: the shard's refusal.
+        if how == Close::Reset {
+            let _ = SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+        }
+        return;
+    }
     if tokio::time::timeout(after, answer(&stream, &me))
         .await
         .is_ok()
@@ -247,6 +277,9 @@ async fn answer(stream: &TcpStream, me: &Record) -> io::Result<()> {
     let mut buf = Vec::new();
     let mut chunk = [0; 4096];
     loop {
+        // `readable` of a socket that always has data never returns `Pending`: without this a
+        // flood would keep this task running, and the close timer behind it would never fire.
+        tokio::task::consume_budget().await;
         stream.readable().await?;
         match stream.try_read(&mut chunk) {
             Ok(0) => return Ok(()),

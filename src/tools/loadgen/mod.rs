@@ -42,9 +42,10 @@
 //! previous one was still unanswered (the server was slow). When the tool may have set the
 //! figures, the report ends with a warning saying so.
 //!
-//! **Hostile modes** (`idle`, `ping-only`, `move-flood`, `slow-reader`, `churn`) are not
-//! measurements but attacks, for proving the shard's admission and flood limits: they count
-//! what the server did to them (refused, closed, after how long). `attack` runs them.
+//! **Hostile modes** (`idle`, `ping-only`, `move-flood`, `slow-reader`, `churn`, `trickle`,
+//! `crowd`) are not measurements but attacks, for proving the shard's admission and flood
+//! limits: they count what the server did to them (refused, closed, after how long), and
+//! connect again when it closes them (`--no-reconnect`: not). `attack` runs them.
 //!
 //! **Loopback only.** Every run, whatever the mode, talks to an address in 127.0.0.0/8 or to
 //! `::1`, from such an address (`--sources`, `--source-range`: one machine posing as many
@@ -107,7 +108,8 @@ pub enum Mode {
     Trickle,
     /// Hostile: log in on one spot (names chosen so every bot starts within one 16-tile
     /// square), then every --interval (2s) spend the whole move burst (--burst moves, east
-    /// and back west, so the crowd stays put), reading and dropping what the server sends.
+    /// and back west, so the crowd stays put) and say --say lines, reading and dropping what
+    /// the server sends.
     Crowd,
 }
 
@@ -206,9 +208,31 @@ pub struct LoadgenArgs {
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub burst: u32,
 
+    /// crowd: lines of speech each bot says with each burst (sent after its moves, in the
+    /// same write; the demo's `speech_rate` is 5 a second, bursts of 10).
+    #[arg(long, value_name = "LINES", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub say: u32,
+
+    /// walk: log in within the crowd's square (names chosen as `crowd` chooses its bots',
+    /// from another series, `walker0`, ...), so the walkers stand among a crowd run beside
+    /// them and get its moves and speech.
+    #[arg(long)]
+    pub in_crowd: bool,
+
     /// churn: on each connection, send one ping and wait for its echo before hanging up.
     #[arg(long)]
     pub churn_ping: bool,
+
+    /// Hostile modes but churn: when the server closes a connection, stop instead of
+    /// connecting again (what loadgen did before it reconnected: older measurements).
+    #[arg(long)]
+    pub no_reconnect: bool,
+
+    /// Hostile modes: give up on a connect not answered within this long (a SYN the server
+    /// drops, e.g. from a banned source, is never answered).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
+    pub connect_timeout: Duration,
 }
 
 impl LoadgenArgs {
@@ -321,6 +345,8 @@ struct Plan {
     ramp: Duration,
     /// ping: at most one ping per this long per client (`--interval`); `None`: flat out.
     interval: Option<Duration>,
+    /// walk: log in within the crowd's square (`--in-crowd`).
+    in_crowd: bool,
 }
 
 /// The measurement window, the same for every client.
@@ -339,6 +365,7 @@ async fn drive(args: &LoadgenArgs, sources: &Sources) -> Result<LoadReport, Load
         payload: usize::from(args.payload),
         ramp: args.ramp,
         interval: args.interval,
+        in_crowd: args.in_crowd,
     };
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
     let (window_tx, window_rx) = watch::channel(None);

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::AttackReport;
 use crate::tools::loadgen::end_to_end::{Cli, args};
-use crate::tools::loadgen::fake_shard::{Close, FakeShard, Peer, refusing_port};
+use crate::tools::loadgen::fake_shard::{Close, FakeShard, Peer, refusing_port, unanswering_port};
 use crate::tools::loadgen::{self, LoadgenArgs, LoadgenError, Mode, Report};
 
 /// Runs a hostile mode against `fake` with `flags` (and no ramp) and returns its report.
@@ -174,7 +174,30 @@ fn crowd_logs_in_on_one_spot_and_spends_its_burst_each_interval() {
         assert_eq!(peer.first, Some(client::LOGIN), "{peer:?}");
         let moves = peer.count(client::MOVE);
         assert!(moves >= 10 && moves % 5 == 0, "whole bursts: {peer:?}");
+        assert_eq!(peer.count(client::SAY), 0, "no --say: {peer:?}");
     }
+    let sent: u64 = peers.iter().map(|p| p.count(client::MOVE)).sum();
+    assert_eq!(report.packets_sent, 2 + sent, "logins and moves: {report}");
+
+    // With --say, each burst ends with its lines, in the same write.
+    let fake = FakeShard::start();
+    let report = attack(
+        &fake,
+        "crowd",
+        "--connections 2 --duration 1s --interval 300ms --burst 5 --say 2",
+    );
+    assert_eq!((report.made, report.errors), (2, 0), "{report}");
+    let peers = all_gone(&fake, 2);
+    for peer in &peers {
+        let (moves, lines) = (peer.count(client::MOVE), peer.count(client::SAY));
+        assert!(moves >= 10 && moves % 5 == 0, "whole bursts: {peer:?}");
+        assert_eq!(lines * 5, moves * 2, "two lines a burst: {peer:?}");
+    }
+    let sent: u64 = peers
+        .iter()
+        .map(|p| p.count(client::MOVE) + p.count(client::SAY))
+        .sum();
+    assert_eq!(report.packets_sent, 2 + sent, "{report}");
     let names = super::crowd::names(3);
     let spots: Vec<_> = names
         .iter()
@@ -185,6 +208,16 @@ fn crowd_logs_in_on_one_spot_and_spends_its_burst_each_interval() {
             at.distance(&spots[0]).is_some_and(|d| d < 16),
             "{names:?}: {spots:?}"
         );
+    }
+    // Walkers `--in-crowd` start in the same square, under names of their own.
+    let walkers = super::names_in_crowd("walker", 2);
+    for name in &walkers {
+        let at = crate::demo::packets::start_location(name);
+        assert!(
+            at.distance(&spots[0]).is_some_and(|d| d < 16),
+            "{name}: {at:?}"
+        );
+        assert!(!names.contains(name), "{name}");
     }
 }
 
@@ -265,7 +298,11 @@ fn slow_reader_never_reads_so_the_servers_output_backs_up() {
 fn a_server_closing_idle_connections_is_counted_with_their_lifetimes() {
     let fake = FakeShard::closing(ms(300), Close::Eof);
 
-    let report = attack(&fake, "idle", "--connections 3 --duration 5s");
+    let report = attack(
+        &fake,
+        "idle",
+        "--connections 3 --duration 5s --no-reconnect",
+    );
 
     // Every client stopped when its connection was closed, not at the deadline.
     assert_closed(&report, (3, 0), ms(290)..ms(5_000));
@@ -285,7 +322,7 @@ fn a_reset_is_told_from_an_end_of_stream() {
     let report = attack(
         &fake,
         "ping-only",
-        "--connections 2 --duration 5s --interval 50ms",
+        "--connections 2 --duration 5s --interval 50ms --no-reconnect",
     );
 
     assert_closed(&report, (0, 2), ms(290)..ms(5_000));
@@ -297,9 +334,135 @@ fn a_slow_reader_learns_of_the_close_at_its_next_send() {
     // closed socket, which answers with a reset.
     let fake = FakeShard::closing(ms(300), Close::Eof);
 
-    let report = attack(&fake, "slow-reader", "--duration 5s --interval 20ms");
+    let report = attack(
+        &fake,
+        "slow-reader",
+        "--duration 5s --interval 20ms --no-reconnect",
+    );
 
     assert_closed(&report, (0, 1), ms(290)..ms(5_000));
+}
+
+#[test]
+fn every_hostile_mode_connects_again_when_the_server_closes_it_unless_told_not_to() {
+    // (mode, its flags): each sends or waits its own way, and each sees the close its way
+    // (a slow reader at its next send, as a reset).
+    let modes = [
+        ("idle", ""),
+        ("ping-only", "--interval 50ms"),
+        ("move-flood", ""),
+        ("slow-reader", "--interval 20ms"),
+        ("trickle", "--interval 50ms"),
+        ("crowd", "--interval 100ms --burst 2"),
+    ];
+    for (mode, flags) in modes {
+        let fake = FakeShard::closing(ms(150), Close::Eof);
+        let report = attack(&fake, mode, &format!("{flags} --duration 1500ms"));
+        // One client; after each close by the server the next connection, to the end.
+        assert!(report.made >= 3, "{mode}: {report}");
+        assert_eq!(report.attempted, report.made, "{mode}: {report}");
+        assert_eq!(report.reconnects, report.made - 1, "{mode}: {report}");
+        assert_eq!(
+            report.closed_by_server() + report.open_at_end,
+            report.made,
+            "{mode}: {report}"
+        );
+        assert!(report.open_at_end <= 1, "{mode}: {report}");
+        assert_eq!(report.errors, 0, "{mode}: {report}");
+        assert!(
+            report
+                .to_string()
+                .contains(&format!("\n  reconnects {}\n", report.reconnects)),
+            "{mode}: {report}"
+        );
+        // The fake saw every one of them.
+        let seen = fake.wait_for("every connection", |p| p.len() as u64 == report.made);
+        assert_eq!(seen.len() as u64, report.made, "{mode}");
+
+        let fake = FakeShard::closing(ms(150), Close::Eof);
+        let once = attack(
+            &fake,
+            mode,
+            &format!("{flags} --duration 1500ms --no-reconnect"),
+        );
+        assert_eq!(
+            (once.made, once.reconnects, once.closed_by_server()),
+            (1, 0, 1),
+            "{mode}: {once}"
+        );
+        assert!(once.duration < ms(1_500), "{mode}: {once}");
+    }
+}
+
+/// Which class every connect of a churn run ends in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Refusal {
+    /// None: the server answered each connection.
+    None,
+    /// Closed before it answered: by end of stream or by reset. Which of the two is a race
+    /// when the server closes with an end of stream: a ping that reached it first makes its
+    /// close a reset, and a ping sent after its close is answered with one.
+    ClosedAtOnce,
+    /// `ECONNREFUSED`.
+    Refused,
+    /// No answer within `--connect-timeout`.
+    Unanswered,
+}
+
+#[test]
+fn churn_counts_each_class_of_refusal_it_provokes() {
+    let answering = FakeShard::start();
+    let closing_eof = FakeShard::closing(Duration::ZERO, Close::Eof);
+    let closing_reset = FakeShard::closing(Duration::ZERO, Close::Reset);
+    let (_refusing, refused_at) = refusing_port();
+    let (_full, unanswered_at) = unanswering_port();
+    // (where, the class, whether every close is a reset)
+    let cases = [
+        (answering.addr, Refusal::None, false),
+        (closing_eof.addr, Refusal::ClosedAtOnce, false),
+        (closing_reset.addr, Refusal::ClosedAtOnce, true),
+        (refused_at, Refusal::Refused, false),
+        (unanswered_at, Refusal::Unanswered, false),
+    ];
+    for (addr, expected, resets) in cases {
+        let report = run(
+            addr,
+            "churn",
+            "--connections 2 --duration 1s --churn-ping --connect-timeout 200ms",
+        );
+        let r = &report;
+        // Every class but the expected one is empty; a connection or a connect cut short by
+        // the deadline (one per client at most) is in none.
+        let classes = [
+            (Refusal::None, r.hung_up),
+            (Refusal::ClosedAtOnce, r.closed_at_once()),
+            (Refusal::Refused, r.refused),
+            (Refusal::Unanswered, r.timed_out),
+        ];
+        for (class, n) in classes {
+            match class == expected {
+                true => assert!(n >= 2, "{expected:?}: {report}"),
+                false => assert_eq!(n, 0, "{expected:?}, not {class:?}: {report}"),
+            }
+        }
+        if resets {
+            assert_eq!(r.closed_at_once_eof, 0, "{report}");
+        }
+        // Closed at once is a close by the server too, with its lifetime.
+        assert_eq!(r.closed_by_server(), r.closed_at_once(), "{report}");
+        let counted = classes.iter().map(|(_, n)| n).sum::<u64>();
+        let cut = r.open_at_end + r.connecting_at_end;
+        assert_eq!(counted + cut, r.attempted, "{expected:?}: {report}");
+        assert!(cut <= 2, "{expected:?}: {report}");
+        assert_eq!(r.refusals(), counted - r.hung_up, "{expected:?}: {report}");
+        assert_eq!(r.errors, 0, "{expected:?}: {report}");
+        assert!(
+            report
+                .to_string()
+                .contains(&format!("  refusals provoked {}: ", r.refusals())),
+            "{report}"
+        );
+    }
 }
 
 #[test]
@@ -455,15 +618,16 @@ fn hostile_flags_parse_with_their_defaults() {
     let ping_only = line("--connect 127.0.0.1:2593 --mode ping-only");
     assert_eq!(ping_only.interval(), Duration::from_secs(30));
     assert!(ping_only.sources.is_empty() && ping_only.source_range.is_none());
-    assert!(!ping_only.churn_ping);
+    assert!(!ping_only.churn_ping && !ping_only.no_reconnect);
+    assert_eq!(ping_only.connect_timeout, Duration::from_secs(10));
     let slow = line("--connect 127.0.0.1:2593 --mode slow-reader");
     assert_eq!(slow.interval(), Duration::from_millis(1));
     let trickle = line("--connect 127.0.0.1:2593 --mode trickle");
     assert_eq!(trickle.interval(), Duration::from_millis(10));
     let crowd = line("--connect 127.0.0.1:2593 --mode crowd");
     assert_eq!(
-        (crowd.interval(), crowd.burst),
-        (Duration::from_secs(2), 20)
+        (crowd.interval(), crowd.burst, crowd.say),
+        (Duration::from_secs(2), 20, 0)
     );
     let ping = line("--connect 127.0.0.1:2593 --interval 5ms");
     assert_eq!(ping.interval, Some(Duration::from_millis(5)));
@@ -481,6 +645,8 @@ fn hostile_flags_parse_with_their_defaults() {
     );
     for bad in [
         "--interval 0s",
+        "--connect-timeout 0s",
+        "--say 101",
         "--mode flood",
         "--sources 127.0.0.2,nope",
         "--source-range 127.0.0.9-127.0.0.2",

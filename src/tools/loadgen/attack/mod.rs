@@ -13,10 +13,16 @@
 //!   (`churn`).
 //!
 //! Each of `--connections` clients starts within `--ramp` and stops at one deadline for the
-//! run, `ramp + duration` after its start, or earlier when the server closes its connection
-//! (churn: when the deadline comes). Connections go out from `--sources` round robin. What
-//! happened is added up in `tally` and printed by `report`: connects made or refused, closes
-//! by the server (end of stream or reset) and after how long, bytes and packets each way.
+//! run, `ramp + duration` after its start. When the server closes its connection, a client
+//! connects again at once and starts its mode over (counted as a reconnect), as an attacker
+//! would; with `--no-reconnect` it stops there instead (as before reconnects existed, so
+//! older measurements can be rerun). A connect that fails (refused, or unanswered within
+//! `--connect-timeout`) ends the client either way: only `churn` keeps connecting then.
+//! Connections go out from `--sources` round robin (a client's `k`th connection is the
+//! run's `id + k · clients`th). What happened is added up in `tally` and printed by
+//! `report`: connects made or refused, closes by the server (end of stream or reset) and
+//! after how long, reconnects, bytes and packets each way, and for `churn` the refusals it
+//! provoked by class.
 //!
 //! This module owns the run, one connection's life and the deadline. It must never outlive
 //! the deadline (every wait is bounded by it) nor send to an address `loopback` has not
@@ -43,12 +49,14 @@ use std::time::Duration;
 use shardloop::net::frame;
 use tokio::time::Instant;
 
-use super::conn::{ClientError, Conn, SETUP_TIMEOUT, login_packet};
+use super::conn::{ClientError, Conn, login_packet};
 use super::dial::Dial;
 use super::loopback::Sources;
 use super::{LoadgenArgs, Mode};
+/// The first `n` names of `series` that start in the crowd's square (`walk --in-crowd`).
+pub(super) use crowd::names_in_square as names_in_crowd;
 pub use report::AttackReport;
-use tally::Tally;
+use tally::{Close, Tally, server_close};
 
 /// What every hostile client shares.
 #[derive(Debug, Clone)]
@@ -62,7 +70,12 @@ pub(super) struct Attack {
     interval: Duration,
     payload: usize,
     churn_ping: bool,
+    /// Connect again when the server closes a connection (not churn's: it always does).
+    reconnect: bool,
+    connect_timeout: Duration,
     burst: u32,
+    /// crowd: lines said with each burst.
+    say: u32,
     /// crowd: each bot's name, by client id.
     crowd: Arc<Vec<String>>,
 }
@@ -80,7 +93,10 @@ impl Attack {
             interval: args.interval(),
             payload: usize::from(args.payload),
             churn_ping: args.churn_ping,
+            reconnect: !args.no_reconnect,
+            connect_timeout: args.connect_timeout,
             burst: args.burst,
+            say: args.say,
             crowd: Arc::new(if args.mode == Mode::Crowd {
                 crowd::names(args.connections)
             } else {
@@ -113,12 +129,35 @@ impl Attack {
         tokio::time::sleep_until(start + delay).await;
         if self.mode == Mode::Churn {
             churn::churn(self, id, deadline, &mut tally).await;
-        } else if let Some(mut conn) = self.open(u64::from(id), deadline, &mut tally).await {
-            let born = Instant::now();
-            let how = self.misbehave(&mut conn, id, deadline, &mut tally).await;
-            tally.ended(&conn, born, how);
+        } else {
+            self.connections(id, deadline, &mut tally).await;
         }
         tally
+    }
+
+    /// Client `id`'s connections, one at a time: the next once the server has closed the
+    /// last (with `reconnect`), until a connect fails or the deadline comes.
+    async fn connections(&self, id: u32, deadline: Instant, tally: &mut Tally) {
+        for round in 0_u64.. {
+            let n = u64::from(id) + round * u64::from(self.clients);
+            let closed = match self.open(n, deadline, tally).await {
+                Opening::Made(mut conn) => {
+                    let born = Instant::now();
+                    let how = self.misbehave(&mut conn, id, deadline, tally).await;
+                    let closed = server_close(&how).is_some();
+                    tally.ended(&conn, born, how);
+                    closed
+                }
+                Opening::ResetAtOnce => true,
+                Opening::Failed => false,
+            };
+            if !closed || !self.reconnect || Instant::now() >= deadline {
+                return;
+            }
+            tally.reconnects += 1;
+            // A server that closes at once would make this a busy loop of one client.
+            tokio::task::yield_now().await;
+        }
     }
 
     /// One connection's mode, until the deadline (`Ok`) or the server closes it.
@@ -143,17 +182,20 @@ impl Attack {
             Mode::Trickle => trickle::run(conn, &ping, self.interval, deadline, tally).await,
             Mode::Crowd => {
                 let name = &self.crowd[id as usize];
-                crowd::run(conn, name, self.burst, self.interval, deadline, tally).await
+                let burst = crowd::Burst {
+                    moves: self.burst,
+                    lines: self.say,
+                };
+                crowd::run(conn, name, burst, self.interval, deadline, tally).await
             }
             load => unreachable!("{load} is not a hostile mode: loadgen::drive runs it"),
         }
     }
 
-    /// Opens the run's `n`th connection, counting the attempt and its outcome; `None` when
-    /// it was not made.
-    async fn open(&self, n: u64, deadline: Instant, tally: &mut Tally) -> Option<Conn> {
+    /// Opens the run's `n`th connection, counting the attempt and its outcome.
+    async fn open(&self, n: u64, deadline: Instant, tally: &mut Tally) -> Opening {
         tally.attempted += 1;
-        let timeout = Instant::now() + SETUP_TIMEOUT;
+        let timeout = Instant::now() + self.connect_timeout;
         let connecting = self.dial(n).connect();
         let Ok(made) = tokio::time::timeout_at(deadline.min(timeout), connecting).await else {
             if timeout <= deadline {
@@ -161,20 +203,26 @@ impl Attack {
             } else {
                 tally.connecting_at_end += 1;
             }
-            return None;
+            return Opening::Failed;
         };
-        match made.map_err(ClientError::Io).and_then(Conn::new) {
+        let opened = made.map_err(ClientError::Io).and_then(Conn::new);
+        if server_close(&opened) == Some(Close::Reset) {
+            // Accepted and reset before this side saw its connect complete.
+            tally.reset_at_connect();
+            return Opening::ResetAtOnce;
+        }
+        match opened {
             Ok(conn) => {
                 tally.made += 1;
-                Some(conn)
+                Opening::Made(conn)
             }
             Err(ClientError::Io(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
                 tally.refused += 1;
-                None
+                Opening::Failed
             }
             Err(e) => {
                 tally.failed(format!("connection {n} to {}: {e}", self.to));
-                None
+                Opening::Failed
             }
         }
     }
@@ -193,6 +241,16 @@ impl Attack {
         let payload = vec![id as u8; self.payload];
         frame::packet(frame::PING, &[&payload])
     }
+}
+
+/// How opening a connection went.
+enum Opening {
+    Made(Conn),
+    /// Made, but reset by the server before the connect was seen to complete (counted made,
+    /// and closed at once by reset).
+    ResetAtOnce,
+    /// Not made: refused, unanswered, cut by the deadline, or failed otherwise.
+    Failed,
 }
 
 /// `work`'s result, or `None` if `deadline` came first (and `work` was dropped halfway: the

@@ -144,7 +144,7 @@ impl Write for Screen {
 fn the_shard_closes_idle_connections_after_its_idle_timeout() {
     let shard = RealShard::start(|config| config.network.idle_timeout = ms(500));
 
-    let report = shard.attack("idle", "--connections 3 --duration 10s");
+    let report = shard.attack("idle", "--connections 3 --duration 10s --no-reconnect");
 
     // Swept once a second: long before the run's end.
     assert_closed(&report, (3, 0), ms(500)..ms(10_000));
@@ -154,7 +154,10 @@ fn the_shard_closes_idle_connections_after_its_idle_timeout() {
 fn the_shard_drops_a_slow_reader_whose_output_backs_up() {
     let shard = RealShard::start(|config| config.network.send_buffer_size = 4096);
 
-    let report = shard.attack("slow-reader", "--connections 2 --duration 20s --payload 64");
+    let report = shard.attack(
+        "slow-reader",
+        "--connections 2 --duration 20s --payload 64 --no-reconnect",
+    );
 
     // Closed with the pings unread on its side: the client sees a reset at its next ping.
     assert_closed(&report, (0, 2), ms(0)..ms(20_000));

@@ -28,7 +28,8 @@ pub struct AttackReport {
     pub made: u64,
     /// Connects the server refused (`ECONNREFUSED`).
     pub refused: u64,
-    /// Connects not answered within 10 s.
+    /// Connects not answered within `--connect-timeout` (the server dropped the SYN: a
+    /// banned source, a full backlog).
     pub timed_out: u64,
     /// Connects still waiting for an answer when the deadline came: `attempted` is `made +
     /// refused + timed_out + connecting_at_end` plus the connects among `errors`.
@@ -42,6 +43,15 @@ pub struct AttackReport {
     pub closed_reset: u64,
     /// `churn`: connections this tool closed itself.
     pub hung_up: u64,
+    /// `churn`: connections the server closed before sending a byte — refused at accept —
+    /// by end of stream and by reset (counted in `closed_eof` and `closed_reset` too). Only
+    /// with `--churn-ping` is every one seen (see `attack::churn`).
+    pub closed_at_once_eof: u64,
+    pub closed_at_once_reset: u64,
+    /// Whether clients connected again when the server closed them (not `--no-reconnect`).
+    pub reconnect: bool,
+    /// Connections opened again after the server closed the previous one.
+    pub reconnects: u64,
     /// Connections still open at the deadline (then closed by this tool).
     pub open_at_end: u64,
     /// How long the connections the server closed lived, from connect to the close seen
@@ -66,6 +76,19 @@ impl AttackReport {
     #[must_use]
     pub fn closed_by_server(&self) -> u64 {
         self.closed_eof + self.closed_reset
+    }
+
+    /// `churn`: connections the server closed before sending a byte, either way.
+    #[must_use]
+    pub fn closed_at_once(&self) -> u64 {
+        self.closed_at_once_eof + self.closed_at_once_reset
+    }
+
+    /// Every refusal seen: refused connects, connects left unanswered, connections closed
+    /// at once (`churn`'s count of what it provoked).
+    #[must_use]
+    pub fn refusals(&self) -> u64 {
+        self.refused + self.timed_out + self.closed_at_once()
     }
 }
 
@@ -107,6 +130,7 @@ impl fmt::Display for AttackReport {
             self.open_at_end
         )?;
         self.fmt_lifetimes(f)?;
+        self.fmt_refusals_or_reconnects(f)?;
         writeln!(
             f,
             "  sent {} packets {} bytes  received {} packets {} bytes",
@@ -121,6 +145,27 @@ impl fmt::Display for AttackReport {
 }
 
 impl AttackReport {
+    /// `churn`: the refusals it provoked, by class; other modes: their reconnects.
+    fn fmt_refusals_or_reconnects(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.mode == Mode::Churn {
+            return writeln!(
+                f,
+                "  refusals provoked {}: closed at once {} (eof {}  reset {})  refused {}  \
+                 unanswered {}",
+                self.refusals(),
+                self.closed_at_once(),
+                self.closed_at_once_eof,
+                self.closed_at_once_reset,
+                self.refused,
+                self.timed_out
+            );
+        }
+        match self.reconnect {
+            true => writeln!(f, "  reconnects {}", self.reconnects),
+            false => writeln!(f, "  reconnects off (--no-reconnect)"),
+        }
+    }
+
     fn fmt_lifetimes(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.closed_by_server() == 0 {
             return writeln!(f, "  lifetime until closed: none closed");
@@ -155,6 +200,10 @@ mod tests {
             closed_eof: 1,
             closed_reset: 1,
             hung_up: 0,
+            closed_at_once_eof: 0,
+            closed_at_once_reset: 0,
+            reconnect: true,
+            reconnects: 2,
             open_at_end: 1,
             lifetime_min: Duration::from_millis(300),
             lifetime_median: Duration::from_millis(300),
@@ -178,6 +227,7 @@ loadgen: move-flood, 4 connections from 127.0.0.2, 127.0.0.3, 2.5 s
   logins sent 3  answered 3
   closed by the server 2 (eof 1  reset 1)  hung up 0  open at the end 1
   lifetime until closed: min 300.0 ms  median 300.0 ms  max 1.25 s
+  reconnects 2
   sent 900 packets 4500 bytes  received 3 packets 33 bytes
   errors 0";
         assert_eq!(shown, expected);
@@ -203,5 +253,38 @@ loadgen: move-flood, 4 connections from 127.0.0.2, 127.0.0.3, 2.5 s
             shown.ends_with("errors 1 (first: connection 3: boom)"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn churn_shows_its_refusals_by_class_and_other_modes_their_reconnects() {
+        let churn = AttackReport {
+            mode: Mode::Churn,
+            refused: 1,
+            timed_out: 4,
+            closed_eof: 7,
+            closed_at_once_eof: 6,
+            closed_at_once_reset: 1,
+            ..report()
+        };
+        let shown = churn.to_string();
+        assert!(
+            shown.contains(
+                "\n  refusals provoked 12: closed at once 7 (eof 6  reset 1)  refused 1  \
+                 unanswered 4\n"
+            ),
+            "{shown}"
+        );
+        assert!(!shown.contains("reconnects"), "{shown}");
+        let off = AttackReport {
+            reconnect: false,
+            reconnects: 0,
+            ..report()
+        };
+        let shown = off.to_string();
+        assert!(
+            shown.contains("\n  reconnects off (--no-reconnect)\n"),
+            "{shown}"
+        );
+        assert!(!shown.contains("refusals"), "{shown}");
     }
 }

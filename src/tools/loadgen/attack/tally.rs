@@ -20,7 +20,7 @@ pub(super) struct Tally {
     pub(super) made: u64,
     /// Connects the server refused (`ECONNREFUSED`).
     pub(super) refused: u64,
-    /// Connects with no answer within 10 s.
+    /// Connects with no answer within `--connect-timeout`.
     pub(super) timed_out: u64,
     /// Connects still waiting for an answer when the deadline came.
     pub(super) connecting_at_end: u64,
@@ -30,6 +30,12 @@ pub(super) struct Tally {
     reset: u64,
     /// Connections closed by this tool before the deadline (churn).
     hung_up: u64,
+    /// churn: connections the server closed before sending a byte, by end of stream and by
+    /// reset (also in `eof` and `reset`).
+    at_once_eof: u64,
+    at_once_reset: u64,
+    /// Connections opened again after the server closed the previous one.
+    pub(super) reconnects: u64,
     open_at_end: u64,
     /// From connect to the server's close, for connections the server closed.
     lifetimes: Histogram,
@@ -54,12 +60,28 @@ impl Tally {
     /// deadline, else the error that ended it.
     pub(super) fn ended(&mut self, conn: &Conn, born: Instant, how: Result<(), ClientError>) {
         self.bytes(conn);
-        match how {
-            Ok(()) => self.open_at_end += 1,
-            Err(ClientError::Closed) => self.closed(born, |t| &mut t.eof),
-            Err(ClientError::Io(e)) if is_reset(&e) => self.closed(born, |t| &mut t.reset),
-            Err(e) => self.failed(e.to_string()),
+        match (server_close(&how), how) {
+            (_, Ok(())) => self.open_at_end += 1,
+            (Some(Close::Eof), _) => self.closed(born, |t| &mut t.eof),
+            (Some(Close::Reset), _) => self.closed(born, |t| &mut t.reset),
+            (None, Err(e)) => self.failed(e.to_string()),
         }
+    }
+
+    /// Counts a connection the server closed before sending anything (`churn`: a refusal).
+    pub(super) fn closed_at_once(&mut self, how: Close) {
+        match how {
+            Close::Eof => self.at_once_eof += 1,
+            Close::Reset => self.at_once_reset += 1,
+        }
+    }
+
+    /// Counts a connection the server accepted and reset before this side saw its connect
+    /// complete: made, and closed at once by reset, after no time at all.
+    pub(super) fn reset_at_connect(&mut self) {
+        self.made += 1;
+        self.closed(Instant::now(), |t| &mut t.reset);
+        self.closed_at_once(Close::Reset);
     }
 
     /// Counts a connection this tool closed itself before the deadline.
@@ -95,6 +117,9 @@ impl Tally {
         self.eof += client.eof;
         self.reset += client.reset;
         self.hung_up += client.hung_up;
+        self.at_once_eof += client.at_once_eof;
+        self.at_once_reset += client.at_once_reset;
+        self.reconnects += client.reconnects;
         self.open_at_end += client.open_at_end;
         self.packets_sent += client.packets_sent;
         self.packets_received += client.packets_received;
@@ -124,6 +149,10 @@ impl Tally {
             closed_eof: self.eof,
             closed_reset: self.reset,
             hung_up: self.hung_up,
+            closed_at_once_eof: self.at_once_eof,
+            closed_at_once_reset: self.at_once_reset,
+            reconnect: attack.reconnect,
+            reconnects: self.reconnects,
             open_at_end: self.open_at_end,
             lifetime_min: self.lifetimes.min(),
             lifetime_median: self.lifetimes.percentile(0.5),
@@ -136,6 +165,24 @@ impl Tally {
             errors: self.errors,
             first_error: self.first_error,
         }
+    }
+}
+
+/// How the server closed a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Close {
+    /// An end of stream.
+    Eof,
+    /// A reset (or a write after one).
+    Reset,
+}
+
+/// How the server closed the connection that ended `how`, if it did.
+pub(super) fn server_close<T>(how: &Result<T, ClientError>) -> Option<Close> {
+    match how {
+        Err(ClientError::Closed) => Some(Close::Eof),
+        Err(ClientError::Io(e)) if is_reset(e) => Some(Close::Reset),
+        _ => None,
     }
 }
 
