@@ -12,6 +12,13 @@
 //! blocking `read` on a `timerfd` (CLOCK_MONOTONIC, absolute, 8 ms interval) in a plain
 //! thread, recording how late each expiry is read.
 //!
+//! What the kernel adds to (a), each measured on its own in the same run: the resolution of
+//! CLOCK_MONOTONIC (`clock_getres`), the timer slack of the loop thread (`PR_GET_TIMERSLACK`:
+//! 50 µs for a normal thread), the same `timerfd` floor on a thread whose slack is 1 ns (a
+//! `timerfd` is armed with no slack range, so the two should agree), a `clock_nanosleep`
+//! floor at both slacks (the slack does apply to a sleep), and the `timerfd` read through
+//! `epoll_wait` as the loop's park does it (the wake path without tokio or the loop).
+//!
 //! (b) **post → run.** The loop is idle (no timers; default `idle_wait` of 1 s), so it is
 //! parked when a post arrives. Another thread posts a closure every ~10 ms carrying the
 //! `std::time::Instant` at which it was posted; the closure records `now − then` when the
@@ -38,6 +45,8 @@ use tokio::time::{Duration, Instant};
 const TICK: Duration = Duration::from_millis(8);
 /// How long each wheel-lag run lasts.
 const WHEEL_RUN: Duration = Duration::from_secs(5);
+/// The scheduler slice the loop thread asks for in the short-slice run.
+const SHORT_SLICE: Duration = Duration::from_micros(100);
 /// Posts per post→run run.
 const POSTS: usize = 300;
 /// Gap between posts.
@@ -63,13 +72,18 @@ fn take_post_lags() -> Vec<Duration> {
     POST_LAGS.with(|lags| std::mem::take(&mut *lags.borrow_mut()))
 }
 
-/// (a) ours: every(8 ms) for `WHEEL_RUN`, lag of each callback behind its boundary.
-async fn wheel_lag_ours() -> (Vec<Duration>, LoopStats) {
+/// (a) ours: every(8 ms) for `WHEEL_RUN`, lag of each callback behind its boundary. With
+/// `default_slack`, the first callback (after the loop's first park, which set the thread's
+/// timer slack to 1 ns) puts the thread's default slack back, for the before/after row.
+async fn wheel_lag_ours(default_slack: bool) -> (Vec<Duration>, LoopStats) {
     let mut el = EventLoop::builder().tick(TICK).build();
     let lags = Rc::new(RefCell::new(Vec::with_capacity(1024)));
     let sink = lags.clone();
     el.run_until(async move {
         let token = timer::every(TICK).start(move || {
+            if default_slack && sink.borrow().is_empty() {
+                set_timer_slack(0);
+            }
             let lag = Instant::now().saturating_duration_since(timer::now());
             sink.borrow_mut().push(lag);
         });
@@ -196,6 +210,174 @@ fn wheel_lag_timerfd() -> Vec<Duration> {
     lags
 }
 
+/// `struct sched_attr` as the kernel reads it (`SCHED_ATTR_SIZE_VER0`, 48 bytes).
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+/// Asks the scheduler for a time slice of `slice` on the calling (normal) thread: on a kernel
+/// with EEVDF custom slices (6.12 and later) a shorter slice gives the thread an earlier
+/// virtual deadline, so when it wakes it can preempt a CPU-bound neighbour instead of waiting
+/// for that one's slice to end. `Duration::ZERO` restores the default slice. Returns the
+/// error where the kernel refuses.
+fn set_sched_slice(slice: Duration) -> std::io::Result<()> {
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        flags: 0,
+        nice: 0,
+        priority: 0,
+        runtime: slice.as_nanos() as u64,
+        deadline: 0,
+        period: 0,
+    };
+    // SAFETY: `attr` is a valid, initialised sched_attr of the size it states; pid 0 = this
+    // thread.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The calling thread's timer slack, in ns (`PR_GET_TIMERSLACK`).
+fn timer_slack() -> u64 {
+    // SAFETY: PR_GET_TIMERSLACK takes no pointer; it returns the slack or -1.
+    let slack = unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) };
+    u64::try_from(slack).unwrap_or(0)
+}
+
+/// Sets the calling thread's timer slack (`0` restores the thread's default, 50 µs for a
+/// normal thread).
+fn set_timer_slack(nanos: u64) {
+    // SAFETY: PR_SET_TIMERSLACK takes a value, no pointer.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, nanos as libc::c_ulong, 0, 0, 0) };
+    assert_eq!(rc, 0, "PR_SET_TIMERSLACK");
+}
+
+/// CLOCK_MONOTONIC's resolution as the kernel reports it (1 ns with high-resolution timers).
+fn clock_resolution() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_getres");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Runs `floor` on a fresh thread whose timer slack is `slack_ns` (`None`: the default).
+fn on_thread_with_slack(slack_ns: Option<u64>, floor: fn() -> Vec<Duration>) -> Vec<Duration> {
+    thread::spawn(move || {
+        if let Some(nanos) = slack_ns {
+            set_timer_slack(nanos);
+        }
+        floor()
+    })
+    .join()
+    .expect("floor thread")
+}
+
+/// (a) floor: absolute `clock_nanosleep` to each 8 ms boundary, lateness of each wake.
+fn wheel_lag_nanosleep() -> Vec<Duration> {
+    let tick = TICK.as_nanos() as u64;
+    let runs = (WHEEL_RUN.as_nanos() as u64 / tick) as usize;
+    let mut due = monotonic_nanos() + tick;
+    let mut lags = Vec::with_capacity(runs);
+    while lags.len() < runs {
+        let at = timespec(due);
+        // SAFETY: `at` is a valid timespec; the remainder pointer may be null (absolute).
+        let rc = unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &at,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc == libc::EINTR {
+            continue;
+        }
+        lags.push(Duration::from_nanos(monotonic_nanos().saturating_sub(due)));
+        due += tick;
+    }
+    lags
+}
+
+/// (a) floor: the absolute 8 ms `timerfd` read after `epoll_wait(-1)` returns, as the loop's
+/// park blocks (the kernel's wake path without tokio or the loop).
+fn wheel_lag_timerfd_epoll() -> Vec<Duration> {
+    let tick = TICK.as_nanos() as u64;
+    let runs = (WHEEL_RUN.as_nanos() as u64 / tick) as usize;
+    // SAFETY: timerfd_create / epoll_create1 have no memory-safety preconditions; checked.
+    let (fd, epfd) = unsafe {
+        (
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            ),
+            libc::epoll_create1(libc::EPOLL_CLOEXEC),
+        )
+    };
+    assert!(
+        fd >= 0 && epfd >= 0,
+        "timerfd_create / epoll_create1 failed"
+    );
+    let mut event = libc::epoll_event {
+        events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+        u64: 0,
+    };
+    // SAFETY: both descriptors are live; `event` is a valid epoll_event.
+    let rc = unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut event) };
+    assert_eq!(rc, 0, "epoll_ctl");
+    let first = monotonic_nanos() + tick;
+    let spec = libc::itimerspec {
+        it_interval: timespec(tick),
+        it_value: timespec(first),
+    };
+    // SAFETY: `spec` is a valid itimerspec; the old-value pointer may be null.
+    let rc =
+        unsafe { libc::timerfd_settime(fd, libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "timerfd_settime");
+    let mut lags = Vec::with_capacity(runs);
+    let mut due = first;
+    let mut ready = [libc::epoll_event { events: 0, u64: 0 }];
+    while lags.len() < runs {
+        // SAFETY: `ready` has room for the one event asked for.
+        let n = unsafe { libc::epoll_wait(epfd, ready.as_mut_ptr(), 1, -1) };
+        if n <= 0 {
+            continue;
+        }
+        let mut expirations: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64, from a descriptor owned here.
+        let n = unsafe { libc::read(fd, (&mut expirations as *mut u64).cast(), 8) };
+        if n != 8 {
+            continue;
+        }
+        let now = monotonic_nanos();
+        for _ in 0..expirations {
+            lags.push(Duration::from_nanos(now.saturating_sub(due)));
+            due += tick;
+        }
+    }
+    lags.truncate(runs);
+    // SAFETY: both descriptors are owned here and not used afterwards.
+    unsafe {
+        libc::close(epfd);
+        libc::close(fd);
+    }
+    lags
+}
+
 /// Floor 1: `Notify::notify_one` from another thread to a `block_on` future.
 fn floor_tokio_notify(rt: &tokio::runtime::Runtime) -> Vec<Duration> {
     let notify = Arc::new(tokio::sync::Notify::new());
@@ -319,9 +501,23 @@ fn main() {
     println!(
         "wake_latency: tick {TICK:?}; wheel runs {WHEEL_RUN:?} each; {POSTS} posts every {POST_GAP:?}"
     );
-    let (ours_wheel, wheel_stats) = rt.block_on(wheel_lag_ours());
+    let default_slack = timer_slack();
+    let (ours_wheel_default, _) = rt.block_on(wheel_lag_ours(true));
+    let default_after_reset = timer_slack();
+    let (ours_wheel, wheel_stats) = rt.block_on(wheel_lag_ours(false));
+    let loop_slack = timer_slack();
+    let short_slice = set_sched_slice(SHORT_SLICE);
+    let ours_wheel_short = short_slice
+        .as_ref()
+        .ok()
+        .map(|()| rt.block_on(wheel_lag_ours(false)).0);
+    let _ = set_sched_slice(Duration::ZERO);
     let tokio_wheel = rt.block_on(wheel_lag_tokio());
     let floor_wheel = wheel_lag_timerfd();
+    let floor_wheel_slack1 = on_thread_with_slack(Some(1), wheel_lag_timerfd);
+    let floor_epoll_wheel = on_thread_with_slack(None, wheel_lag_timerfd_epoll);
+    let floor_sleep = on_thread_with_slack(None, wheel_lag_nanosleep);
+    let floor_sleep_slack1 = on_thread_with_slack(Some(1), wheel_lag_nanosleep);
     let (ours_post, post_stats) = rt.block_on(post_latency_ours());
     let tokio_post = post_latency_tokio(&rt);
     let floor_notify = floor_tokio_notify(&rt);
@@ -344,8 +540,24 @@ fn main() {
         "ours",
         &ours_wheel,
         tokio_wheel_p50,
-        &verdict(ours_wheel_p50, 200.0),
+        &verdict(ours_wheel_p50, 100.0),
     );
+    row(
+        "wheel lag, every(8 ms)",
+        "ours, loop thread back at its default timer slack",
+        &ours_wheel_default,
+        tokio_wheel_p50,
+        &verdict(percentiles(&ours_wheel_default)[0], 100.0),
+    );
+    if let Some(samples) = &ours_wheel_short {
+        row(
+            "wheel lag, every(8 ms)",
+            "ours, loop thread's scheduler slice 100 µs",
+            samples,
+            tokio_wheel_p50,
+            &verdict(percentiles(samples)[0], 100.0),
+        );
+    }
     row(
         "wheel lag, every(8 ms)",
         "tokio sleep_until",
@@ -357,6 +569,34 @@ fn main() {
         "wheel lag, every(8 ms)",
         "floor: timerfd read (no tokio)",
         &floor_wheel,
+        tokio_wheel_p50,
+        "",
+    );
+    row(
+        "wheel lag, every(8 ms)",
+        "floor: timerfd read, thread slack 1 ns",
+        &floor_wheel_slack1,
+        tokio_wheel_p50,
+        "",
+    );
+    row(
+        "wheel lag, every(8 ms)",
+        "floor: timerfd via epoll_wait (the park's path, no tokio)",
+        &floor_epoll_wheel,
+        tokio_wheel_p50,
+        "",
+    );
+    row(
+        "wheel lag, every(8 ms)",
+        "floor: clock_nanosleep, default slack",
+        &floor_sleep,
+        tokio_wheel_p50,
+        "",
+    );
+    row(
+        "wheel lag, every(8 ms)",
+        "floor: clock_nanosleep, thread slack 1 ns",
+        &floor_sleep_slack1,
         tokio_wheel_p50,
         "",
     );
@@ -400,6 +640,17 @@ fn main() {
         wheel_stats.max_wheel_lag,
         wheel_stats.verdict
     );
+    println!(
+        "kernel: CLOCK_MONOTONIC resolution {:?}; timer slack of the loop thread: {} ns before \
+         the loop ran, {} ns in the default-slack run, {} ns after the loop's park set it",
+        clock_resolution(),
+        default_slack,
+        default_after_reset,
+        loop_slack
+    );
+    if let Err(why) = &short_slice {
+        println!("short-slice run skipped: sched_setattr refused ({why})");
+    }
     println!(
         "loop stats, post run: iterations {}, sleeps {}, wakes issued {}, wakes elided {}",
         post_stats.iterations, post_stats.sleeps, post_stats.wakes_issued, post_stats.wakes_elided

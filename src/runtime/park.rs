@@ -25,6 +25,12 @@
 //! should) and re-arms it otherwise (which also forgets such an expiry) before the thread can
 //! block again, and [`Park::disarm`] stops it when the loop stops running.
 //!
+//! **Timer slack.** The kernel lets a normal thread's timed sleeps run up to its timer slack
+//! late (50 µs by default) so that it can batch wake-ups. The park's first call sets the loop
+//! thread's slack to 1 ns (`PR_SET_TIMERSLACK`): the loop's deadlines are tick boundaries the
+//! game sees, so it gives up that batching for itself, and only for itself (the setting is
+//! per thread). Measured in `examples/wake_latency` (docs/performance.md, issue 36).
+//!
 //! This module must never decide *whether* to park or for how long: the loop does.
 
 use std::future::poll_fn;
@@ -121,12 +127,25 @@ impl Park {
             return;
         }
         self.timerfd_tried = true;
+        set_thread_timer_slack(LOOP_TIMER_SLACK_NS);
         self.timerfd = TimerFd::new().ok().and_then(|fd| {
             // SAFETY: `TimerFd` owns its descriptor for its whole life and `as_raw_fd`
             // always returns that same descriptor.
             unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
         });
     }
+}
+
+/// The loop thread's timer slack, in ns: the smallest the kernel takes (0 would mean "the
+/// thread's default").
+const LOOP_TIMER_SLACK_NS: libc::c_ulong = 1;
+
+/// Sets the calling thread's timer slack. A refusal (not Linux, a seccomp filter) only leaves
+/// the default slack, so it is ignored.
+fn set_thread_timer_slack(nanos: libc::c_ulong) {
+    // SAFETY: PR_SET_TIMERSLACK takes a plain value and no pointer; it only changes this
+    // thread's scheduling attribute.
+    let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, nanos, 0, 0, 0) };
 }
 
 /// False only if tokio's clock is certainly moving (real time); true if it may be paused.
@@ -248,5 +267,38 @@ mod tests {
         let passed = Instant::now() - Duration::from_millis(1);
         let woken = tokio::time::timeout(Duration::from_secs(5), park.wait(&shared, passed)).await;
         assert_eq!(woken, Ok(Woken::Deadline), "the park must not hang");
+    }
+
+    /// The park gives the loop thread a 1 ns timer slack (the kernel would otherwise let its
+    /// timed sleeps run up to 50 µs late), and only that thread.
+    #[test]
+    fn the_first_park_sets_the_loop_threads_timer_slack_to_1_ns() {
+        fn slack() -> i32 {
+            // SAFETY: PR_GET_TIMERSLACK takes no pointer and returns the slack.
+            unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) }
+        }
+        let other = std::thread::spawn(slack);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let before = slack();
+        assert!(
+            before > 1,
+            "a normal thread starts with the default slack, got {before}"
+        );
+        rt.block_on(async {
+            let el = crate::EventLoop::builder().build();
+            let shared = el.context().shared;
+            let mut park = Park::default();
+            let soon = Instant::now() + Duration::from_millis(1);
+            assert_eq!(park.wait(&shared, soon).await, Woken::Deadline);
+        });
+        assert_eq!(slack(), 1, "the loop thread's slack after its first park");
+        assert_eq!(
+            other.join().expect("thread"),
+            before,
+            "another thread keeps its own"
+        );
     }
 }
