@@ -58,15 +58,15 @@ echo "-- 2. perf record -g on the loop thread, ${look}s"
 perf record -q -g -e cpu-clock -t "$spid" -o "$work/perf.data" -- sleep "$look" 2>/dev/null
 echo "   by symbol (self time, top 25):"
 perf report -i "$work/perf.data" --no-children --sort symbol --stdio 2>/dev/null \
-    | grep -E '^ +[0-9]' | head -25 | sed 's/^/    /'
+    | grep -E '^ +[0-9]' | awk 'NR <= 25' | sed 's/^/    /'
 echo "   by DSO:"
 perf report -i "$work/perf.data" --no-children --sort dso --stdio 2>/dev/null \
-    | grep -E '^ +[0-9]' | head -10 | sed 's/^/    /'
+    | grep -E '^ +[0-9]' | awk 'NR <= 10' | sed 's/^/    /'
 sleep 2
 
 echo "-- 3. perf trace -s on the process, $((look / 2))s"
 perf trace -s -p "$spid" -o "$work/trace.txt" -- sleep "$((look / 2))" 2>/dev/null || true
-grep -vE '^\s*$' "$work/trace.txt" | sed 's/^/    /' | head -80
+grep -vE '^\s*$' "$work/trace.txt" | sed 's/^/    /' | awk 'NR <= 80'
 
 wait "$loadgen" || true
 echo "-- loadgen"
