@@ -11,7 +11,10 @@
 #    ticks.
 #
 # PARTS picks which of the three run (default "ping rtt walk"), e.g. PARTS=walk to compare
-# two binaries' walking cost without the rest.
+# two binaries' walking cost without the rest. INTERVAL (e.g. 50ms) paces each ping client to
+# one ping per interval, so every peer gets the same offered load (1000 clients at 50ms: 20,000
+# round trips/s); without it they ping flat out. Each run prints the server's CPU per round
+# trip.
 #
 # Every shard runs the default world (190,728 items, 33,158 mobiles, its timers) with a
 # `loop:` line every 5 s, and max_per_ip and ping_rate lifted (see start_shard). It builds
@@ -84,13 +87,22 @@ load() {
     wait0=$(runqueue_wait_ns "$server")
     steal0=$(steal_ns)
     t0=$(date +%s%N)
-    "$bin" loadgen --connect "127.0.0.1:$port" "$@" | sed 's/^/    /' || true
+    "$bin" loadgen --connect "127.0.0.1:$port" "$@" >"$work/loadgen.out" || true
     cpu1=$(cpu_ns "$server")
     wait1=$(runqueue_wait_ns "$server")
     steal1=$(steal_ns)
     t1=$(date +%s%N)
+    sed 's/^/    /' "$work/loadgen.out"
     awk -v c=$((cpu1 - cpu0)) -v t=$((t1 - t0)) \
         'BEGIN { printf "    server cpu over the run (setup included): %.1f%% of a core\n", 100 * c / t }'
+    # CPU per round trip: the server's CPU over the run divided by the round trips that rate
+    # makes over the same span (so setup is charged to the round trips, alike for each peer).
+    # It falls as throughput rises (more round trips per loop iteration or reactor turn), so
+    # compare peers at the same rate: INTERVAL paces every client.
+    grep -o 'round trips [0-9]* ([0-9.]*/s)' "$work/loadgen.out" | tr -d '()/s' |
+        awk -v c=$((cpu1 - cpu0)) -v t=$((t1 - t0)) '$4 > 0 {
+            printf "    server cpu per round trip: %.2f us (at %.0f round trips/s)\n",
+                c / 1e3 / ($4 * t / 1e9), $4 }' || true
     # Host noise: time the server's main thread waited for a CPU, and time the hypervisor
     # took from the guest. Either one stalls the loop without the loop doing anything.
     awk -v w=$((wait1 - wait0)) -v s=$((steal1 - steal0)) \
@@ -108,14 +120,16 @@ for round in $(seq "$rounds"); do
         start_shard "ping-$backend-$round" SHARD_NETWORK__BACKEND=$backend \
             SHARD_NETWORK__MAX_CONNECTIONS=2000
         grep -o 'listening for players.*' "$work/ping-$backend-$round.log" | sed 's/^/    /'
-        load "ping-$backend-$round" "$pid" --connections 1000 --duration "${seconds}s" --ramp 2s
+        load "ping-$backend-$round" "$pid" --connections 1000 --duration "${seconds}s" --ramp 2s \
+            ${INTERVAL:+--interval "$INTERVAL"}
         stop "$pid"
     done
     echo "-- round $round: tokio_echo"
     "$echo_bin" "127.0.0.1:$port" >/dev/null &
     echo_pid=$!
     sleep 0.5
-    load "echo-$round" "$echo_pid" --connections 1000 --duration "${seconds}s" --ramp 2s
+    load "echo-$round" "$echo_pid" --connections 1000 --duration "${seconds}s" --ramp 2s \
+        ${INTERVAL:+--interval "$INTERVAL"}
     stop "$echo_pid"
 done
 fi
