@@ -39,8 +39,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::limits::Limits;
 use super::rate::{Bucket, Rate, Verdict};
-use super::server::Limits;
 
 /// Sources the connect-rate table tracks at most (about 64 bytes each: 4 MiB at most). A new
 /// source past it is admitted untracked and counted ([`Admission::untracked`]).

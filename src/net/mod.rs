@@ -21,6 +21,7 @@ mod epoll;
 pub mod frame;
 mod handlers;
 mod kind;
+mod limits;
 mod listener;
 pub(crate) mod rate;
 pub(crate) mod reason;
@@ -38,13 +39,14 @@ pub use conn_id::ConnId;
 pub use handlers::{Access, BadPacket};
 pub use kind::{BackendKind, IoUringUnavailable, io_uring_available};
 // The io_uring backend's tests bind their listeners through it.
+pub use limits::Limits;
 #[cfg(test)]
 pub(crate) use listener::bind;
 pub use rate::Rate;
 pub(crate) use server::bind_all;
 #[cfg(any(test, doc, feature = "testkit"))]
 pub(crate) use server::read_path;
-pub use server::{Limits, Net, NetStats};
+pub use server::{Net, NetStats};
 pub use session::{Disconnect, Sessions};
 pub use shared::{Piece, SharedFrames};
 
