@@ -31,8 +31,18 @@ use crate::runtime::{LagHistogram, LoopStats, Phase, Verdict};
 use super::disk::DirSize;
 use super::probe::Snapshot;
 use super::process::ProcessFacts;
+
+/// What the endpoint refused since it started, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HttpCounts {
+    /// Idle connections closed at the connection bound to make room for a newcomer.
+    pub evicted: u64,
+    /// Newcomers closed at the connection bound because every connection was mid-request.
+    pub refused: u64,
+    /// Requests answered `401`: no `Authorization: Bearer` with the token.
+    pub unauthorized: u64,
+}
 use super::saves::SaveMetrics;
-use super::server::HttpCounts;
 
 /// The content type of [`classic_text`]'s output.
 pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

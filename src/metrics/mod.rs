@@ -31,6 +31,7 @@ pub mod publish;
 pub mod saves;
 pub mod server;
 
+pub use families::HttpCounts;
 pub use probe::{PersistFacts, Snapshot, Sources, WorldCounts};
 pub use saves::SaveLog;
-pub use server::{BearerToken, HttpCounts, MetricsServer, Settings, bind};
+pub use server::{BearerToken, MetricsServer, Settings, bind};

@@ -50,7 +50,7 @@ use crate::net::{HostKey, HostKeys, Limits};
 use crate::runtime::LoopContext;
 
 use super::disk::DiskCache;
-use super::families::{self, Readings};
+use super::families::{self, HttpCounts, Readings};
 use super::health::{self, Watch};
 use super::page;
 use super::probe::{self, Request, Snapshot, Sources};
@@ -111,17 +111,6 @@ impl std::fmt::Debug for BearerToken {
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len()
         && std::hint::black_box(a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
-}
-
-/// What the endpoint refused since it started, for `/metrics`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HttpCounts {
-    /// Idle connections closed at the connection bound to make room for a newcomer.
-    pub evicted: u64,
-    /// Newcomers closed at the connection bound because every connection was mid-request.
-    pub refused: u64,
-    /// Requests answered `401`: no `Authorization: Bearer` with the token.
-    pub unauthorized: u64,
 }
 
 /// [`HttpCounts`] as the HTTP thread bumps them, with when each was last logged.
