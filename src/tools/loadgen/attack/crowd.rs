@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::super::conn::{ClientError, Conn};
 use super::tally::Tally;
-use super::{send_login, silent, until};
+use super::{log_in, silent};
 
 /// The crowd's square: bots start within this many tiles of [`START`] both ways, one sector
 /// or less.
@@ -81,15 +81,9 @@ pub(super) async fn run(
     deadline: Instant,
     tally: &mut Tally,
 ) -> Result<(), ClientError> {
-    if !send_login(conn, name, deadline, tally).await? {
+    if !log_in(conn, name, deadline, tally).await? {
         return Ok(());
     }
-    let answered = conn.logged_in(|_| tally.packets_received += 1);
-    if until(deadline, answered).await?.is_none() {
-        return Ok(());
-    }
-    tally.logins_answered += 1;
-    tally.packets_received += 1;
     // The burst goes out as one write every `interval`, as ping-only sends its ping; each
     // write counted once there is `burst.len()` packets here.
     let writes_before = tally.packets_sent;

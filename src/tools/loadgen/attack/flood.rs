@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::super::conn::{ClientError, Conn};
 use super::tally::Tally;
-use super::{drain, send_login, until};
+use super::{drain, log_in, until};
 
 /// Moves in the buffer written round and round: a multiple of 256, so the sequence numbers
 /// run on across the wrap.
@@ -26,15 +26,9 @@ pub(super) async fn move_flood(
     deadline: Instant,
     tally: &mut Tally,
 ) -> Result<(), ClientError> {
-    if !send_login(conn, name, deadline, tally).await? {
+    if !log_in(conn, name, deadline, tally).await? {
         return Ok(());
     }
-    let answered = conn.logged_in(|_| tally.packets_received += 1);
-    if until(deadline, answered).await?.is_none() {
-        return Ok(());
-    }
-    tally.logins_answered += 1;
-    tally.packets_received += 1;
     flood(conn, deadline, tally).await
 }
 

@@ -289,6 +289,26 @@ async fn send_login(
     Ok(sent)
 }
 
+/// Logs in as `name` and waits for the login's answer, counting both (and any packet read
+/// meanwhile): `false` if the deadline came first.
+async fn log_in(
+    conn: &mut Conn,
+    name: &str,
+    deadline: Instant,
+    tally: &mut Tally,
+) -> Result<bool, ClientError> {
+    if !send_login(conn, name, deadline, tally).await? {
+        return Ok(false);
+    }
+    let answered = conn.logged_in(|_| tally.packets_received += 1);
+    if until(deadline, answered).await?.is_none() {
+        return Ok(false);
+    }
+    tally.logins_answered += 1;
+    tally.packets_received += 1;
+    Ok(true)
+}
+
 /// Counts and drops every whole packet already read.
 fn drain(conn: &mut Conn, tally: &mut Tally) -> Result<(), ClientError> {
     while conn.pop()?.is_some() {
