@@ -24,7 +24,8 @@
 #    every 5 s, the first line of each window dropped as it straddles the previous one); the
 #    loop thread's own CPU over the window (its schedstat) and the connects the server
 #    accepted and refused in it (`netstats` before and after); peak VmRSS over the window;
-#    `netstats` at the end of each window; "world saved" lines; the attackers' reports
+#    `netstats` at the end of each window; "world saved" lines and the window's save's loop
+#    stall (its `loop_stall`, target ≤ 4 ms under attack); the attackers' reports
 #    (reconnects; churn's refusals: closed at once, refused, unanswered); and the final save
 #    and exit code at SIGTERM.
 # B. One shard, default limits. 200 walkers from 127.0.1.1-127.0.1.16 (12-13 per address,
@@ -172,6 +173,11 @@ window_a() {
         sleep 0.1
     done
     record "A.$name.saved" $(($(grep -c 'world saved' "$log" || true) - before_saved))
+    # The window's save: how long it held the loop (issue 35's "save stall under scenario A").
+    local stall
+    stall=$(grep 'world saved' "$log" | tail -n +"$((before_saved + 1))" | head -1 |
+        sed -nE 's/.*loop_stall=([^ ]+).*/\1/p')
+    if [[ -n $stall ]]; then record "A.$name.save_stall_ms" "$(to_ms "$stall")"; fi
     console netstats
     sleep 1
     echo "  netstats ($name):"
@@ -297,6 +303,7 @@ row "A connects accepted by the server, /s" "$(med A.quiet.accepted_per_s)" "$(m
 echo "A attackers (median over rounds): churn made $(med A.attack.churn.made), refusals provoked $(med A.attack.churn.refusals) (closed at once $(med A.attack.churn.closed_at_once), refused $(med A.attack.churn.refused), unanswered $(med A.attack.churn.unanswered)); reconnects: idle $(med A.attack.idle.reconnects), ping-only $(med A.attack.ping-only.reconnects), slow-reader $(med A.attack.slow-reader.reconnects)"
 row "A peak VmRSS, MB" "$(med A.quiet.rss_mb)" "$(med A.hostile.rss_mb)" 2 ""
 row "A saves logged during the window" "$(med A.quiet.saved)" "$(med A.hostile.saved)" "" ""
+row "A save loop stall (the window's save), ms" "$(med A.quiet.save_stall_ms)" "$(med A.hostile.save_stall_ms)" "" 4
 echo "A final save at SIGTERM: $(med A.final_save) logged, exit code $(med A.exit_code)"
 row "B walkers RTT p99, ms" "$(med B.quiet.rtt_p99_ms)" "$(med B.flood.rtt_p99_ms)" 2 ""
 row "B walkers RTT p50, ms" "$(med B.quiet.rtt_p50_ms)" "$(med B.flood.rtt_p50_ms)" "" ""
