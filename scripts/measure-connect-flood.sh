@@ -35,25 +35,12 @@ seconds=${2:-20}
 bin=${SHARDLOOP_BIN:-target/release/shardloop}
 before=${BEFORE_BIN:-}
 port=${PORT:-26400}
-work=$(mktemp -d)
-results=$work/results
-: >"$results"
 
 # shellcheck source=scripts/shard-session.sh
 source "$(dirname "$0")/shard-session.sh"
 # shellcheck source=scripts/cpu-time.sh
 source "$(dirname "$0")/cpu-time.sh"
-trap cleanup EXIT
-
-for b in "$bin" ${before:+"$before"}; do
-    if [[ ! -x "$b" ]]; then
-        echo "measure-connect-flood: $b not found; run 'cargo build --release' first" >&2
-        exit 2
-    fi
-done
-bin=$(realpath "$bin")
-if [[ -n $before ]]; then before=$(realpath "$before"); fi
-ulimit -n "$(ulimit -Hn)"
+begin_session bin before
 
 # window KEY FLOOD(0|1): one measured window; records KEY.* figures.
 window() {

@@ -27,20 +27,10 @@ seconds=${2:-30}
 say=${3:-1}
 bin=${SHARDLOOP_BIN:-target/release/shardloop}
 port=${PORT:-26300}
-work=$(mktemp -d)
-results=$work/results
-: >"$results"
 
 # shellcheck source=scripts/shard-session.sh
 source "$(dirname "$0")/shard-session.sh"
-trap cleanup EXIT
-
-if [[ ! -x "$bin" ]]; then
-    echo "measure-crowd: $bin not found; run 'cargo build --release' first" >&2
-    exit 2
-fi
-bin=$(realpath "$bin")
-ulimit -n "$(ulimit -Hn)"
+begin_session bin
 
 loadgen() {
     timeout -k 5 $((seconds + 60)) "$bin" loadgen --connect "127.0.0.1:$port" "$@" || true

@@ -45,20 +45,10 @@ rounds=${1:-1}
 seconds=${2:-20}
 bin=${SHARDLOOP_BIN:-target/release/shardloop}
 port=${PORT:-26200}
-work=$(mktemp -d)
-results=$work/results
-: >"$results"
 
 # shellcheck source=scripts/shard-session.sh
 source "$(dirname "$0")/shard-session.sh"
-trap cleanup EXIT
-
-if [[ ! -x "$bin" ]]; then
-    echo "measure-hostile: $bin not found; run 'cargo build --release' first" >&2
-    exit 2
-fi
-bin=$(realpath "$bin")
-ulimit -n "$(ulimit -Hn)"
+begin_session bin
 # shellcheck source=scripts/cpu-time.sh
 source "$(dirname "$0")/cpu-time.sh"
 

@@ -23,19 +23,10 @@ gap=${2:-1}
 bin=${SHARDLOOP_BIN:-target/release/shardloop}
 port=${PORT:-26300}
 config=$(realpath config/shard.toml)
-work=$(mktemp -d)
-results=$work/results
-: >"$results"
 
 # shellcheck source=scripts/shard-session.sh
 source "$(dirname "$0")/shard-session.sh"
-trap cleanup EXIT
-
-if [[ ! -x "$bin" ]]; then
-    echo "measure-saves: $bin not found; run 'cargo build --release' first" >&2
-    exit 2
-fi
-bin=$(realpath "$bin")
+begin_session bin
 
 echo "before: $(uptime)"
 # The repository's configuration, where the shard looks for it (config/shard.toml under its

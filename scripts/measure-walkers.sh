@@ -21,15 +21,12 @@
 set -euo pipefail
 
 look=${1:-20}
-bin=$(realpath "${SHARDLOOP_BIN:-target/release/shardloop}")
+bin=${SHARDLOOP_BIN:-target/release/shardloop}
 port=${PORT:-26400}
-work=$(mktemp -d)
-results=$work/results
 # shellcheck source=scripts/shard-session.sh
 source "$(dirname "$0")/shard-session.sh"
-trap cleanup EXIT
+begin_session bin
 command -v perf >/dev/null || { echo "measure-walkers: perf not found" >&2; exit 2; }
-ulimit -n "$(ulimit -Hn)"
 
 
 echo "== $(date -u +%FT%TZ) load average: $(cut -d' ' -f1-3 /proc/loadavg)"

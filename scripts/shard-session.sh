@@ -1,6 +1,7 @@
 # Sourced by the measure-* scripts that drive a shard through its console (measure-hostile.sh,
-# measure-connect-flood.sh): the EXIT trap, starting and stopping a shard, reading figures.
-# The sourcing script sets $work (a temp directory), $results (a file in it) and $port.
+# measure-connect-flood.sh, measure-crowd.sh, measure-saves.sh, measure-walkers.sh): the
+# session's set-up, starting and stopping a shard, reading figures. The sourcing script sets
+# $port, then calls begin_session (which sets $work and $results).
 
 # cleanup: the EXIT trap: stops every background job, then removes $work unless KEEP_WORK is
 # set.
@@ -9,6 +10,31 @@ cleanup() {
     for j in $(jobs -p); do kill "$j" 2>/dev/null || true; done
     wait 2>/dev/null || true
     if [[ -n ${KEEP_WORK:-} ]]; then echo "logs kept in $work" >&2; else rm -rf "$work"; fi
+}
+
+# begin_session [VAR ...]: the run's temp directory ($work) and figures file ($results), the
+# EXIT trap, the descriptor limit raised to the hard one (a thousand clients need more than
+# 1024), and each named variable's binary checked (exit 2 naming it when it is not built) and
+# made absolute, as the shards run from their own directories. An empty variable is skipped
+# (an optional binary that was not given).
+begin_session() {
+    work=$(mktemp -d)
+    results=$work/results
+    : >"$results"
+    trap cleanup EXIT
+    local name
+    for name in "$@"; do
+        local -n binary=$name
+        if [[ -n $binary ]]; then
+            if [[ ! -x $binary ]]; then
+                echo "$(basename "$0"): $binary not found; run 'cargo build --release' first" >&2
+                exit 2
+            fi
+            binary=$(realpath "$binary")
+        fi
+        unset -n binary
+    done
+    ulimit -n "$(ulimit -Hn)"
 }
 
 # record KEY VALUE: one figure of this round, for the summary.
