@@ -100,42 +100,16 @@ fn idle_connects_and_sends_nothing_until_the_deadline() {
     assert!(shown.contains("open at the end 3"), "{shown}");
 }
 
-#[test]
-fn ping_only_sends_pings_and_never_a_login() {
+/// Runs `mode` (a mode that only pings: 2 clients, 1 s, a ping every 100 ms) and checks what
+/// the fake shard read: whole pings and nothing else, at least two from each client (the first
+/// goes at once, the next after 100 ms), as many as the report says were sent. Returns the
+/// report and the pings read.
+fn only_pings(mode: &str) -> (AttackReport, u64) {
     let fake = FakeShard::start();
 
     let report = attack(
         &fake,
-        "ping-only",
-        "--connections 2 --duration 1s --interval 100ms",
-    );
-
-    assert_eq!(
-        (report.made, report.open_at_end, report.errors),
-        (2, 2, 0),
-        "{report}"
-    );
-    let peers = all_gone(&fake, 2);
-    let pings: u64 = peers.iter().map(|p| p.count(frame::PING)).sum();
-    for peer in &peers {
-        // The first ping goes at once, the next after 100 ms of the 1 s run.
-        assert!(peer.count(frame::PING) >= 2, "{peer:?}");
-        assert_eq!(peer.packets.len(), 1, "only pings: {peer:?}");
-    }
-    assert_eq!(report.packets_sent, pings, "{report}");
-    assert!(
-        (1..=pings).contains(&report.packets_received),
-        "echoes read: {report}"
-    );
-}
-
-#[test]
-fn trickle_sends_whole_pings_a_byte_at_a_time_and_never_a_login() {
-    let fake = FakeShard::start();
-
-    let report = attack(
-        &fake,
-        "trickle",
+        mode,
         "--connections 2 --duration 1s --interval 100ms",
     );
 
@@ -151,6 +125,21 @@ fn trickle_sends_whole_pings_a_byte_at_a_time_and_never_a_login() {
         assert_eq!(peer.packets.len(), 1, "only whole pings: {peer:?}");
     }
     assert_eq!(report.packets_sent, pings, "{report}");
+    (report, pings)
+}
+
+#[test]
+fn ping_only_sends_pings_and_never_a_login() {
+    let (report, pings) = only_pings("ping-only");
+    assert!(
+        (1..=pings).contains(&report.packets_received),
+        "echoes read: {report}"
+    );
+}
+
+#[test]
+fn trickle_sends_whole_pings_a_byte_at_a_time_and_never_a_login() {
+    only_pings("trickle");
 }
 
 #[test]
