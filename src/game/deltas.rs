@@ -113,7 +113,7 @@ pub fn wire(
 /// iterations instead of stretching one. At least one group goes out every iteration, so
 /// nothing waits forever. Sized from `benches/broadcast.rs` to a few milliseconds of work
 /// (docs/performance.md, "The fan-out budget (issue 33)").
-pub const FANOUT_PER_ITERATION: usize = 20_000;
+pub const FANOUT_PER_ITERATION: usize = 50_000;
 
 /// The most spoken lines held for one player reading too slowly; past it the oldest is
 /// dropped. Speech is the lossy class of what players are sent: it never pushes a player's
