@@ -383,7 +383,8 @@ impl FanOut {
         self.groups.truncate(kept);
     }
 
-    /// Encodes group `g` and queues it to everyone who sees any of it; the deliveries made.
+    /// Encodes group `g` and queues it to everyone who sees any of it; the units of work done
+    /// (see [`FANOUT_PER_ITERATION`]).
     fn fan_group(
         &mut self,
         g: usize,
