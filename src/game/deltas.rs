@@ -1042,7 +1042,7 @@ mod tests {
         let moves: Vec<Seen> = (0..3000)
             .map(|k| Seen::Moved(Serial(1000 + k as u32), spots[k % 3]))
             .collect();
-        assert!(3 * 1200 < FANOUT_PER_ITERATION && 300_000 > FANOUT_PER_ITERATION);
+        const { assert!(3 * 1200 < FANOUT_PER_ITERATION && 300_000 > FANOUT_PER_ITERATION) };
         bed.iterate(moves);
         assert_eq!(bed.players.fan_out().deferred, 0);
         assert!(bed.fan.queue.is_empty());
