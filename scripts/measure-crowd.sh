@@ -15,7 +15,9 @@
 #     bot's moves and speech), moving every 250 ms and timing each move.
 # Figures: from the shard's `loop:` lines over the player's window (the first dropped): the
 # longest iteration (max of windows), late ticks and ticks late >= 2 ticks (sums), the wheel
-# lag peak (max), loop cpu (median); the crowd's report (bots closed by the server, packets
+# lag peak (max), loop cpu (median); from the loop profile's CSV (`loopstats csv`), the mean
+# ms per second in the Network, Deltas and Flush phases and stolen (runnable but off the
+# CPU), and the seconds whose longest iteration passed 16 ms; the crowd's report (bots closed by the server, packets
 # read); the player's (connected, errors, move RTT p50/p99); `netstats` at the end (the
 # shard's disconnects by cause).
 #
@@ -80,6 +82,31 @@ for round in $(seq "$rounds"); do
     record player_errors "$(sed -nE 's/^  errors ([0-9]+).*/\1/p' "$work/player-$round")"
     record player_rtt_p50_ms "$(to_ms "$(sed -nE 's/.*rtt p50 (.+)  p99 .*/\1/p' "$work/player-$round")")"
     record player_rtt_p99_ms "$(to_ms "$(sed -nE 's/.*rtt p50 .+  p99 (.+)  max .*/\1/p' "$work/player-$round")")"
+    # Where the loop's time went over the player's window: the loop profile's last $seconds
+    # seconds (docs/loopstats-csv.md), mean ms per second of each phase that matters here and
+    # of time stolen (runnable, off the CPU), and the seconds whose longest iteration passed
+    # 16 ms.
+    csv=$work/crowd-$round.csv
+    console "loopstats csv $csv"
+    for _ in $(seq 100); do [[ -s $csv ]] && break; sleep 0.1; done
+    sleep 0.5
+    if [[ -s $csv ]]; then
+        phases=$(tail -n "$seconds" "$csv" | awk -F, -v hdr="$(head -n 1 "$csv")" '
+            BEGIN { n = split(hdr, h, ","); for (i = 1; i <= n; i++) col[h[i]] = i }
+            { for (k in want) sum[k] += $col[k]; rows++
+              if ($col["longest_iteration_us"] > 16000) over++ }
+            BEGIN { split("network_us deltas_us flush_us stolen_us", w, " "); for (i in w) want[w[i]] = 1 }
+            END { printf "%.1f %.1f %.1f %.1f %d", sum["network_us"] / rows / 1000,
+                  sum["deltas_us"] / rows / 1000, sum["flush_us"] / rows / 1000,
+                  sum["stolen_us"] / rows / 1000, over }')
+        read -r net_ms deltas_ms flush_ms stolen_ms over16 <<<"$phases"
+        echo "  loop profile, last ${seconds} s: ms per second network $net_ms deltas $deltas_ms flush $flush_ms stolen $stolen_ms; seconds with an iteration over 16 ms: $over16"
+        record network_ms_per_s "$net_ms"
+        record deltas_ms_per_s "$deltas_ms"
+        record flush_ms_per_s "$flush_ms"
+        record stolen_ms_per_s "$stolen_ms"
+        record seconds_over_16ms "$over16"
+    fi
     console netstats
     sleep 1
     echo "  netstats:"

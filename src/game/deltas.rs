@@ -104,11 +104,16 @@ pub fn wire(
         .slot(Phase::Flush, net.flush_slot())
 }
 
-/// The most deliveries (one world change reaching one player) the Deltas phase makes in one
-/// iteration. Past it, the changes not yet fanned out wait for the next iteration, ahead of
-/// newer ones, and are counted ([`FanOutStats::deferred`](super::FanOutStats)): a crowd
-/// spreads its cost over iterations instead of stretching one.
-pub const FANOUT_PER_ITERATION: usize = 200_000;
+/// The most fan-out work the Deltas phase does in one iteration, in units of what costs
+/// (each about a queue entry's worth): a change encoded, a player reached, an entry queued
+/// on its connection (a range of a group's shared frames: the whole group to a player who
+/// sees all of it, each move or line to one who sees part), a line held. Past it, the
+/// groups not yet fanned out wait for the next iteration, ahead of newer changes, and are
+/// counted ([`FanOutStats::deferred`](super::FanOutStats)): a crowd spreads its cost over
+/// iterations instead of stretching one. At least one group goes out every iteration, so
+/// nothing waits forever. Sized from `benches/broadcast.rs` to a few milliseconds of work
+/// (docs/performance.md, "The fan-out budget (issue 33)").
+pub const FANOUT_PER_ITERATION: usize = 50_000;
 
 /// The most spoken lines held for one player reading too slowly; past it the oldest is
 /// dropped. Speech is the lossy class of what players are sent: it never pushes a player's
@@ -121,12 +126,12 @@ pub const HELD_CHATTER: usize = 64;
 ///
 /// Changes are grouped by the sector they happen in (neighbouring sectors' groups merged
 /// while they fit within [`VIEW_RANGE`]), each group is encoded once into shared frames,
-/// and each player is queued the ranges of them it sees by reference
-/// ([`Sessions::send_shared`]: no copy per player; one packet of records per player with
-/// [`DeltaPackets::batch`]). The output goes out at the next tick boundary, at most one
+/// and each player is queued the ranges of them it sees by reference, straight onto its
+/// connection ([`Sessions::send_shared`]: no copy and no bookkeeping per player; one packet
+/// of records per player with [`DeltaPackets::batch`]). The output goes out at the next tick boundary, at most one
 /// write per player per tick, unless a reply of its own takes it along sooner. A player gets
 /// the changes of one group in the order they happened, moves before speech. At most
-/// [`FANOUT_PER_ITERATION`] deliveries are made per iteration; the rest wait for the next.
+/// [`FANOUT_PER_ITERATION`] units of work are done per iteration; the rest wait for the next.
 /// Speech to a player whose unsent output is past half its send limit is held (at most
 /// [`HELD_CHATTER`] lines, the oldest dropped first) until the player catches up.
 pub fn deltas_handler(
@@ -272,7 +277,7 @@ impl FanOut {
             rest.sort_unstable();
             rest
         };
-        self.release_held(sessions);
+        self.release_held(packets.batch.is_some(), sessions);
         let stats = players.fan_out_mut();
         stats.chatter_held += std::mem::take(&mut self.out.held);
         stats.chatter_dropped += std::mem::take(&mut self.out.dropped);
@@ -291,9 +296,8 @@ impl FanOut {
                 keep[i - 1]
             });
         }
-        match packets.batch {
-            Some(id) => self.out.send_batches(id, &self.groups[..done], sessions),
-            None => self.out.send_shared(&self.groups[..done], sessions),
+        if let Some(id) = packets.batch {
+            self.out.send_batches(id, &self.groups[..done], sessions);
         }
     }
 
@@ -379,7 +383,8 @@ impl FanOut {
         self.groups.truncate(kept);
     }
 
-    /// Encodes group `g` and queues it to everyone who sees any of it; the deliveries made.
+    /// Encodes group `g` and queues it to everyone who sees any of it; the units of work done
+    /// (see [`FANOUT_PER_ITERATION`]).
     fn fan_group(
         &mut self,
         g: usize,
@@ -445,7 +450,16 @@ impl FanOut {
         let xs = lo.0.saturating_sub(VIEW_RANGE)..=hi.0.saturating_add(VIEW_RANGE);
         let ys = lo.1.saturating_sub(VIEW_RANGE)..=hi.1.saturating_add(VIEW_RANGE);
         let chatter_limit = sessions.send_limit() / 2;
-        let mut work = 0;
+        let mut sink = Sink {
+            batched: batch.then_some(&mut *out),
+            g,
+            moves: &group.moves,
+            said: &group.said,
+            shared: [None, None],
+            entries: 0,
+        };
+        // Work counts what costs: a change encoded, a player reached, an entry queued.
+        let (mut work, mut chatter) = (group.changes.len(), (0, 0));
         for (serial, conn, at) in players.in_area(map, xs, ys) {
             work += 1;
             let whole = sees(&at, &corner_lo) && sees(&at, &corner_hi);
@@ -454,38 +468,33 @@ impl FanOut {
                 .binary_search_by_key(&serial, |&(s, _)| s)
                 .ok()
                 .map(|k| group.by_mover[k].1);
-            let slot = out.slot(conn);
-            let moves = Source::Moves(g);
             if whole {
                 let (all, n) = (group.moves.len(), group.movers.len());
                 match own {
                     // All but its own move: the moves before it and after it.
                     Some(k) => {
                         let r = group.movers[k].2.clone();
-                        slot.push(moves, 0..r.start, k as u64);
-                        slot.push(moves, r.end..all, (n - k - 1) as u64);
+                        sink.moves_around(sessions, conn, r, all, (k as u64, (n - k - 1) as u64));
                     }
-                    None => slot.push(moves, 0..all, n as u64),
+                    None => sink.push(sessions, conn, Part::Moves, 0..all, n as u64),
                 }
             } else {
                 for (k, (_, spot, r)) in group.movers.iter().enumerate() {
                     if Some(k) != own && sees(&at, spot) {
-                        slot.push(moves, r.clone(), 1);
+                        sink.push(sessions, conn, Part::Moves, r.clone(), 1);
                     }
                 }
             }
-            work += group.movers.len();
             if group.lines.is_empty() {
                 continue;
             }
-            work += group.lines.len();
-            let backlog = sessions.pending_output(conn) + slot.bytes;
+            let backlog = sessions.pending_output(conn) + sink.unsent(conn);
             let ring = held.get_mut(&conn);
             let slow = ring.as_ref().is_some_and(|r| !r.is_empty())
                 || backlog + group.said.len() > chatter_limit;
-            let said = Source::Said(g);
             if !slow && whole {
-                slot.push(said, 0..group.said.len(), group.lines.len() as u64);
+                let lines = group.lines.len() as u64;
+                sink.push(sessions, conn, Part::Said, 0..group.said.len(), lines);
                 continue;
             }
             let visible = group
@@ -494,7 +503,7 @@ impl FanOut {
                 .filter(|(spot, _)| whole || sees(&at, spot));
             if !slow {
                 for (_, r) in visible {
-                    slot.push(said, r.clone(), 1);
+                    sink.push(sessions, conn, Part::Said, r.clone(), 1);
                 }
                 continue;
             }
@@ -507,15 +516,19 @@ impl FanOut {
                 visible.map(|(_, r)| &group.said[r.clone()]),
                 chatter_limit,
             );
-            out.held += stats.0;
-            out.dropped += stats.1;
+            work += (stats.0 + stats.1) as usize;
+            chatter.0 += stats.0;
+            chatter.1 += stats.1;
         }
+        let work = work + sink.entries;
+        out.held += chatter.0;
+        out.dropped += chatter.1;
         work
     }
 
     /// Sends held speech to players who have room for it again, oldest first; forgets
     /// players who left.
-    fn release_held(&mut self, sessions: &mut Sessions) {
+    fn release_held(&mut self, batch: bool, sessions: &mut Sessions) {
         if self.held.is_empty() {
             return;
         }
@@ -536,18 +549,111 @@ impl FanOut {
             if sessions.pending_output(conn) + queued + first > chatter_limit {
                 return true; // no room yet: nothing to queue, no slot taken
             }
-            let slot = out.slot(conn);
-            let mut backlog = sessions.pending_output(conn) + slot.bytes;
+            let mut backlog = sessions.pending_output(conn) + queued;
             while let Some(line) = ring.front() {
                 if backlog + line.len() > chatter_limit {
                     break;
                 }
                 backlog += line.len();
-                slot.push_own(line);
+                if batch {
+                    out.slot(conn).push_own(line);
+                } else {
+                    // A held line is one whole packet; it goes with the broadcasts.
+                    sessions.send_frames_at_tick(conn, line, 1);
+                }
                 ring.pop_front();
             }
             !ring.is_empty()
         });
+    }
+}
+
+/// Which of a group's encodings a piece of output lies in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Moves,
+    Said,
+}
+
+/// Where the fan-out puts each player's share of one group.
+///
+/// Packets of their own (no [`DeltaPackets::batch`]): straight onto the player's connection,
+/// by reference to the group's shared copy — no per-player bookkeeping in the fan-out, so a
+/// recipient costs its connection's queue entry and little else. Batched: into the player's
+/// slot, to be cut into packets of records once every group is fanned out.
+struct Sink<'a> {
+    batched: Option<&'a mut Batches>,
+    g: usize,
+    moves: &'a [u8],
+    said: &'a [u8],
+    /// The group's moves and lines, shared, made when their first recipient is queued:
+    /// groups nobody sees (a crowd of one, spread players) cost no copy.
+    shared: [Option<SharedFrames>; 2],
+    /// Entries queued (ranges, or pieces of a slot), for the budget.
+    entries: usize,
+}
+
+impl Sink<'_> {
+    /// Queues `range` of `part` (`packets` packets or records) for `conn`.
+    fn push(
+        &mut self,
+        sessions: &mut Sessions,
+        conn: ConnId,
+        part: Part,
+        range: Range<usize>,
+        packets: u64,
+    ) {
+        if range.is_empty() {
+            return;
+        }
+        self.entries += 1;
+        if let Some(out) = self.batched.as_deref_mut() {
+            let source = match part {
+                Part::Moves => Source::Moves(self.g),
+                Part::Said => Source::Said(self.g),
+            };
+            out.slot(conn).push(source, range, packets);
+            return;
+        }
+        let frames = self.frames(part);
+        sessions.send_shared(conn, frames, range, packets);
+    }
+
+    /// Queues all the group's moves but `own` (the player's own move) for `conn`: the
+    /// `packets.0` moves before it and the `packets.1` after, `all` bytes in all.
+    fn moves_around(
+        &mut self,
+        sessions: &mut Sessions,
+        conn: ConnId,
+        own: Range<usize>,
+        all: usize,
+        packets: (u64, u64),
+    ) {
+        if self.batched.is_some() {
+            self.push(sessions, conn, Part::Moves, 0..own.start, packets.0);
+            self.push(sessions, conn, Part::Moves, own.end..all, packets.1);
+            return;
+        }
+        self.entries += 1;
+        let frames = self.frames(Part::Moves);
+        sessions.send_shared_around(conn, frames, own, packets.0 + packets.1);
+    }
+
+    /// Bytes queued for `conn` by this fan-out and not yet on its connection (batched
+    /// output waits in its slot until every group is fanned out).
+    fn unsent(&self, conn: ConnId) -> usize {
+        self.batched
+            .as_deref()
+            .and_then(|out| out.index.get(&conn).map(|&i| out.slots[i].bytes))
+            .unwrap_or(0)
+    }
+
+    fn frames(&mut self, part: Part) -> &SharedFrames {
+        let (at, bytes) = match part {
+            Part::Moves => (0, self.moves),
+            Part::Said => (1, self.said),
+        };
+        self.shared[at].get_or_insert_with(|| SharedFrames::new(bytes))
     }
 }
 
@@ -657,19 +763,17 @@ impl Slot {
     }
 }
 
-/// This iteration's output for each player — whole packets, or records of a batch — as
-/// pieces of the groups' encodings, in the order players first got some. Kept between
-/// iterations, so a steady crowd allocates nothing but each group's shared copy.
+/// With [`DeltaPackets::batch`], this iteration's records for each player, as pieces of the
+/// groups' encodings (and of held lines let go), in the order players first got some, until
+/// they are cut into packets. Kept between iterations, so a steady crowd allocates nothing.
+/// Also counts the lines held and dropped, in either mode.
 #[derive(Default)]
 struct Batches {
     index: IdMap<ConnId, usize>,
     /// Players with output this iteration: the first `conns.len()` slots are theirs.
     conns: Vec<ConnId>,
     slots: Vec<Slot>,
-    /// Each fanned group's moves and lines (at `2g` and `2g + 1`), shared, while they are
-    /// sent.
-    shared: Vec<Option<SharedFrames>>,
-    /// A player's records, gathered to be cut into packets (batch mode).
+    /// A player's records, gathered to be cut into packets.
     records: Vec<u8>,
     /// Lines held and dropped since the counters were last read.
     held: u64,
@@ -687,32 +791,6 @@ impl Batches {
             self.conns.len() - 1
         });
         &mut self.slots[slot]
-    }
-
-    /// Queues each player's packets: the groups' by reference (one shared copy each, made
-    /// here), its own by copy; all at the tick. Empties the batches.
-    fn send_shared(&mut self, groups: &[Group], sessions: &mut Sessions) {
-        // A group's shared copy is made when its first recipient is queued: groups nobody
-        // sees (a crowd of one, spread players) cost no copy.
-        self.shared.clear();
-        self.shared.resize(2 * groups.len(), None);
-        for (conn, slot) in self.conns.drain(..).zip(&mut self.slots) {
-            for (source, range, packets) in slot.pieces.drain(..) {
-                let (at, bytes) = match source {
-                    Source::Moves(g) => (2 * g, &groups[g].moves),
-                    Source::Said(g) => (2 * g + 1, &groups[g].said),
-                    Source::Own => {
-                        sessions.send_frames_at_tick(conn, &slot.own[range], packets);
-                        continue;
-                    }
-                };
-                let frames = self.shared[at].get_or_insert_with(|| SharedFrames::new(bytes));
-                sessions.send_shared(conn, frames, range, packets);
-            }
-            slot.clear();
-        }
-        self.shared.clear();
-        self.index.clear();
     }
 
     /// Queues each player's records as packets `id`, cut at record boundaries below the
@@ -920,12 +998,14 @@ mod tests {
     #[test]
     fn work_past_the_budget_waits_for_the_next_iteration_in_order() {
         let mut bed = Bed::new(64 << 20);
-        // 100 watchers see three neighbouring sectors' worth of movers, too far apart to
+        // 10 watchers see three neighbouring sectors' worth of movers, too far apart to
         // be one group (30 tiles).
         let at = |x, y| Location::new(x, y, 0, MapId::FELUCCA);
-        let watchers: Vec<ConnId> = (1..=100).map(|s| bed.join(s, at(112, 112))).collect();
+        let watchers: Vec<ConnId> = (1..=10).map(|s| bed.join(s, at(112, 112))).collect();
         let spots = [at(97, 97), at(127, 97), at(97, 127)];
-        let per_group = FANOUT_PER_ITERATION / 100 + 1;
+        // Each group costs its moves' encoding and each watcher reached and queued the
+        // group (two units): past the budget on its own.
+        let per_group = FANOUT_PER_ITERATION;
         let moves: Vec<Seen> = (0..3 * per_group)
             .map(|k| Seen::Moved(Serial(1000 + k as u32), spots[k % 3]))
             .collect();
@@ -949,6 +1029,26 @@ mod tests {
         let stats = bed.players.fan_out();
         assert_eq!(stats.deferred, 3 * per_group as u64);
         assert_eq!(stats.deferring_iterations, 2);
+    }
+
+    #[test]
+    fn a_group_seen_whole_costs_the_budget_a_unit_per_player_not_per_move() {
+        let mut bed = Bed::new(64 << 20);
+        let at = |x, y| Location::new(x, y, 0, MapId::FELUCCA);
+        let watchers: Vec<ConnId> = (1..=100).map(|s| bed.join(s, at(112, 112))).collect();
+        // Three groups of 1000 moves, each seen whole by 100 watchers: 300 000 deliveries
+        // of a move to a player, but 3 × (1000 encoded + 100 reached + 100 queued) units.
+        let spots = [at(97, 97), at(127, 97), at(97, 127)];
+        let moves: Vec<Seen> = (0..3000)
+            .map(|k| Seen::Moved(Serial(1000 + k as u32), spots[k % 3]))
+            .collect();
+        const { assert!(3 * 1200 < FANOUT_PER_ITERATION && 300_000 > FANOUT_PER_ITERATION) };
+        bed.iterate(moves);
+        assert_eq!(bed.players.fan_out().deferred, 0);
+        assert!(bed.fan.queue.is_empty());
+        for &w in &watchers {
+            assert_eq!(bed.read(w).len(), 3000);
+        }
     }
 
     #[test]

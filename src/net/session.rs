@@ -408,6 +408,31 @@ impl Sessions {
         })
     }
 
+    /// [`Sessions::send_shared`] of all of `frames` but `hole` (whole packets: a player's own
+    /// move in its crowd's moves), as one queued output: the part before the hole, then the
+    /// part after it. `packets` counts both parts.
+    ///
+    /// # Panics
+    ///
+    /// If `hole` is not within `frames`.
+    pub(crate) fn send_shared_around(
+        &mut self,
+        conn: ConnId,
+        frames: &SharedFrames,
+        hole: std::ops::Range<usize>,
+        packets: u64,
+    ) -> bool {
+        assert!(
+            hole.start <= hole.end && hole.end <= frames.len(),
+            "a hole within the frames"
+        );
+        let len = frames.len() - hole.len();
+        self.queue_output(conn, len, packets, Due::Tick, |out| {
+            out.push_shared(frames, 0..hole.start);
+            out.push_shared(frames, hole.end..frames.len());
+        })
+    }
+
     /// Queues `frames`, whole packets already framed one after the other (`packets` of
     /// them), for `conn` in one copy: what [`Sessions::send_packet`] would queue for each,
     /// under the same send limit and outbound budget. The fan-out of world changes sends
@@ -492,25 +517,18 @@ impl Sessions {
         {
             state.over_soft_since = Some(Instant::now());
         }
+        // Listed for the next tick once (unless it is written in this iteration's Flush phase
+        // anyway), while its state is at hand: a crowd's fan-out comes here once per player.
+        let tick = due == Due::Tick && !state.queued_flush && !state.queued_tick;
+        state.queued_tick |= tick;
         self.packets_out += packets;
         self.outbound += len;
         match due {
             Due::Now => self.queue_flush(conn),
-            Due::Tick => self.queue_tick(conn),
+            Due::Tick if tick => self.at_tick.push(conn),
+            Due::Tick => {}
         }
         true
-    }
-
-    /// Puts `conn` in the list written at the next tick, once (unless it is to be written in
-    /// this iteration's Flush phase anyway).
-    fn queue_tick(&mut self, conn: ConnId) {
-        if let Some(state) = self.conns.get_mut(conn.0)
-            && !state.queued_flush
-            && !state.queued_tick
-        {
-            state.queued_tick = true;
-            self.at_tick.push(conn);
-        }
     }
 
     /// Whether output waits for the next tick.
@@ -927,6 +945,34 @@ mod tests {
         let n = written.unwrap();
         state.out.advance(n);
         sessions.outbound -= n;
+    }
+
+    #[tokio::test]
+    async fn shared_frames_around_a_hole_are_everything_but_the_hole_in_order() {
+        let mut sessions = Sessions::new(1 << 20, 1 << 20);
+        let mut frames = Vec::new();
+        for n in 0..4u8 {
+            frame::put(&mut frames, 0x20, &[&[n; 5]]);
+        }
+        let shared = SharedFrames::new(&frames);
+        let each = frames.len() / 4;
+        let (conn, wire) = open_wire(&mut sessions, usize::MAX);
+        // The hole first, inside, last: each leaves the other three packets.
+        for skip in [0, 2, 3] {
+            let hole = skip * each..(skip + 1) * each;
+            assert!(sessions.send_shared_around(conn, &shared, hole, 3));
+        }
+        assert_eq!(sessions.pending_output(conn), 3 * 3 * each);
+        assert_eq!(sessions.outbound, 3 * 3 * each, "the hole is not counted");
+        assert_eq!(sessions.at_tick, vec![conn], "listed for the tick once");
+        assert_eq!(sessions.packets_out, 9);
+        flush(&mut sessions, conn);
+        let ids: Vec<u8> = packets(&wire.borrow().got)
+            .iter()
+            .map(|(_, payload)| payload[0])
+            .collect();
+        assert_eq!(ids, [1, 2, 3, 0, 1, 3, 0, 1, 2]);
+        assert_eq!(shared.holders(), 1, "written ranges let go of the frames");
     }
 
     #[tokio::test]
