@@ -240,13 +240,10 @@ async fn tolerant_scenario(idle_wait: Duration) -> Vec<(String, u128)> {
     }
     el.run_until(timer::pause(600)).await;
     assert_eq!(el.stats().panics, 0);
-    let ticks = log
-        .0
-        .borrow()
-        .iter()
-        .map(|(label, at, _)| (label.clone(), at / 8))
-        .collect();
-    ticks
+    log.logical()
+        .into_iter()
+        .map(|(label, at)| (label, at / 8))
+        .collect()
 }
 
 #[tokio::test(start_paused = true)]
