@@ -26,7 +26,8 @@
 //!
 //! Entries (value, due tick, stamp) live in a generational slab (`src/slab.rs`); slot lists hold
 //! 16-byte *placements* (slab index, stamp, low 32 bits of the due tick). Every insert or
-//! reschedule takes the next *stamp* (even numbers; bit 0, `FIRED`, marks a yielded entry).
+//! reschedule takes the next *stamp* (multiples of 4, plus bit 1, `TOLERANT`, for a tolerant
+//! entry; bit 0, `FIRED`, marks a yielded entry).
 //! Cancellation is lazy: a placement whose stamp is no longer its entry's is garbage, skipped
 //! when its slot is taken. Two checks, so that neither hot path reads memory it does not need:
 //!
@@ -49,10 +50,11 @@
 //! An entry inserted with [`Wheel::insert_tolerant`] is due at tick `due` but may be yielded as
 //! late as tick `latest`. It sits in a slot at `latest` (so, to the slots and to
 //! [`Wheel::next_due`], it is an entry due at `latest`), and is also listed in `early`, ordered
-//! by (due, stamp). A tick is an *anchor* when a slot yields something at it: a plain entry's
+//! by (due, stamp), and in `windows` (slab index → due tick). Its stamp carries `TOLERANT`, so
+//! that plain entries never look either up, and an entry stays the same size. A tick is an *anchor* when a slot yields something at it: a plain entry's
 //! due tick, or a tolerant entry's latest one. At each anchor `a`, every tolerant entry with
-//! `due ≤ a` is pulled out of `early` (its slot placement orphaned, its `due` field set to
-//! `a`) and yielded at `a`, merged with the tick's own entries in (due, stamp) order. So a
+//! `due ≤ a` is pulled out of `early` and `windows` (its slot placement orphaned, its `due`
+//! field set to `a`) and yielded at `a`, merged with the tick's own entries in (due, stamp) order. So a
 //! tolerant entry is never yielded before its due tick, never after its latest one, and only
 //! at ticks the wheel yields at anyway: what it yields, and when, depends on the entries and
 //! on nothing else (not on how often or how far [`Wheel::poll`] is called).
@@ -83,7 +85,7 @@
 mod level;
 
 pub use crate::slab::Key;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::slab::Slab;
 use level::{
@@ -101,17 +103,19 @@ pub const MAX_DELAY: u64 = (1 << (LEVEL0_BITS + UPPER_BITS * (NUM_LEVELS as u32 
 /// Stamps are even; a stamp with this bit set marks its entry as yielded (fired), so no
 /// placement, whose stamp is even, matches it any more.
 const FIRED: u64 = 1;
+/// Set in the stamps of tolerant entries (module docs, "Tolerant entries").
+const TOLERANT: u64 = 2;
+/// Stamps count in steps of this, leaving the two flag bits free.
+const STAMP_STEP: u64 = 4;
 /// The stamp of a vacant slab index: odd, so no placement ever matches it.
 const VACANT: u64 = u64::MAX;
 
 struct Entry<T> {
     value: T,
     /// The tick the entry's slot placement is for: its due tick, or a tolerant entry's latest
-    /// tick (its due tick once it was pulled into a batch).
+    /// tick (the anchor's once it was pulled into a batch; its due tick is in `windows`
+    /// until then).
     due: u64,
-    /// The tick the entry is due at (never yielded before it). Below `due` only for a
-    /// tolerant entry.
-    earliest: u64,
     /// The stamp of the latest insert or reschedule, `| FIRED` once yielded.
     stamp: u64,
 }
@@ -147,6 +151,8 @@ pub struct Wheel<T> {
     /// Tolerant entries not yet pulled into a batch: (due tick, stamp, slab index), so in the
     /// order they are yielded in (module docs, "Tolerant entries").
     early: BTreeSet<(u64, u64, u32)>,
+    /// The due tick of each tolerant entry in `early`, by slab index.
+    windows: HashMap<u32, u64>,
 }
 
 impl<T> Default for Wheel<T> {
@@ -174,6 +180,7 @@ impl<T> Wheel<T> {
             batch_pos: 0,
             scratch: Vec::new(),
             early: BTreeSet::new(),
+            windows: HashMap::new(),
         }
     }
 
@@ -215,13 +222,8 @@ impl<T> Wheel<T> {
     /// `latest == due` this is [`Wheel::insert`].
     pub fn insert_tolerant(&mut self, due: u64, latest: u64, value: T) -> Key {
         let (earliest, due) = self.clamp_window(due, latest);
-        let stamp = self.take_stamp();
-        let key = self.slab.insert(Entry {
-            value,
-            due,
-            earliest,
-            stamp,
-        });
+        let stamp = self.take_stamp(earliest < due);
+        let key = self.slab.insert(Entry { value, due, stamp });
         let index = key.index();
         match self.stamps.get_mut(index as usize) {
             Some(slot) => *slot = stamp,
@@ -231,9 +233,7 @@ impl<T> Wheel<T> {
             }
         }
         self.place(Placement::new(stamp, index, due), due);
-        if earliest < due {
-            self.early.insert((earliest, stamp, index));
-        }
+        self.list_early(earliest, stamp, index);
         key
     }
 
@@ -248,25 +248,39 @@ impl<T> Wheel<T> {
     /// would place it.
     pub fn reschedule_tolerant(&mut self, key: Key, due: u64, latest: u64) -> bool {
         let (earliest, due) = self.clamp_window(due, latest);
-        let stamp = self.take_stamp();
+        let stamp = self.take_stamp(earliest < due);
         let Some(entry) = self.slab.get_mut(key) else {
             return false;
         };
         let old_due = std::mem::replace(&mut entry.due, due);
-        let old_earliest = std::mem::replace(&mut entry.earliest, earliest);
         let old_stamp = std::mem::replace(&mut entry.stamp, stamp);
         let index = key.index();
-        if old_earliest < old_due {
-            self.early.remove(&(old_earliest, old_stamp, index));
-        }
+        self.unlist_early(old_stamp, index);
         // The new stamp orphans the old placement before its slot is told (and compacted).
         self.stamps[index as usize] = stamp;
         self.detach(old_due);
         self.place(Placement::new(stamp, index, due), due);
-        if earliest < due {
-            self.early.insert((earliest, stamp, index));
-        }
+        self.list_early(earliest, stamp, index);
         true
+    }
+
+    /// Lists a tolerant entry (`earliest < due`, so its stamp has `TOLERANT`) in `early`.
+    #[inline]
+    fn list_early(&mut self, earliest: u64, stamp: u64, index: u32) {
+        if stamp & TOLERANT != 0 {
+            self.early.insert((earliest, stamp, index));
+            self.windows.insert(index, earliest);
+        }
+    }
+
+    /// Takes an entry out of `early`, if it is a tolerant one still listed there.
+    #[inline]
+    fn unlist_early(&mut self, stamp: u64, index: u32) {
+        if stamp & TOLERANT != 0
+            && let Some(earliest) = self.windows.remove(&index)
+        {
+            self.early.remove(&(earliest, stamp & !FIRED, index));
+        }
     }
 
     /// A window's (due, latest) ticks as the wheel keeps them: both clamped, latest ≥ due.
@@ -280,10 +294,7 @@ impl<T> Wheel<T> {
     /// key. An entry removed while its tick is being drained is not yielded.
     pub fn remove(&mut self, key: Key) -> Option<T> {
         let entry = self.slab.remove(key)?;
-        if entry.earliest < entry.due {
-            self.early
-                .remove(&(entry.earliest, entry.stamp, key.index()));
-        }
+        self.unlist_early(entry.stamp, key.index());
         if entry.due > self.elapsed {
             // In a slot: orphan that placement. (A batch placement is checked against the
             // slab, which no longer holds the entry.)
@@ -307,13 +318,25 @@ impl<T> Wheel<T> {
 
     /// Every live entry with its key and due tick, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (Key, u64, &T)> {
-        self.slab.iter().map(|(key, e)| (key, e.earliest, &e.value))
+        self.slab
+            .iter()
+            .map(|(key, e)| (key, self.earliest(key.index(), e), &e.value))
     }
 
     /// The tick a live entry is (or was, once fired) due at.
     #[must_use]
     pub fn due(&self, key: Key) -> Option<u64> {
-        self.slab.get(key).map(|e| e.earliest)
+        self.slab.get(key).map(|e| self.earliest(key.index(), e))
+    }
+
+    /// An entry's due tick: `due`, unless it is a tolerant entry not pulled yet.
+    #[inline]
+    fn earliest(&self, index: u32, e: &Entry<T>) -> u64 {
+        if e.stamp & TOLERANT != 0 {
+            self.windows.get(&index).copied().unwrap_or(e.due)
+        } else {
+            e.due
+        }
     }
 
     /// The last tick a pending entry may be yielded at: its due tick, or a tolerant entry's
@@ -370,10 +393,10 @@ impl<T> Wheel<T> {
     }
 
     #[inline]
-    fn take_stamp(&mut self) -> u64 {
+    fn take_stamp(&mut self, tolerant: bool) -> u64 {
         let stamp = self.next_stamp;
-        self.next_stamp += 2;
-        stamp
+        self.next_stamp += STAMP_STEP;
+        if tolerant { stamp | TOLERANT } else { stamp }
     }
 
     /// Puts a current placement, due at `due`, into its slot relative to `elapsed`.
@@ -486,14 +509,12 @@ impl<T> Wheel<T> {
         // The tick's own entries, less tolerant ones that reached their latest tick here:
         // they come from `pulled`, in their due order.
         for p in self.batch.drain(..) {
-            if let Some((_, entry)) = self.slab.get_by_index(p.index)
-                && entry.stamp == p.stamp
-                && entry.earliest == entry.due
-            {
+            if p.stamp & TOLERANT == 0 {
                 merged.push((anchor, p));
             }
         }
         for (earliest, stamp, index) in pulled {
+            self.windows.remove(&index);
             let Some((_, entry)) = self.slab.get_by_index_mut(index) else {
                 continue;
             };

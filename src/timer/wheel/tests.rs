@@ -553,3 +553,9 @@ fn tolerant_entries_come_at_the_same_ticks_however_the_wheel_is_polled() {
         ends.len()
     );
 }
+
+#[test]
+fn tolerance_costs_plain_entries_no_bytes() {
+    // Value, due tick, stamp: a tolerant entry's due tick lives beside the wheel, not in it.
+    assert_eq!(size_of::<Entry<u64>>(), 24);
+}
