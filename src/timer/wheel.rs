@@ -51,10 +51,12 @@
 //! late as tick `latest`. It sits in a slot at `latest` (so, to the slots and to
 //! [`Wheel::next_due`], it is an entry due at `latest`), and is also listed in `early`, ordered
 //! by (due, stamp), and in `windows` (slab index → due tick). Its stamp carries `TOLERANT`, so
-//! that plain entries never look either up, and an entry stays the same size. A tick is an *anchor* when a slot yields something at it: a plain entry's
-//! due tick, or a tolerant entry's latest one. At each anchor `a`, every tolerant entry with
-//! `due ≤ a` is pulled out of `early` and `windows` (its slot placement orphaned, its `due`
-//! field set to `a`) and yielded at `a`, merged with the tick's own entries in (due, stamp) order. So a
+//! that plain entries never look either up, and an entry stays the same size.
+//!
+//! A tick is an *anchor* when a slot yields something at it: a plain entry's due tick, or a
+//! tolerant entry's latest one. At each anchor `a`, every tolerant entry with `due ≤ a` is
+//! pulled out of `early` and `windows` (its slot placement orphaned, its `due` field set to
+//! `a`) and yielded at `a`, merged with the tick's own entries in (due, stamp) order. So a
 //! tolerant entry is never yielded before its due tick, never after its latest one, and only
 //! at ticks the wheel yields at anyway: what it yields, and when, depends on the entries and
 //! on nothing else (not on how often or how far [`Wheel::poll`] is called).
@@ -356,9 +358,10 @@ impl<T> Wheel<T> {
     }
 
     /// The earliest tick at which [`Wheel::poll`] may yield something (the next anchor: a
-    /// tolerant entry counts at its latest tick), or `None` when nothing is scheduled. Exact, except after a cancel from an upper level, where it may be
-    /// earlier than the real answer (never later). O(levels), plus any cancelled entries at
-    /// the front of a tick that is being yielded.
+    /// tolerant entry counts at its latest tick), or `None` when nothing is scheduled. Exact,
+    /// except after a cancel from an upper level (or a tolerant entry pulled early, which
+    /// is one), where it may be earlier than the real answer (never later). O(levels), plus
+    /// any cancelled entries at the front of a tick that is being yielded.
     #[must_use]
     pub fn next_due(&self) -> Option<u64> {
         if self.batch[self.batch_pos..]
@@ -503,7 +506,7 @@ impl<T> Wheel<T> {
         if self.early.first().is_none_or(|&(due, _, _)| due > anchor) {
             return;
         }
-        let later = self.early.split_off(&(anchor + 1, 0, 0));
+        let later = self.early.split_off(&(anchor.saturating_add(1), 0, 0));
         let pulled = std::mem::replace(&mut self.early, later);
         let mut merged: Vec<(u64, Placement)> = Vec::with_capacity(pulled.len() + self.batch.len());
         // The tick's own entries, less tolerant ones that reached their latest tick here:
