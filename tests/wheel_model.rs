@@ -1,11 +1,14 @@
 //! The wheel against a trivial reference model.
 //!
-//! The model is a `BTreeMap` keyed by (due tick, sequence): obviously correct, hopelessly slow.
-//! Random sequences of insert / cancel / reschedule / advance — including long jumps and
-//! inserts made while a tick is being drained — must yield the identical sequence of
-//! (tick, entry) from both.
+//! The model keeps every entry's (due tick, latest tick, sequence) and does everything by
+//! scanning: obviously correct, hopelessly slow. An entry with `latest > due` is tolerant
+//! (docs/timers.md, "Tolerance"): the model's anchor is the smallest latest tick pending, and
+//! there it yields every entry due by then, by (due, sequence). Random sequences of insert /
+//! cancel / reschedule / advance, plain and tolerant — including long jumps and inserts made
+//! while a tick is being drained — must yield the identical sequence of (tick, entry) from
+//! both.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, VecDeque};
 
 use proptest::prelude::*;
 use shardloop::timer::wheel::{Key, MAX_DELAY, Wheel};
@@ -14,6 +17,7 @@ use shardloop::timer::wheel::{Key, MAX_DELAY, Wheel};
 enum Op {
     Insert {
         delay: u64,
+        slack: u64,
     },
     Cancel {
         pick: usize,
@@ -21,6 +25,7 @@ enum Op {
     Reschedule {
         pick: usize,
         delay: u64,
+        slack: u64,
     },
     /// Advance by `by` ticks; every `every`-th fired entry (0 = none, at most 64 per advance)
     /// starts a new entry with `delay`, as a callback would.
@@ -28,7 +33,13 @@ enum Op {
         by: u64,
         every: usize,
         delay: u64,
+        slack: u64,
     },
+}
+
+/// How many ticks late an entry may come: mostly none (a plain entry).
+fn slack() -> impl Strategy<Value = u64> {
+    prop_oneof![4 => Just(0u64), 2 => 0u64..300, 1 => 0u64..100_000]
 }
 
 /// Delays clustered where wheels go wrong: level boundaries, multiples of each resolution,
@@ -49,56 +60,75 @@ fn delay() -> impl Strategy<Value = u64> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => delay().prop_map(|delay| Op::Insert { delay }),
+        5 => (delay(), slack()).prop_map(|(delay, slack)| Op::Insert { delay, slack }),
         2 => any::<usize>().prop_map(|pick| Op::Cancel { pick }),
-        2 => (any::<usize>(), delay()).prop_map(|(pick, delay)| Op::Reschedule { pick, delay }),
-        3 => (prop_oneof![4 => 0u64..100, 2 => 0u64..10_000, 1 => 0u64..(1 << 43)], 0usize..4, 0u64..130)
-            .prop_map(|(by, every, delay)| Op::Advance { by, every, delay }),
+        2 => (any::<usize>(), delay(), slack())
+            .prop_map(|(pick, delay, slack)| Op::Reschedule { pick, delay, slack }),
+        3 => (prop_oneof![4 => 0u64..100, 2 => 0u64..10_000, 1 => 0u64..(1 << 43)], 0usize..4, 0u64..130, slack())
+            .prop_map(|(by, every, delay, slack)| Op::Advance { by, every, delay, slack }),
     ]
 }
 
-/// The reference: every live entry by (due, seq).
+/// The reference: every pending entry with (due, latest, seq), and the anchor being drained.
 #[derive(Default)]
 struct Model {
     elapsed: u64,
     seq: u64,
-    queue: BTreeMap<(u64, u64), u32>,
-    position: HashMap<u32, (u64, u64)>,
+    pending: HashMap<u32, (u64, u64, u64)>,
+    /// The rest of the current anchor's entries, in order.
+    batch: VecDeque<u32>,
 }
 
 impl Model {
-    fn due_for(&self, delay: u64) -> u64 {
-        self.elapsed.saturating_add(delay).clamp(
+    fn clamp(&self, tick: u64) -> u64 {
+        tick.clamp(
             self.elapsed.saturating_add(1),
             self.elapsed.saturating_add(MAX_DELAY),
         )
     }
 
-    fn schedule(&mut self, id: u32, delay: u64) {
-        let at = (self.due_for(delay), self.seq);
+    fn schedule(&mut self, id: u32, delay: u64, slack: u64) {
+        self.cancel(id);
+        let due = self.clamp(self.elapsed.saturating_add(delay));
+        let latest = self
+            .clamp(self.elapsed.saturating_add(delay).saturating_add(slack))
+            .max(due);
+        self.pending.insert(id, (due, latest, self.seq));
         self.seq += 1;
-        if let Some(old) = self.position.insert(id, at) {
-            self.queue.remove(&old);
-        }
-        self.queue.insert(at, id);
     }
 
     fn cancel(&mut self, id: u32) {
-        if let Some(at) = self.position.remove(&id) {
-            self.queue.remove(&at);
-        }
+        self.pending.remove(&id);
+        self.batch.retain(|&b| b != id);
     }
 
-    /// Pops the next entry due at or before `now`, moving `elapsed` to its tick.
+    fn live(&self) -> usize {
+        self.pending.len() + self.batch.len()
+    }
+
+    /// The next anchor: the earliest latest tick pending.
+    fn anchor(&self) -> Option<u64> {
+        self.pending.values().map(|&(_, latest, _)| latest).min()
+    }
+
+    /// Pops the next entry due at or before `now`, moving `elapsed` to its anchor.
     fn pop(&mut self, now: u64) -> Option<(u64, u32)> {
-        let (&(due, seq), &id) = self.queue.first_key_value()?;
-        if due > now {
-            return None;
+        if self.batch.is_empty() {
+            let anchor = self.anchor().filter(|&a| a <= now)?;
+            let mut due: Vec<(u64, u64, u32)> = self
+                .pending
+                .iter()
+                .filter(|(_, window)| window.0 <= anchor)
+                .map(|(&id, &(d, _, seq))| (d, seq, id))
+                .collect();
+            due.sort_unstable();
+            for &(_, _, id) in &due {
+                self.pending.remove(&id);
+            }
+            self.batch = due.into_iter().map(|(_, _, id)| id).collect();
+            self.elapsed = anchor;
         }
-        self.queue.remove(&(due, seq));
-        self.position.remove(&id);
-        self.elapsed = due;
-        Some((due, id))
+        self.batch.pop_front().map(|id| (self.elapsed, id))
     }
 }
 
@@ -112,11 +142,14 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
 
     for op in ops {
         match op {
-            Op::Insert { delay } => {
+            Op::Insert { delay, slack } => {
                 let due = wheel.elapsed().saturating_add(delay);
-                keys.push((next_id, wheel.insert(due, next_id)));
-                model.schedule(next_id, delay);
+                let latest = due.saturating_add(slack);
+                keys.push((next_id, wheel.insert_tolerant(due, latest, next_id)));
+                model.schedule(next_id, delay, slack);
                 next_id += 1;
+                // Pulling a tolerant entry early orphans its slot placement, like a cancel.
+                exact &= slack == 0;
             }
             Op::Cancel { pick } if !keys.is_empty() => {
                 let (id, key) = keys.swap_remove(pick % keys.len());
@@ -125,13 +158,19 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 model.cancel(id);
                 exact = false;
             }
-            Op::Reschedule { pick, delay } if !keys.is_empty() => {
+            Op::Reschedule { pick, delay, slack } if !keys.is_empty() => {
                 let (id, key) = keys[pick % keys.len()];
-                prop_assert!(wheel.reschedule(key, wheel.elapsed().saturating_add(delay)));
-                model.schedule(id, delay);
+                let due = wheel.elapsed().saturating_add(delay);
+                prop_assert!(wheel.reschedule_tolerant(key, due, due.saturating_add(slack)));
+                model.schedule(id, delay, slack);
                 exact = false;
             }
-            Op::Advance { by, every, delay } => {
+            Op::Advance {
+                by,
+                every,
+                delay,
+                slack,
+            } => {
                 let now = wheel.elapsed().saturating_add(by);
                 let mut fired = 0usize;
                 loop {
@@ -147,11 +186,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     if every != 0 && fired.is_multiple_of(every) && fired <= 64 {
                         // A callback starting a timer: due no earlier than the next tick.
                         let due = wheel.elapsed().saturating_add(delay);
-                        let key = wheel.insert(due, next_id);
+                        let key = wheel.insert_tolerant(due, due.saturating_add(slack), next_id);
                         prop_assert!(wheel.due(key).unwrap() > wheel.elapsed());
                         keys.push((next_id, key));
-                        model.schedule(next_id, delay);
+                        model.schedule(next_id, delay, slack);
                         next_id += 1;
+                        exact &= slack == 0;
                     }
                 }
                 model.elapsed = model.elapsed.max(now);
@@ -159,7 +199,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Cancel { .. } | Op::Reschedule { .. } => {}
         }
-        let truth = model.queue.first_key_value().map(|(&(due, _), _)| due);
+        let truth = model.anchor();
         let hint = wheel.next_due();
         prop_assert_eq!(hint.is_some(), truth.is_some());
         if let (Some(hint), Some(truth)) = (hint, truth) {
@@ -171,7 +211,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 prop_assert_eq!(hint, truth);
             }
         }
-        prop_assert_eq!(wheel.len(), model.position.len());
+        prop_assert_eq!(wheel.len(), model.live());
     }
     Ok(())
 }
@@ -188,9 +228,9 @@ proptest! {
     fn without_cancels_next_due_is_exact(
         ops in prop::collection::vec(
             prop_oneof![
-                3 => delay().prop_map(|delay| Op::Insert { delay }),
+                3 => delay().prop_map(|delay| Op::Insert { delay, slack: 0 }),
                 1 => (0u64..5000, 0usize..3, 0u64..100)
-                    .prop_map(|(by, every, delay)| Op::Advance { by, every, delay }),
+                    .prop_map(|(by, every, delay)| Op::Advance { by, every, delay, slack: 0 }),
             ],
             1..200,
         )

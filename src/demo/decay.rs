@@ -18,6 +18,11 @@ use super::state::Logic;
 pub const DECAY_MIN: Duration = Duration::from_secs(10 * 60);
 pub const DECAY_MAX: Duration = Duration::from_secs(60 * 60);
 
+/// How late a decay may come: the loop runs it with other due timers instead of waking for
+/// it alone (at idle, most of the world's wake-ups were decays). A quarter of a second on a
+/// 10–60 minute delay is invisible to a player; see docs/performance.md, "Tolerance".
+pub const DECAY_TOLERANCE: Duration = Duration::from_millis(250);
+
 /// The random stream decay delays are drawn from (one draw per item serial).
 const DECAY_STREAM: u64 = 1 << 56;
 
@@ -42,7 +47,9 @@ pub(super) fn decaying_items(world: &World) -> Vec<Serial> {
 impl Logic {
     pub(super) fn schedule_decay(self: &Rc<Self>, item: Serial) {
         let game = self.clone();
-        let token = timer::after(decay_delay(self.seed, item)).start(move || game.decay(item));
+        let token = timer::after(decay_delay(self.seed, item))
+            .tolerance(DECAY_TOLERANCE)
+            .start(move || game.decay(item));
         self.decay.insert(item, token);
     }
 

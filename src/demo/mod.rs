@@ -41,9 +41,9 @@ use shardloop::world::{self, World};
 
 pub use barks::npc_behaviours;
 pub use config::{DemoConfig, Rates};
-pub use decay::{DECAY_MAX, DECAY_MIN, decay_delay};
+pub use decay::{DECAY_MAX, DECAY_MIN, DECAY_TOLERANCE, decay_delay};
 pub use logic::{GameLogic, IdleLoad, LogicStats, WorldTimers, idle_load, start_game_logic};
-pub use spawners::spawner_phase;
+pub use spawners::{SPAWNER_TOLERANCE, spawner_phase};
 
 /// The demo game as the shard serves it: its `[demo]` section read from `config`, its world
 /// generated from `[world.generate]` when there is no save.

@@ -14,6 +14,10 @@ use shardloop::world::{Serial, World, top_up};
 
 use super::state::Logic;
 
+/// How late a spawner run may come, so that the loop runs it with other due timers (see
+/// [`super::decay::DECAY_TOLERANCE`]); small beside a 5–15 minute cadence.
+pub const SPAWNER_TOLERANCE: Duration = Duration::from_millis(250);
+
 /// The random stream first-run phases are drawn from (one draw per spawner serial).
 const PHASE_STREAM: u64 = 2 << 56;
 
@@ -39,6 +43,7 @@ impl Logic {
         let game = self.clone();
         let token = timer::after(spawner_phase(self.seed, spawner, interval))
             .every(interval)
+            .tolerance(SPAWNER_TOLERANCE)
             .start(move || game.run_spawner(spawner));
         self.spawners.insert(spawner, token);
     }

@@ -34,8 +34,8 @@ pub(crate) fn fire(core: &Core, key: Key) -> Option<&'static Location<'static>> 
     if !last {
         // Rescheduled before the callback runs, so that `next()` and `running()` answer
         // for the coming run while it executes, and cancel() from inside stops it.
-        let next = core.clock.tick_ceil(timer.due_offset(timer.index + 1));
-        wheel.reschedule(key, next);
+        let (due, latest) = timer.window(&core.clock, timer.index + 1);
+        wheel.reschedule_tolerant(key, due, latest);
     }
     drop(wheel);
 

@@ -28,7 +28,7 @@ use std::task::Waker;
 
 use tokio::time::Duration;
 
-use super::context::Core;
+use super::context::{Clock, Core};
 use super::task::{Header, TaskRef};
 
 const TAG_BITS: usize = 0b11;
@@ -243,6 +243,9 @@ pub(crate) struct TimerJob {
     pub(crate) index: u32,
     /// Total runs, `None` = until cancelled.
     pub(crate) count: Option<u32>,
+    /// How many whole ticks after its due tick each run may come (`TimerBuilder::tolerance`;
+    /// 0 = a strict timer).
+    pub(crate) tolerance_ticks: u64,
 }
 
 impl TimerJob {
@@ -253,6 +256,13 @@ impl TimerJob {
             (Some(_), Some(count)) => self.index + 1 >= count,
             (Some(_), None) => false,
         }
+    }
+
+    /// The ticks run `index` may run in: its due tick (T1, T3) and the last tick its
+    /// tolerance allows, for the wheel's `insert_tolerant` / `reschedule_tolerant`.
+    pub(crate) fn window(&self, clock: &Clock, index: u32) -> (u64, u64) {
+        let due = clock.tick_ceil(self.due_offset(index));
+        (due, due.saturating_add(self.tolerance_ticks))
     }
 
     /// Logical offset of run `index` (T3: D + k·interval, never accumulated from fire times).

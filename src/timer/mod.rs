@@ -37,7 +37,9 @@
 //!
 //! Everything here runs on the loop thread and counts in ticks (8 ms by default) from the
 //! loop's [`epoch`]: a timer runs on the first tick boundary at or after its due instant —
-//! never earlier — in the order timers were started (rules T1–T12 in `docs/timers.md`).
+//! never earlier — in the order timers were started (rules T1–T12 in `docs/timers.md`). A
+//! callback timer that need not be exact can say how late it may run
+//! ([`TimerBuilder::tolerance`]): the loop then runs it with the timers it wakes for anyway.
 //!
 //! **Clock.** Every instant here ([`now`], [`epoch`], [`TimerToken::next`]) is a
 //! [`tokio::time::Instant`] from tokio's clock: `CLOCK_MONOTONIC` in production, the virtual

@@ -20,6 +20,7 @@ pub struct TimerBuilder {
     delay: Duration,
     interval: Option<Duration>,
     times: Option<u32>,
+    tolerance: Duration,
 }
 
 impl TimerBuilder {
@@ -28,6 +29,7 @@ impl TimerBuilder {
             delay,
             interval: None,
             times: None,
+            tolerance: Duration::ZERO,
         }
     }
 
@@ -42,6 +44,24 @@ impl TimerBuilder {
     /// `n` says, except `times(0)`, which never runs).
     pub fn times(mut self, n: u32) -> Self {
         self.times = Some(n);
+        self
+    }
+
+    /// Lets every run come up to `tolerance` after its due tick, so that the loop can run it
+    /// together with other timers instead of waking for it alone. A run is never early (T1):
+    /// it comes at the first tick in `due ..= due + tolerance` at which the loop runs timers
+    /// anyway — one where a timer without tolerance is due, or another tolerant timer reaches
+    /// the end of its window — and at the end of its window at the latest. Where in that
+    /// window depends only on the timers, never on the clock reading, posts, I/O or
+    /// `idle_wait` (T11). In the tick that runs it, it takes its place by due tick then start
+    /// order (T2), and `timer::now()` is that tick's boundary (T5). Repeats stay on their own
+    /// grid (T3: run k is due at D + k·interval however late run k − 1 came).
+    ///
+    /// The tolerance counts in whole ticks, rounded down: under one tick (the default, zero)
+    /// is a strict timer. `Duration::MAX` saturates.
+    /// The rule in full: `docs/timers.md`, "Tolerance".
+    pub fn tolerance(mut self, tolerance: Duration) -> Self {
+        self.tolerance = tolerance;
         self
     }
 
@@ -64,9 +84,11 @@ impl TimerBuilder {
             count: self
                 .times
                 .map(|n| if self.interval.is_some() { n } else { n.min(1) }),
+            tolerance_ticks: whole_ticks(self.tolerance, core.clock.tick),
         };
+        let (due, latest) = job.window(&core.clock, 0);
         let mut wheel = core.wheel.borrow_mut();
-        let key = wheel.insert(core.clock.tick_ceil(first_due), Job::timer(Box::new(job)));
+        let key = wheel.insert_tolerant(due, latest, Job::timer(Box::new(job)));
         if self.times == Some(0) {
             // Never runs: hand back a token that is already stale.
             let removed = wheel.remove(key);
@@ -75,6 +97,11 @@ impl TimerBuilder {
         }
         TimerToken::new(key, core.shared.id)
     }
+}
+
+/// Whole ticks in `span` (rounded down, saturating).
+fn whole_ticks(span: Duration, tick: Duration) -> u64 {
+    u64::try_from(span.as_nanos() / tick.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A handle to a started timer. Stale once the timer is finished or cancelled.
@@ -156,7 +183,9 @@ impl TimerToken {
     }
 
     /// The boundary of the next run, a [`tokio::time::Instant`] on the loop's clock (see
-    /// [`super::now`]); `None` when not running.
+    /// [`super::now`]); `None` when not running. For a timer with a
+    /// [tolerance](TimerBuilder::tolerance), the boundary it is due at: it runs then or up to
+    /// its tolerance later.
     #[track_caller]
     #[must_use]
     pub fn next(&self) -> Option<Instant> {

@@ -26,7 +26,8 @@
 //!
 //! Entries (value, due tick, stamp) live in a generational slab (`src/slab.rs`); slot lists hold
 //! 16-byte *placements* (slab index, stamp, low 32 bits of the due tick). Every insert or
-//! reschedule takes the next *stamp* (even numbers; bit 0, `FIRED`, marks a yielded entry).
+//! reschedule takes the next *stamp* (multiples of 4, plus bit 1, `TOLERANT`, for a tolerant
+//! entry; bit 0, `FIRED`, marks a yielded entry).
 //! Cancellation is lazy: a placement whose stamp is no longer its entry's is garbage, skipped
 //! when its slot is taken. Two checks, so that neither hot path reads memory it does not need:
 //!
@@ -43,7 +44,23 @@
 //! cascaded. So cancel and reschedule find the slot whose live count to decrement from `due`
 //! alone. Otherwise (`due ≤ elapsed`) the entry is in the batch or already fired, and its
 //! batch placement is orphaned by the slab stamp alone.
-
+//!
+//! # Tolerant entries
+//!
+//! An entry inserted with [`Wheel::insert_tolerant`] is due at tick `due` but may be yielded as
+//! late as tick `latest`. It sits in a slot at `latest` (so, to the slots and to
+//! [`Wheel::next_due`], it is an entry due at `latest`), and is also listed in `early`, ordered
+//! by (due, stamp), and in `windows` (slab index → due tick). Its stamp carries `TOLERANT`, so
+//! that plain entries never look either up, and an entry stays the same size.
+//!
+//! A tick is an *anchor* when a slot yields something at it: a plain entry's due tick, or a
+//! tolerant entry's latest one. At each anchor `a`, every tolerant entry with `due ≤ a` is
+//! pulled out of `early` and `windows` (its slot placement orphaned, its `due` field set to
+//! `a`) and yielded at `a`, merged with the tick's own entries in (due, stamp) order. So a
+//! tolerant entry is never yielded before its due tick, never after its latest one, and only
+//! at ticks the wheel yields at anyway: what it yields, and when, depends on the entries and
+//! on nothing else (not on how often or how far [`Wheel::poll`] is called).
+//!
 //! # Guarantees
 //!
 //! - **Never early (T1).** Only level-0 slots fire, and a level-0 slot holds exactly the
@@ -51,11 +68,13 @@
 //!   is the start of the slot, never its end, so there is no "one upper resolution early"
 //!   case (the bug of the C# wheel, which fired an entry whose delay was an exact multiple of
 //!   an upper ring's resolution one resolution too soon).
+//!   A tolerant entry is yielded at an anchor at or after its due tick (above).
 //! - **Order (T2).** Every insert or reschedule takes the next sequence number (its *stamp*)
 //!   and is pushed at the back of its slot list, so every list is in stamp order. A cascade
 //!   empties one slot, in order, into lower slots that are empty at that moment (they cover
 //!   the block that is only now starting), so lists stay in stamp order and the entries of
-//!   one tick come out FIFO — cascaded or not — with no sorting.
+//!   one tick come out FIFO — cascaded or not — with no sorting. (An anchor that pulls
+//!   tolerant entries sorts its batch by (due, stamp): only then.)
 //! - **No same-tick re-entry (T4).** Before a tick's entries are yielded, `elapsed` moves to
 //!   that tick, and an insert is never due before `elapsed + 1`.
 //! - **Range (T8).** Delays up to [`MAX_DELAY`] ticks are exact; longer ones saturate.
@@ -68,6 +87,8 @@
 mod level;
 
 pub use crate::slab::Key;
+use std::collections::{BTreeSet, HashMap};
+
 use crate::slab::Slab;
 use level::{
     Expiration, LEVEL0_BITS, Level, PREFETCH_AHEAD, Placement, UPPER_BITS, is_current,
@@ -84,11 +105,18 @@ pub const MAX_DELAY: u64 = (1 << (LEVEL0_BITS + UPPER_BITS * (NUM_LEVELS as u32 
 /// Stamps are even; a stamp with this bit set marks its entry as yielded (fired), so no
 /// placement, whose stamp is even, matches it any more.
 const FIRED: u64 = 1;
+/// Set in the stamps of tolerant entries (module docs, "Tolerant entries").
+const TOLERANT: u64 = 2;
+/// Stamps count in steps of this, leaving the two flag bits free.
+const STAMP_STEP: u64 = 4;
 /// The stamp of a vacant slab index: odd, so no placement ever matches it.
 const VACANT: u64 = u64::MAX;
 
 struct Entry<T> {
     value: T,
+    /// The tick the entry's slot placement is for: its due tick, or a tolerant entry's latest
+    /// tick (the anchor's once it was pulled into a batch; its due tick is in `windows`
+    /// until then).
     due: u64,
     /// The stamp of the latest insert or reschedule, `| FIRED` once yielded.
     stamp: u64,
@@ -99,7 +127,8 @@ struct Entry<T> {
 pub struct Expired {
     /// The entry's key, as [`Wheel::insert`] returned it.
     pub key: Key,
-    /// The tick it was due at (at or before the `now` it was polled with).
+    /// The tick being processed: the entry's due tick, or for a tolerant entry an anchor at
+    /// or after it (module docs); at or before the `now` it was polled with.
     pub tick: u64,
 }
 
@@ -121,6 +150,11 @@ pub struct Wheel<T> {
     batch_pos: usize,
     /// Spare buffer swapped with slot lists while they are processed.
     scratch: Vec<Placement>,
+    /// Tolerant entries not yet pulled into a batch: (due tick, stamp, slab index), so in the
+    /// order they are yielded in (module docs, "Tolerant entries").
+    early: BTreeSet<(u64, u64, u32)>,
+    /// The due tick of each tolerant entry in `early`, by slab index.
+    windows: HashMap<u32, u64>,
 }
 
 impl<T> Default for Wheel<T> {
@@ -147,6 +181,8 @@ impl<T> Wheel<T> {
             batch: Vec::new(),
             batch_pos: 0,
             scratch: Vec::new(),
+            early: BTreeSet::new(),
+            windows: HashMap::new(),
         }
     }
 
@@ -180,8 +216,15 @@ impl<T> Wheel<T> {
 
     /// Schedules `value` for tick `due` (clamped, see [`Wheel::clamp_due`]).
     pub fn insert(&mut self, due: u64, value: T) -> Key {
-        let due = self.clamp_due(due);
-        let stamp = self.take_stamp();
+        self.insert_tolerant(due, due, value)
+    }
+
+    /// Schedules `value` for tick `due`, to be yielded at the first anchor in `due..=latest`
+    /// (module docs, "Tolerant entries"); both clamped, and `latest` at least `due`. With
+    /// `latest == due` this is [`Wheel::insert`].
+    pub fn insert_tolerant(&mut self, due: u64, latest: u64, value: T) -> Key {
+        let (earliest, due) = self.clamp_window(due, latest);
+        let stamp = self.take_stamp(earliest < due);
         let key = self.slab.insert(Entry { value, due, stamp });
         let index = key.index();
         match self.stamps.get_mut(index as usize) {
@@ -192,6 +235,7 @@ impl<T> Wheel<T> {
             }
         }
         self.place(Placement::new(stamp, index, due), due);
+        self.list_early(earliest, stamp, index);
         key
     }
 
@@ -199,25 +243,60 @@ impl<T> Wheel<T> {
     /// goes to the back of that tick's FIFO order, as a fresh insert would. Returns false for
     /// a stale key.
     pub fn reschedule(&mut self, key: Key, due: u64) -> bool {
-        let due = self.clamp_due(due);
-        let stamp = self.take_stamp();
+        self.reschedule_tolerant(key, due, due)
+    }
+
+    /// [`Wheel::reschedule`] to the window `due..=latest`, as [`Wheel::insert_tolerant`]
+    /// would place it.
+    pub fn reschedule_tolerant(&mut self, key: Key, due: u64, latest: u64) -> bool {
+        let (earliest, due) = self.clamp_window(due, latest);
+        let stamp = self.take_stamp(earliest < due);
         let Some(entry) = self.slab.get_mut(key) else {
             return false;
         };
         let old_due = std::mem::replace(&mut entry.due, due);
-        entry.stamp = stamp;
+        let old_stamp = std::mem::replace(&mut entry.stamp, stamp);
         let index = key.index();
+        self.unlist_early(old_stamp, index);
         // The new stamp orphans the old placement before its slot is told (and compacted).
         self.stamps[index as usize] = stamp;
         self.detach(old_due);
         self.place(Placement::new(stamp, index, due), due);
+        self.list_early(earliest, stamp, index);
         true
+    }
+
+    /// Lists a tolerant entry (`earliest < due`, so its stamp has `TOLERANT`) in `early`.
+    #[inline]
+    fn list_early(&mut self, earliest: u64, stamp: u64, index: u32) {
+        if stamp & TOLERANT != 0 {
+            self.early.insert((earliest, stamp, index));
+            self.windows.insert(index, earliest);
+        }
+    }
+
+    /// Takes an entry out of `early`, if it is a tolerant one still listed there.
+    #[inline]
+    fn unlist_early(&mut self, stamp: u64, index: u32) {
+        if stamp & TOLERANT != 0
+            && let Some(earliest) = self.windows.remove(&index)
+        {
+            self.early.remove(&(earliest, stamp & !FIRED, index));
+        }
+    }
+
+    /// A window's (due, latest) ticks as the wheel keeps them: both clamped, latest ≥ due.
+    #[inline]
+    fn clamp_window(&self, due: u64, latest: u64) -> (u64, u64) {
+        let due = self.clamp_due(due);
+        (due, self.clamp_due(latest).max(due))
     }
 
     /// Removes an entry wherever it is, returning its value; `None` for a stale or foreign
     /// key. An entry removed while its tick is being drained is not yielded.
     pub fn remove(&mut self, key: Key) -> Option<T> {
         let entry = self.slab.remove(key)?;
+        self.unlist_early(entry.stamp, key.index());
         if entry.due > self.elapsed {
             // In a slot: orphan that placement. (A batch placement is checked against the
             // slab, which no longer holds the entry.)
@@ -241,13 +320,35 @@ impl<T> Wheel<T> {
 
     /// Every live entry with its key and due tick, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (Key, u64, &T)> {
-        self.slab.iter().map(|(key, e)| (key, e.due, &e.value))
+        self.slab
+            .iter()
+            .map(|(key, e)| (key, self.earliest(key.index(), e), &e.value))
     }
 
     /// The tick a live entry is (or was, once fired) due at.
     #[must_use]
     pub fn due(&self, key: Key) -> Option<u64> {
-        self.slab.get(key).map(|e| e.due)
+        self.slab.get(key).map(|e| self.earliest(key.index(), e))
+    }
+
+    /// An entry's due tick: `due`, unless it is a tolerant entry not pulled yet.
+    #[inline]
+    fn earliest(&self, index: u32, e: &Entry<T>) -> u64 {
+        if e.stamp & TOLERANT != 0 {
+            self.windows.get(&index).copied().unwrap_or(e.due)
+        } else {
+            e.due
+        }
+    }
+
+    /// The last tick a pending entry may be yielded at: its due tick, or a tolerant entry's
+    /// latest tick. `None` for a stale key or an entry already pulled into a batch or yielded.
+    #[must_use]
+    pub fn latest(&self, key: Key) -> Option<u64> {
+        self.slab
+            .get(key)
+            .filter(|e| e.stamp & FIRED == 0 && e.due > self.elapsed)
+            .map(|e| e.due)
     }
 
     /// True when the entry is waiting for its tick (not yet yielded).
@@ -256,10 +357,11 @@ impl<T> Wheel<T> {
         self.slab.get(key).is_some_and(|e| e.stamp & FIRED == 0)
     }
 
-    /// The earliest tick at which [`Wheel::poll`] may yield something, or `None` when nothing
-    /// is scheduled. Exact, except after a cancel from an upper level, where it may be
-    /// earlier than the real answer (never later). O(levels), plus any cancelled entries at
-    /// the front of a tick that is being yielded.
+    /// The earliest tick at which [`Wheel::poll`] may yield something (the next anchor: a
+    /// tolerant entry counts at its latest tick), or `None` when nothing is scheduled. Exact,
+    /// except after a cancel from an upper level (or a tolerant entry pulled early, which
+    /// is one), where it may be earlier than the real answer (never later). O(levels), plus
+    /// any cancelled entries at the front of a tick that is being yielded.
     #[must_use]
     pub fn next_due(&self) -> Option<u64> {
         if self.batch[self.batch_pos..]
@@ -294,10 +396,10 @@ impl<T> Wheel<T> {
     }
 
     #[inline]
-    fn take_stamp(&mut self) -> u64 {
+    fn take_stamp(&mut self, tolerant: bool) -> u64 {
         let stamp = self.next_stamp;
-        self.next_stamp += 2;
-        stamp
+        self.next_stamp += STAMP_STEP;
+        if tolerant { stamp | TOLERANT } else { stamp }
     }
 
     /// Puts a current placement, due at `due`, into its slot relative to `elapsed`.
@@ -391,6 +493,45 @@ impl<T> Wheel<T> {
             self.batch.is_sorted_by_key(|p| p.stamp),
             "slot lists are FIFO"
         );
+        // A non-empty batch makes this tick an anchor (a cascade may leave none).
+        if !self.batch.is_empty() {
+            self.pull_early();
+        }
+    }
+
+    /// At an anchor (`elapsed`, with its batch taken): moves every tolerant entry due by now
+    /// into the batch, which is then in (due, stamp) order (module docs, "Tolerant entries").
+    fn pull_early(&mut self) {
+        let anchor = self.elapsed;
+        if self.early.first().is_none_or(|&(due, _, _)| due > anchor) {
+            return;
+        }
+        let later = self.early.split_off(&(anchor.saturating_add(1), 0, 0));
+        let pulled = std::mem::replace(&mut self.early, later);
+        let mut merged: Vec<(u64, Placement)> = Vec::with_capacity(pulled.len() + self.batch.len());
+        // The tick's own entries, less tolerant ones that reached their latest tick here:
+        // they come from `pulled`, in their due order.
+        for p in self.batch.drain(..) {
+            if p.stamp & TOLERANT == 0 {
+                merged.push((anchor, p));
+            }
+        }
+        for (earliest, stamp, index) in pulled {
+            self.windows.remove(&index);
+            let Some((_, entry)) = self.slab.get_by_index_mut(index) else {
+                continue;
+            };
+            debug_assert_eq!(entry.stamp, stamp, "early lists current entries only");
+            let latest = std::mem::replace(&mut entry.due, anchor);
+            if latest > anchor {
+                // Its slot placement is garbage from now on; the entry is in the batch.
+                self.stamps[index as usize] = VACANT;
+                self.detach(latest);
+            }
+            merged.push((earliest, Placement::new(stamp, index, anchor)));
+        }
+        merged.sort_unstable_by_key(|&(earliest, p)| (earliest, p.stamp));
+        self.batch.extend(merged.into_iter().map(|(_, p)| p));
     }
 
     /// Re-places every current placement of an upper slot relative to the new `elapsed`

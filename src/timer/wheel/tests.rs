@@ -379,3 +379,183 @@ fn cascades_rebuild_due_ticks_across_32_bit_boundaries() {
         assert_eq!(fired, want, "offset {offset}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Tolerant entries
+
+#[test]
+fn a_tolerant_entry_alone_comes_at_its_latest_tick() {
+    let mut wheel = Wheel::new();
+    wheel.insert_tolerant(10, 25, 'a');
+    assert_eq!(
+        wheel.next_due(),
+        Some(25),
+        "the wheel needs waking only at the latest tick"
+    );
+    assert!(drain(&mut wheel, 24).is_empty(), "no anchor before 25");
+    assert_eq!(drain(&mut wheel, 25), vec![(25, 'a')]);
+    assert!(wheel.is_empty());
+}
+
+#[test]
+fn a_plain_entry_pulls_tolerant_ones_due_by_its_tick_in_due_then_start_order() {
+    let mut wheel = Wheel::new();
+    wheel.insert_tolerant(12, 40, 'c'); // due 12
+    wheel.insert(20, 's'); // the anchor
+    wheel.insert_tolerant(20, 30, 'd'); // due 20, started after 's'
+    wheel.insert_tolerant(5, 50, 'b'); // due 5
+    wheel.insert_tolerant(21, 22, 'e'); // not due by 20: waits for its own latest tick
+    assert_eq!(wheel.next_due(), Some(20));
+    assert!(drain(&mut wheel, 19).is_empty());
+    assert_eq!(
+        drain(&mut wheel, 20),
+        vec![(20, 'b'), (20, 'c'), (20, 's'), (20, 'd')],
+        "due 5, due 12, then due 20 in start order"
+    );
+    assert_eq!(
+        wheel.next_due(),
+        Some(22),
+        "the pulled ones left their slots"
+    );
+    assert_eq!(drain(&mut wheel, 1000), vec![(22, 'e')]);
+    assert!(wheel.is_empty());
+}
+
+#[test]
+fn tolerant_entries_reaching_their_latest_tick_together_with_others_come_in_due_order() {
+    let mut wheel = Wheel::new();
+    wheel.insert_tolerant(8, 30, 'x'); // latest 30: the anchor
+    wheel.insert_tolerant(3, 31, 'y'); // due earlier, pulled at 30
+    wheel.insert(30, 'z');
+    assert_eq!(drain(&mut wheel, 30), vec![(30, 'y'), (30, 'x'), (30, 'z')]);
+}
+
+#[test]
+fn removing_or_moving_a_tolerant_entry_takes_it_out_of_both_places() {
+    let mut wheel = Wheel::new();
+    let a = wheel.insert_tolerant(5, 15, 'a');
+    let b = wheel.insert_tolerant(6, 16, 'b');
+    assert_eq!(wheel.remove(a), Some('a'));
+    assert!(wheel.reschedule_tolerant(b, 40, 60));
+    assert_eq!(wheel.due(b), Some(40));
+    assert_eq!(wheel.latest(b), Some(60));
+    wheel.insert(20, 's');
+    assert_eq!(
+        drain(&mut wheel, 20),
+        vec![(20, 's')],
+        "neither pulled at 20"
+    );
+    assert_eq!(wheel.next_due(), Some(60));
+    assert!(wheel.reschedule(b, 45), "back to a plain entry");
+    assert_eq!(drain(&mut wheel, 100), vec![(45, 'b')]);
+    assert!(wheel.is_empty());
+}
+
+#[test]
+fn an_entry_cancelled_after_being_pulled_is_not_yielded() {
+    let mut wheel = Wheel::new();
+    wheel.insert(10, 's');
+    let first = wheel.insert_tolerant(5, 50, 'f');
+    let pulled = wheel.insert_tolerant(9, 60, 'p');
+    assert_eq!(
+        wheel.poll(10).map(|e| e.key),
+        Some(first),
+        "due 5 comes first"
+    );
+    assert_eq!(wheel.latest(pulled), None, "pulled into the batch");
+    assert_eq!(wheel.remove(pulled), Some('p'));
+    let strict = wheel.poll(10).expect("the anchor's own entry");
+    assert_eq!(wheel.get(strict.key), Some(&'s'));
+    assert_eq!(wheel.poll(10), None);
+    wheel.remove(first);
+    wheel.remove(strict.key);
+    assert_eq!(wheel.next_due(), None, "the slot placements were orphaned");
+    assert!(wheel.is_empty());
+}
+
+#[test]
+fn a_tolerant_window_that_crosses_upper_levels_comes_at_its_latest_tick() {
+    let mut wheel = Wheel::new();
+    wheel.insert_tolerant(4000, 300_000, 'a');
+    wheel.insert(299_999, 's');
+    assert_eq!(
+        drain(&mut wheel, 299_999),
+        vec![(299_999, 'a'), (299_999, 's')]
+    );
+    wheel.insert_tolerant(300_100, 5_000_000, 'b');
+    assert!(drain(&mut wheel, 4_999_999).is_empty());
+    assert_eq!(drain(&mut wheel, 5_000_000), vec![(5_000_000, 'b')]);
+}
+
+/// A fixed mix of plain and tolerant entries over ~3 000 ticks.
+fn tolerant_mix() -> Vec<(u64, u64, u32)> {
+    let mut seed = 0x5EED_u64;
+    let mut next = move |bound: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % bound
+    };
+    (0..400)
+        .map(|i| {
+            let due = 1 + next(3000);
+            let slack = if i % 3 == 0 { 0 } else { next(200) };
+            (due, due + slack, i)
+        })
+        .collect()
+}
+
+#[test]
+fn tolerant_entries_come_at_the_same_ticks_however_the_wheel_is_polled() {
+    let run = |steps: &mut dyn FnMut(u64) -> u64| {
+        let mut wheel = Wheel::new();
+        for (due, latest, id) in tolerant_mix() {
+            wheel.insert_tolerant(due, latest, id);
+        }
+        let mut out = Vec::new();
+        let mut now = 0;
+        while now < 4000 {
+            now = steps(now);
+            out.extend(drain(&mut wheel, now));
+        }
+        assert!(wheel.is_empty());
+        out
+    };
+    let tick_by_tick = run(&mut |now| now + 1);
+    let mut jump = 0u64;
+    let jumps = run(&mut |now| {
+        jump = (jump * 7 + 13) % 97;
+        now + 1 + jump
+    });
+    let at_once = run(&mut |_| 4000);
+    assert_eq!(tick_by_tick, jumps);
+    assert_eq!(tick_by_tick, at_once);
+
+    let mix = tolerant_mix();
+    // Each came inside its window, at an anchor: a tick some entry's window ends at.
+    let ends: std::collections::HashSet<u64> = tick_by_tick.iter().map(|&(t, _)| t).collect();
+    for &(tick, id) in &tick_by_tick {
+        let (due, latest, _) = mix[id as usize];
+        assert!(
+            (due..=latest).contains(&tick),
+            "{id}: {due}..={latest}, came at {tick}"
+        );
+    }
+    for &tick in &ends {
+        assert!(
+            mix.iter().any(|&(_, latest, _)| latest == tick),
+            "tick {tick} is no entry's latest tick"
+        );
+    }
+    assert!(
+        ends.len() < mix.len() / 2,
+        "tolerant entries shared ticks: {}",
+        ends.len()
+    );
+}
+
+#[test]
+fn tolerance_costs_plain_entries_no_bytes() {
+    // Value, due tick, stamp: a tolerant entry's due tick lives beside the wheel, not in it.
+    assert_eq!(size_of::<Entry<u64>>(), 24);
+}
