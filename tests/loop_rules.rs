@@ -119,7 +119,9 @@ async fn l1_a_post_wakes_a_parked_loop_at_once_real_time() {
 /// the park (before it clears the signal, between its last look at the queue and the park,
 /// while it blocks). Nothing else can end the park (an hour's `idle_wait`, no timers, no spin
 /// before parking) and the next round waits for every post of this one, so a lost wake is not
-/// rescued by a later post: it leaves its post waiting past the 10 s bound.
+/// rescued by a later post: it leaves its post waiting past the 10 s bound. Checked by hand
+/// against a park that does not read the signal after registering its waker (step (2) of the
+/// argument in `src/runtime/park.rs`): this test then fails.
 #[tokio::test]
 async fn l1_no_post_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
     const PRODUCERS: u64 = 4;

@@ -12,9 +12,7 @@
 //! looked sets `notified` and wakes the loop; later ones see the flag and elide their wake.
 //! The loop clears the flag before it drains, so a post is never lost and never leaves the
 //! loop signalled once handled. Why that holds, and which orderings it rests on (the queue's
-//! mutex among them), is written beside the park that waits for it (`park.rs`). A wake from
-//! another thread rings the loop's [`Doorbell`] once the park has one (real clock); one from
-//! the loop thread itself, or before that, wakes the loop future's waker.
+//! mutex among them), is written beside the park that waits for it (`park.rs`).
 //!
 //! The post path is built so that a producer and the loop share as few written cache lines as
 //! possible: a producer reads `notified` before it tries to set it (while the flag is up, a
@@ -30,12 +28,11 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::task::AtomicWaker;
 use tokio::time::{Duration, Instant};
 
-use super::doorbell::Doorbell;
 use super::job::Job;
 use super::phase::Phase;
 use super::watch::{Doing, Now};
@@ -78,9 +75,6 @@ impl<T> std::ops::Deref for Padded<T> {
 struct Signal {
     notified: AtomicBool,
     waker: AtomicWaker,
-    /// How another thread wakes the loop once its park has made one (`park.rs`); written
-    /// once, read by every wake.
-    doorbell: OnceLock<Doorbell>,
     /// Wakes [`Shared::notify`] sent (the rare case: the loop was not already signalled).
     issued: AtomicU64,
     /// Wakes [`Shared::notify_always`] sent.
@@ -137,7 +131,6 @@ impl Shared {
             signal: Padded(Signal {
                 notified: AtomicBool::new(false),
                 waker: AtomicWaker::new(),
-                doorbell: OnceLock::new(),
                 issued: AtomicU64::new(0),
                 forced: AtomicU64::new(0),
             }),
@@ -269,8 +262,7 @@ impl Shared {
     ///
     /// Not counted when elided: the loop derives that count (see [`Core::stats`]).
     pub(crate) fn notify(&self) {
-        let on_loop = is_loop_thread(self.id);
-        let in_iteration = on_loop && self.side.running.load(Ordering::Relaxed);
+        let in_iteration = is_loop_thread(self.id) && self.side.running.load(Ordering::Relaxed);
         // The load first: while the flag is up, a burst of posts only reads its line.
         // Correct because the loop clears the flag *before* it locks the queue to drain it:
         // a producer that pushed and then sees the flag still up is drained by that pass.
@@ -282,7 +274,7 @@ impl Shared {
             return;
         }
         signal.issued.fetch_add(1, Ordering::Relaxed);
-        self.wake_parked(on_loop);
+        signal.waker.wake();
     }
 
     /// Wakes the loop even from inside an iteration: for sources that feed a phase slot,
@@ -290,34 +282,7 @@ impl Shared {
     pub(crate) fn notify_always(&self) {
         self.signal.notified.store(true, Ordering::Release);
         self.signal.forced.fetch_add(1, Ordering::Relaxed);
-        self.wake_parked(is_loop_thread(self.id));
-    }
-
-    /// Ends the park, after the flag was raised (`park.rs`: the flag first, then the wake).
-    /// From another thread, the doorbell when there is one: one `write`, where the waker
-    /// would first touch tokio's scheduler and driver state, lines the loop thread writes.
-    /// On the loop thread, the waker: tokio notes a wake of its own thread without a system
-    /// call.
-    fn wake_parked(&self, on_loop: bool) {
-        if !on_loop
-            && let Some(bell) = self.signal.doorbell.get()
-            && bell.ring()
-        {
-            return;
-        }
         self.signal.waker.wake();
-    }
-
-    /// Hands the loop's doorbell over (the park, on the loop thread, once the reactor listens
-    /// to it): from then on, wakes from other threads ring it instead of waking the loop
-    /// future's waker. Refused (and handed back) if the loop already has one.
-    pub(crate) fn install_doorbell(&self, bell: Doorbell) -> Result<(), Doorbell> {
-        self.signal.doorbell.set(bell)
-    }
-
-    /// The doorbell, once installed.
-    pub(crate) fn doorbell(&self) -> Option<&Doorbell> {
-        self.signal.doorbell.get()
     }
 
     /// Every wake issued so far, both kinds.

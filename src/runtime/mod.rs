@@ -5,7 +5,6 @@
 //! It knows nothing of worlds or sockets: the shard plugs those into the loop's phase slots.
 
 pub(crate) mod context;
-mod doorbell;
 mod event_loop;
 pub(crate) mod executor;
 pub(crate) mod fault;

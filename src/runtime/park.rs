@@ -31,53 +31,45 @@
 //! game sees, so it gives up that batching for itself, and only for itself (the setting is
 //! per thread). Measured in `examples/wake_latency` (docs/performance.md, issue 36).
 //!
-//! **Waking a parked loop** (a post, a cross-thread task wake, a shutdown). On the real clock
-//! the park's first call makes the loop's doorbell, an `eventfd` registered with tokio's
-//! reactor, and hands it to [`Shared`]; from then on another thread wakes the loop with one
-//! `write` to it ([`Shared::notify`]), which tokio's `epoll_wait` returns on. Before that,
-//! under a paused clock, and from the loop thread itself, a wake goes through the loop
-//! future's waker instead (tokio's unpark). Why the doorbell, and not a park of the loop's own:
-//! - The loop cannot block outside tokio: the network's sockets (epoll backend) and the
-//!   io_uring ring are registered with tokio's reactor, and so are any tokio timer or
-//!   socket a game awaits on the loop thread; tokio does not expose its epoll descriptor to
-//!   put beside ours. So the park still ends in tokio's `epoll_wait`, which is the floor's
-//!   mechanism already (the loop future is `block_on`'s, so there is no task hop).
-//! - The waker's path makes the posting thread touch lines the loop thread writes on every
-//!   park (the waker slot's state, tokio's `woken` flag, the waker's reference count) before
-//!   it reaches the same `eventfd` write inside tokio; the doorbell is that write alone.
-//! - Under a paused clock a wake must stay tokio's unpark: tokio auto-advances the clock when
-//!   its driver finds nothing to do, and only an unpark (not an I/O event) stops that.
-//!
-//! The doorbell's counter is reset by the next park (a `read`), after the posts ran: not on
-//! the way from the write to the post.
+//! **Waking a parked loop** (a post, a cross-thread task wake, a shutdown) goes through the
+//! loop future's waker ([`Shared::notify`]): the loop future is tokio's `block_on` future, so
+//! the waker is tokio's unpark, one `eventfd` write that ends tokio's `epoll_wait` (no task
+//! hop). The park cannot block outside tokio: the sockets of both network backends (and the
+//! io_uring ring), and any tokio timer or socket a game awaits on the loop thread, are
+//! registered with tokio's reactor, whose epoll descriptor tokio does not expose. A doorbell
+//! of the loop's own (an `eventfd` in tokio's reactor, rung directly by the posting thread)
+//! was built and measured against this path in the same runs: no faster (the time above the
+//! `eventfd` floor is spent on the loop thread after the wake, see docs/performance.md,
+//! "wake latency"), so the wake stays tokio's unpark, which a paused clock needs anyway
+//! (tokio auto-advances when its driver finds nothing to do, and only an unpark stops that).
 //!
 //! **Why no wake is lost.** The signal is one flag, `notified`, beside a mutex-guarded queue
 //! (`context.rs`). A producer pushes under the mutex, then reads the flag and, only if it was
-//! down, raises it (`swap`) and rings. The loop, at the start of an iteration, lowers the flag
-//! (a plain store) and *then* takes the queue under the mutex; before blocking, the park
-//! (1) takes the doorbell's readiness and asks for the next, (2) registers the waker, and
-//! (3) reads the flag, blocking only if it is down.
-//! - *Push vs. drain.* If the loop's drain took the mutex before the producer's push, the
-//!   unlock/lock pair orders the loop's store `false` before the producer's read of the flag:
-//!   the producer cannot read an older `true`, so it raises the flag and rings. If the push
-//!   came first, the drain finds the post. The mutex is load-bearing: with a lock-free queue
-//!   the two sides would each store (the item; the flag) then load (the flag; the queue),
-//!   and without a `SeqCst` fence between the store and the load on *both* sides each could
-//!   read the other's old value (x86 allows it too: stores wait in a store buffer) — the
-//!   producer sees the flag still up and skips the wake while the loop sees an empty queue and
-//!   parks.
-//! - *Raise vs. park.* A producer raises the flag before it rings or wakes. A ring that lands
-//!   before (1) is either taken there (and the flag, raised before it, is seen at (3)) or
-//!   still unseen by tokio, and then ends the next `epoll_wait`; one after (1) ends the park
-//!   through the readiness (1) asked for. A wake through the waker slot is ordered with (2) by
-//!   the slot's own read-modify-writes on one atomic: either the wake finds the registered
-//!   waker, or the registration comes after it and (3) reads the flag it raised.
-//! - The loop lowers the flag only at the start of an iteration, before it drains: a flag
-//!   seen up at (3) always means work the coming iteration finds (or an extra iteration,
-//!   never a missed one).
-//! `tests/loop_rules.rs` hammers this (many producers posting while the loop parks and wakes,
-//! every post to run within seconds of an hour-long park); moving the flag's clear after the
-//! drain makes it fail.
+//! down, raises it (`swap`) and wakes the waker. The loop, at the start of an iteration,
+//! lowers the flag (a plain store) and *then* takes the queue under the mutex, and looks at
+//! the queues once more at the end of the iteration; to park, it (1) registers its waker and
+//! then (2) reads the flag, returning `Pending` only if it is down.
+//! - *Push against drain.* If the loop's drain took the mutex before the producer's push, the
+//!   unlock/lock pair orders the loop's store of `false` before the producer's read of the
+//!   flag: the producer cannot read an older `true`, so it raises the flag and wakes. If the
+//!   push came first, the drain (or the look at the end of the iteration) finds the post.
+//!   The mutex is load-bearing: with a lock-free queue each side would store (the item; the
+//!   flag) and then load (the flag; the queue), and without a `SeqCst` fence between the
+//!   store and the load on *both* sides each may read the other's old value (x86 allows it
+//!   too: a store waits in the store buffer while a later load goes ahead) — the producer
+//!   sees the flag still up and skips the wake, while the loop sees an empty queue and parks.
+//! - *Raise against park.* The waker slot (`AtomicWaker`) orders a wake with (1) by
+//!   read-modify-writes on its one state word: either the wake finds the registered waker and
+//!   wakes it, or the registration comes after the wake and (2) reads the flag the producer
+//!   raised before waking. (2) is what closes the race; without it a wake that lands between
+//!   the end of the iteration and the park is consumed by a poll that then parks anyway.
+//! - The flag is lowered only at the start of an iteration, before the drain: a flag seen up
+//!   at (2) means work the next iteration finds, or one iteration for nothing, never a post
+//!   left behind.
+//!
+//! `tests/loop_rules.rs` (`l1_no_post_is_lost_…`) hammers this: rounds of four producers
+//! posting at once while the loop parks and wakes, every post to run within 10 s of an
+//! hour-long park. With (2) removed it fails (checked by hand; see the test).
 //!
 //! This module must never decide *whether* to park or for how long: the loop does.
 
@@ -85,14 +77,12 @@ use std::future::poll_fn;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::pin;
-use std::sync::Arc;
 use std::task::Poll;
 
 use tokio::io::unix::AsyncFd;
 use tokio::time::{Duration, Instant};
 
 use super::context::Shared;
-use super::doorbell::Doorbell;
 
 /// Why a park ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,41 +99,13 @@ pub(crate) struct Park {
     timerfd_tried: bool,
     /// The deadline the timerfd is armed for, while its expiry is not yet consumed.
     armed_for: Option<Instant>,
-    /// The loop's doorbell as tokio's reactor sees it, once a park on the real clock made it.
-    doorbell: Option<AsyncFd<Bell>>,
-    doorbell_tried: bool,
-}
-
-/// The doorbell's descriptor in tokio's reactor. It holds the loop's shared half, which owns
-/// the descriptor, so the reactor deregisters it before it can be closed.
-struct Bell {
-    fd: RawFd,
-    shared: Arc<Shared>,
-}
-
-impl Bell {
-    fn drain(&self) {
-        if let Some(bell) = self.shared.doorbell() {
-            bell.drain();
-        }
-    }
-}
-
-impl AsRawFd for Bell {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd
-    }
 }
 
 impl Park {
     /// Blocks (as a future) until `deadline` or a notify, whichever comes first.
-    pub(crate) async fn wait(&mut self, shared: &Arc<Shared>, deadline: Instant) -> Woken {
+    pub(crate) async fn wait(&mut self, shared: &Shared, deadline: Instant) -> Woken {
         self.ensure_timerfd();
-        let may_be_paused = clock_may_be_paused();
-        if !may_be_paused {
-            self.ensure_doorbell(shared);
-        }
-        let with_sleep = self.timerfd.is_none() || may_be_paused;
+        let with_sleep = self.timerfd.is_none() || clock_may_be_paused();
         let mut sleep = pin!(with_sleep.then(|| tokio::time::sleep_until(deadline)));
         // A park that a notify ended leaves the timerfd armed; the next park, very often for
         // the same deadline, then needs no system call to arm it again.
@@ -159,16 +121,8 @@ impl Park {
             self.armed_for = armed.is_ok().then_some(deadline);
         }
         let timerfd = self.timerfd.as_ref();
-        let doorbell = self.doorbell.as_ref();
         let mut fired = false;
         let woken = poll_fn(|cx| {
-            // (1), (2), (3) of the module doc, in that order.
-            if let Some(bell) = doorbell {
-                while let Poll::Ready(Ok(mut guard)) = bell.poll_read_ready(cx) {
-                    guard.get_inner().drain();
-                    guard.clear_ready();
-                }
-            }
             if shared.register_and_check(cx.waker()) {
                 return Poll::Ready(Woken::Notified);
             }
@@ -205,36 +159,6 @@ impl Park {
         if let (Some(fd), Some(_)) = (&self.timerfd, self.armed_for) {
             let _ = fd.get_ref().arm(Duration::ZERO);
             self.armed_for = None;
-        }
-    }
-
-    /// Makes the loop's doorbell, registers it with tokio's reactor and only then hands it to
-    /// `shared` (a doorbell nobody listens to would swallow wakes). On failure the wakes keep
-    /// going through the waker, which is only slower.
-    fn ensure_doorbell(&mut self, shared: &Arc<Shared>) {
-        if self.doorbell_tried {
-            return;
-        }
-        self.doorbell_tried = true;
-        let Ok(made) = Doorbell::new() else { return };
-        let bell = Bell {
-            fd: made.as_raw_fd(),
-            shared: shared.clone(),
-        };
-        // SAFETY: the descriptor is `made`'s, which either moves into `shared` below (the
-        // same descriptor, closed only when `shared` goes, which the `Bell` keeps alive for as
-        // long as the `AsyncFd` holds it) or outlives the `AsyncFd` in the refused case; and
-        // `Bell::as_raw_fd` always returns that one descriptor.
-        let registered =
-            unsafe { AsyncFd::register_with_interest(bell, tokio::io::Interest::READABLE) };
-        let Ok(listening) = registered else {
-            return;
-        };
-        match shared.install_doorbell(made) {
-            Ok(()) => self.doorbell = Some(listening),
-            // Another park of this loop made one first (not done today): keep the wakes on
-            // that one, and stop listening to ours before it closes.
-            Err(ours) => drop((listening, ours)),
         }
     }
 
@@ -383,42 +307,6 @@ mod tests {
         let passed = Instant::now() - Duration::from_millis(1);
         let woken = tokio::time::timeout(Duration::from_secs(5), park.wait(&shared, passed)).await;
         assert_eq!(woken, Ok(Woken::Deadline), "the park must not hang");
-    }
-
-    /// On the real clock the first park makes the doorbell, and a notify from another thread
-    /// (which then rings it instead of waking the waker) ends a park that has no deadline for
-    /// an hour. Under a paused clock no doorbell is made: wakes stay tokio's unpark, the only
-    /// thing that stops tokio from auto-advancing the clock.
-    #[tokio::test]
-    async fn a_notify_from_another_thread_rings_the_doorbell_and_ends_the_park() {
-        let el = crate::EventLoop::builder().build();
-        let shared = el.context().shared;
-        let mut park = Park::default();
-        let soon = Instant::now() + Duration::from_millis(1);
-        assert_eq!(park.wait(&shared, soon).await, Woken::Deadline);
-        assert!(shared.doorbell().is_some(), "made by a real-clock park");
-        let far = Instant::now() + Duration::from_secs(3_600);
-        let notifier = {
-            let shared = shared.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                shared.notify();
-            })
-        };
-        let woken = tokio::time::timeout(Duration::from_secs(10), park.wait(&shared, far)).await;
-        notifier.join().expect("notifier");
-        assert_eq!(woken, Ok(Woken::Notified), "the ring ended the park");
-        assert_eq!(shared.wakes_issued_total(), 1);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_park_under_a_paused_clock_makes_no_doorbell() {
-        let el = crate::EventLoop::builder().build();
-        let shared = el.context().shared;
-        let mut park = Park::default();
-        let soon = Instant::now() + Duration::from_millis(8);
-        assert_eq!(park.wait(&shared, soon).await, Woken::Deadline);
-        assert!(shared.doorbell().is_none());
     }
 
     /// The park gives the loop thread a 1 ns timer slack (the kernel would otherwise let its
