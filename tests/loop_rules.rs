@@ -187,7 +187,7 @@ impl Jitter {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
-        if self.0 % 8 == 0 {
+        if self.0.is_multiple_of(8) {
             thread::yield_now();
             return;
         }
