@@ -113,6 +113,90 @@ async fn l1_a_post_wakes_a_parked_loop_at_once_real_time() {
     assert!(stats.wakes_issued >= 5, "{stats:?}");
 }
 
+/// The lost-wake race, hammered (L1: a post to a parked loop wakes it at once). Rounds of
+/// four producers, released together: each spins a varying while, posts, and waits for its
+/// post to run, so the four posts land at every point of the loop's way out of and back into
+/// the park (before it clears the signal, between its last look at the queue and the park,
+/// while it blocks). Nothing else can end the park (an hour's `idle_wait`, no timers, no spin
+/// before parking) and the next round waits for every post of this one, so a lost wake is not
+/// rescued by a later post: it leaves its post waiting past the 10 s bound. Checked by hand
+/// against a park that does not read the signal after registering its waker (step (2) of the
+/// argument in `src/runtime/park.rs`): this test then fails.
+#[tokio::test]
+async fn l1_no_post_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
+    const PRODUCERS: u64 = 4;
+    const ROUNDS: u64 = 2_000;
+    let mut el = EventLoop::builder()
+        .idle_wait(Duration::from_secs(3_600))
+        .spin_before_park(Duration::ZERO)
+        .build();
+    let ctx = el.context();
+    let start = Arc::new(std::sync::Barrier::new(PRODUCERS as usize));
+    // Set by the first producer whose post did not run in time; the others then stop posting
+    // (but keep meeting at the barrier, so none waits there forever).
+    let lost = Arc::new(Mutex::new(None::<String>));
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|seed| {
+            let (ctx, start, lost) = (ctx.clone(), start.clone(), lost.clone());
+            thread::spawn(move || {
+                let (tx, rx) = mpsc::channel();
+                let mut jitter = Jitter(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+                for round in 0..ROUNDS {
+                    start.wait();
+                    if lost.lock().expect("lost").is_some() {
+                        continue;
+                    }
+                    jitter.spin();
+                    let tx = tx.clone();
+                    ctx.post(move || tx.send(()).expect("the producer waits"))
+                        .expect("the loop runs");
+                    if rx.recv_timeout(std::time::Duration::from_secs(10)).is_err() {
+                        let why = format!("producer {seed}, round {round}: not run in 10 s");
+                        lost.lock().expect("lost").get_or_insert(why);
+                    }
+                }
+            })
+        })
+        .collect();
+    let stopper = thread::spawn(move || {
+        for producer in producers {
+            producer.join().expect("producer");
+        }
+        ctx.shutdown();
+    });
+    within(Duration::from_secs(120), "the loop's run", el.run()).await;
+    stopper.join().expect("stopper");
+    let stats = el.stats();
+    if let Some(why) = lost.lock().expect("lost").take() {
+        panic!("a post was lost ({why}); {stats:?}");
+    }
+    // The race was run, not dodged: the loop parked (and was woken) about once per round.
+    assert!(
+        stats.sleeps >= ROUNDS / 2 && stats.wakes_issued >= ROUNDS / 2,
+        "the loop hardly parked: {stats:?}"
+    );
+    assert_eq!(stats.panics, 0, "{stats:?}");
+}
+
+/// A small xorshift generator: producers wait different, varying while between posts.
+struct Jitter(u64);
+
+impl Jitter {
+    /// Spins 0–4095 rounds, or (one time in eight) yields the CPU.
+    fn spin(&mut self) {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        if self.0.is_multiple_of(8) {
+            thread::yield_now();
+            return;
+        }
+        for _ in 0..self.0 % 4096 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 #[tokio::test]
 async fn l1_repeated_posts_do_not_accumulate_wakes_and_the_loop_parks_again() {
     let mut el = EventLoop::builder()

@@ -11,7 +11,8 @@
 //! The wake signal is *sticky and single*: the first post or remote wake after the loop last
 //! looked sets `notified` and wakes the loop; later ones see the flag and elide their wake.
 //! The loop clears the flag before it drains, so a post is never lost and never leaves the
-//! loop signalled once handled.
+//! loop signalled once handled. Why that holds, and which orderings it rests on (the queue's
+//! mutex among them), is written beside the park that waits for it (`park.rs`).
 //!
 //! The post path is built so that a producer and the loop share as few written cache lines as
 //! possible: a producer reads `notified` before it tries to set it (while the flag is up, a

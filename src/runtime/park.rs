@@ -31,6 +31,46 @@
 //! game sees, so it gives up that batching for itself, and only for itself (the setting is
 //! per thread). Measured in `examples/wake_latency` (docs/performance.md, issue 36).
 //!
+//! **Waking a parked loop** (a post, a cross-thread task wake, a shutdown) goes through the
+//! loop future's waker ([`Shared::notify`]): the loop future is tokio's `block_on` future, so
+//! the waker is tokio's unpark, one `eventfd` write that ends tokio's `epoll_wait` (no task
+//! hop). The park cannot block outside tokio: the sockets of both network backends (and the
+//! io_uring ring), and any tokio timer or socket a game awaits on the loop thread, are
+//! registered with tokio's reactor, whose epoll descriptor tokio does not expose. A doorbell
+//! of the loop's own (an `eventfd` in tokio's reactor, rung directly by the posting thread)
+//! was built and measured against this path in the same runs: no faster (the time above the
+//! `eventfd` floor is spent on the loop thread after the wake, see docs/performance.md,
+//! "wake latency"), so the wake stays tokio's unpark, which a paused clock needs anyway
+//! (tokio auto-advances when its driver finds nothing to do, and only an unpark stops that).
+//!
+//! **Why no wake is lost.** The signal is one flag, `notified`, beside a mutex-guarded queue
+//! (`context.rs`). A producer pushes under the mutex, then reads the flag and, only if it was
+//! down, raises it (`swap`) and wakes the waker. The loop, at the start of an iteration,
+//! lowers the flag (a plain store) and *then* takes the queue under the mutex, and looks at
+//! the queues once more at the end of the iteration; to park, it (1) registers its waker and
+//! then (2) reads the flag, returning `Pending` only if it is down.
+//! - *Push against drain.* If the loop's drain took the mutex before the producer's push, the
+//!   unlock/lock pair orders the loop's store of `false` before the producer's read of the
+//!   flag: the producer cannot read an older `true`, so it raises the flag and wakes. If the
+//!   push came first, the drain (or the look at the end of the iteration) finds the post.
+//!   The mutex is load-bearing: with a lock-free queue each side would store (the item; the
+//!   flag) and then load (the flag; the queue), and without a `SeqCst` fence between the
+//!   store and the load on *both* sides each may read the other's old value (x86 allows it
+//!   too: a store waits in the store buffer while a later load goes ahead) — the producer
+//!   sees the flag still up and skips the wake, while the loop sees an empty queue and parks.
+//! - *Raise against park.* The waker slot (`AtomicWaker`) orders a wake with (1) by
+//!   read-modify-writes on its one state word: either the wake finds the registered waker and
+//!   wakes it, or the registration comes after the wake and (2) reads the flag the producer
+//!   raised before waking. (2) is what closes the race; without it a wake that lands between
+//!   the end of the iteration and the park is consumed by a poll that then parks anyway.
+//! - The flag is lowered only at the start of an iteration, before the drain: a flag seen up
+//!   at (2) means work the next iteration finds, or one iteration for nothing, never a post
+//!   left behind.
+//!
+//! `tests/loop_rules.rs` (`l1_no_post_is_lost_…`) hammers this: rounds of four producers
+//! posting at once while the loop parks and wakes, every post to run within 10 s of an
+//! hour-long park. With (2) removed it fails (checked by hand; see the test).
+//!
 //! This module must never decide *whether* to park or for how long: the loop does.
 
 use std::future::poll_fn;
