@@ -141,7 +141,9 @@ fn accept(listener: RawFd) -> io::Result<(OwnedFd, SocketAddr)> {
 /// read was made under (a newer event sets it again), and on this current-thread runtime the
 /// reactor turns only when the loop yields. A close or an error is not cleared (tokio keeps
 /// "read closed" once seen), so a peer that sends its last bytes and its close together still
-/// reads as closed on the next `read`. Tested in this module.
+/// reads as closed on the next `read`. Where tokio's registration is not edge-triggered (not
+/// epoll or kqueue) it does not clear on a short read, and the next `read` asks the kernel as
+/// before. Tested in this module.
 struct EpollConn {
     stream: TcpStream,
     waker: Waker,
