@@ -402,6 +402,11 @@ fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
         Unit::Bytes,
         ConstCounter::new(n.bytes_out),
     );
+    registry.register(
+        "net_flushes_deferred",
+        "Connections whose output a Flush phase left for the next iteration, past its cap",
+        ConstCounter::new(n.flushes_deferred),
+    );
 }
 
 /// Disconnects split into reasons that do not overlap: the server counts every close, the

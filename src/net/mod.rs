@@ -46,7 +46,7 @@ pub use rate::Rate;
 pub(crate) use server::bind_all;
 #[cfg(any(test, doc, feature = "testkit"))]
 pub(crate) use server::read_path;
-pub use server::{Net, NetStats};
+pub use server::{FLUSH_PER_ITERATION, Net, NetStats};
 pub use session::{Disconnect, Sessions};
 pub use shared::{Piece, SharedFrames};
 

@@ -133,7 +133,20 @@ pub struct NetStats {
     pub bytes_in: u64,
     /// Bytes the sockets took from the send buffers.
     pub bytes_out: u64,
+    /// Connections whose output a Flush phase left for the next iteration, having written
+    /// [`FLUSH_PER_ITERATION`] connections already (a tick's broadcasts to a crowd).
+    pub flushes_deferred: u64,
 }
+
+/// The most connections one Flush phase writes to; the rest go in the next iteration, first.
+///
+/// A write is a system call of 5–20 µs here (on loopback the sender also pays for the
+/// receiver's side), so writing a tick's broadcasts to a crowd of 1,000 in one phase would
+/// hold the loop 5–20 ms: every other phase, a due timer included, would wait for it. 256
+/// writes bound a phase to a few milliseconds; a crowd's tick then takes four iterations,
+/// with the Timers and Network phases running between them, and the cost of the cap is one
+/// loop turn (microseconds) of delay for the connections past it.
+pub const FLUSH_PER_ITERATION: usize = 256;
 
 impl NetStats {
     /// Connections accepted and closed at once, for any reason (out of descriptors included).
@@ -329,7 +342,9 @@ impl Net {
         // Best effort, never blocking: what the sockets take now still reaches the players,
         // the broadcasts waiting for the tick included.
         server.sessions.release_tick();
-        server.flush();
+        while !server.sessions.to_flush.is_empty() {
+            server.flush(); // past FLUSH_PER_ITERATION, in turns; each turn shortens the list
+        }
         let ids: Vec<ConnId> = server.sessions.ids().collect();
         for conn in ids {
             server
@@ -353,8 +368,8 @@ impl Net {
             server.flush();
             server.reap();
             server.arm_tick_release();
-            // A disconnect hook may have queued output for others: next iteration, not after
-            // a park.
+            // Connections past the cap, or output a disconnect hook queued for others: next
+            // iteration, not after a park.
             !server.sessions.to_flush.is_empty()
         }
     }
@@ -1043,17 +1058,27 @@ impl Server {
         done
     }
 
-    /// Writes queued output. Never leaves work pending: a full socket signals when writable.
-    fn flush(&mut self) -> bool {
+    /// Writes queued output, to at most [`FLUSH_PER_ITERATION`] connections; the rest stay
+    /// queued, first in line for the next iteration's Flush phase (which the pending list
+    /// makes come without a park). A full socket signals when writable.
+    fn flush(&mut self) {
         let mut conns = std::mem::take(&mut self.sessions.to_flush);
-        for &conn in &conns {
+        let mut writes = 0;
+        let mut done = conns.len();
+        for (at, &conn) in conns.iter().enumerate() {
             let Some(state) = self.sessions.conns.get_mut(conn.0) else {
                 continue;
             };
-            state.queued_flush = false;
             if state.closing.is_some() || state.write_blocked {
+                state.queued_flush = false;
                 continue;
             }
+            if writes == FLUSH_PER_ITERATION {
+                done = at;
+                break;
+            }
+            writes += 1;
+            state.queued_flush = false;
             while state.pending_output() > 0 {
                 // Every queued chunk in one vectored write where the transport takes them so:
                 // shared frames go out of their one buffer, never copied per connection.
@@ -1085,11 +1110,19 @@ impl Server {
                 }
             }
         }
+        if done < conns.len() {
+            // Still flagged `queued_flush`: they keep their place ahead of anything queued
+            // since (a disconnect hook's output), and nothing queues them twice.
+            self.stats.flushes_deferred += (conns.len() - done) as u64;
+            conns.drain(..done);
+            conns.append(&mut self.sessions.to_flush);
+            self.sessions.to_flush = conns;
+            return;
+        }
         conns.clear();
         if self.sessions.to_flush.is_empty() {
             self.sessions.to_flush = conns;
         }
-        false
     }
 
     /// Drops every condemned connection, one log line each (at `debug` past the churn's

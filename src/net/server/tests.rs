@@ -202,3 +202,66 @@ async fn broadcast_output_is_written_once_per_tick_and_a_reply_at_once() {
         11 * moved.len() + reply.len()
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_flush_phase_writes_at_most_its_cap_and_the_rest_go_first_in_the_next_iterations() {
+    use crate::EventLoop;
+    use crate::runtime::Phase;
+    let net = Net::new(Limits::default());
+    let mut event_loop = EventLoop::builder()
+        .slot(Phase::Network, net.network_slot())
+        .slot(Phase::Flush, net.flush_slot())
+        .build();
+    let writes = Rc::new(RefCell::new(Vec::new()));
+    let peer: SocketAddr = "127.0.0.2:1".parse().unwrap();
+    let count = 2 * FLUSH_PER_ITERATION + 88;
+    let conns: Vec<ConnId> = (0..count)
+        .map(|_| {
+            let state = NetState::new(
+                Box::new(Clocked(writes.clone())),
+                peer,
+                Keys::of(peer.ip()),
+                Instant::now(),
+            );
+            ConnId(net.0.borrow_mut().sessions.conns.insert(state))
+        })
+        .collect();
+    let numbered = |i: usize| frame::packet(0x21, &[&(i as u32).to_le_bytes()]);
+    let written = |writes: &Writes| -> Vec<Vec<u8>> {
+        writes.borrow().iter().map(|(_, b)| b.clone()).collect()
+    };
+    event_loop
+        .run_until(async {
+            timer::pause(3).await;
+            let started = Instant::now();
+            // A reply to each, in one iteration: due in this iteration's Flush phase.
+            net.with_sessions(|s| {
+                for (i, &conn) in conns.iter().enumerate() {
+                    s.send_packet(conn, 0x21, &[&(i as u32).to_le_bytes()]);
+                }
+            });
+            NextIteration(false).await;
+            let first: Vec<_> = (0..FLUSH_PER_ITERATION).map(numbered).collect();
+            assert_eq!(written(&writes), first, "the cap, in the order queued");
+            // A reply queued now goes after the ones left waiting.
+            let late = conns[0];
+            net.with_sessions(|s| s.send_packet(late, 0x21, &[b"late"]));
+            NextIteration(false).await;
+            NextIteration(false).await;
+            let mut all: Vec<_> = (0..count).map(numbered).collect();
+            all.push(frame::packet(0x21, &[b"late"]));
+            assert_eq!(
+                written(&writes),
+                all,
+                "every one once, the waiting ones first"
+            );
+            assert!(
+                writes.borrow().iter().all(|(at, _)| *at == started),
+                "iterations back to back, no park in between"
+            );
+        })
+        .await;
+    // Past the cap: 344 in the first pass; 88 and the late reply in the second.
+    let deferred = (count - FLUSH_PER_ITERATION) + (count - 2 * FLUSH_PER_ITERATION + 1);
+    assert_eq!(net.stats().flushes_deferred, deferred as u64);
+}

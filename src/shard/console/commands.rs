@@ -203,7 +203,8 @@ impl Shell {
              flood     {} packets dropped over their rate\n\
              outbound  {:.1} MiB of a {:.0} MiB budget: {:.1} MiB unsent, {} full sockets at \
              {} KiB of kernel buffers each\n\
-             traffic   {} packets in, {} bytes in, {} bytes out",
+             traffic   {} packets in, {} bytes in, {} bytes out; {} writes left to the next \
+             iteration past a Flush phase's cap",
             n.connections,
             n.hosts,
             n.prelogin,
@@ -244,6 +245,7 @@ impl Shell {
             n.packets_in,
             n.bytes_in,
             n.bytes_out,
+            n.flushes_deferred,
         ))
     }
 
