@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Level;
 
-use super::session::Disconnect;
+use super::reason::Disconnect;
 use crate::timer::{self, TimerToken};
 
 /// Logs an event at a level chosen at run time (`tracing`'s macros take a constant one).

@@ -43,11 +43,12 @@ pub use limits::Limits;
 #[cfg(test)]
 pub(crate) use listener::bind;
 pub use rate::Rate;
+pub use reason::Disconnect;
 pub(crate) use server::bind_all;
 #[cfg(any(test, doc, feature = "testkit"))]
 pub(crate) use server::read_path;
 pub use server::{FLUSH_PER_ITERATION, Net, NetStats};
-pub use session::{Disconnect, Sessions};
+pub use session::Sessions;
 pub use shared::{Piece, SharedFrames};
 
 /// Whom a connection from an address counts against, as the game port's admission counts:

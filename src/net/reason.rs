@@ -1,14 +1,74 @@
-//! The kind of a free-text reason: its stable part, by which disconnects and refusals are
-//! counted ("idle timeout", "bad packet", "unknown packet id").
+//! Why a connection closes ([`Disconnect`]), and the kind of a free-text reason: its stable
+//! part, by which disconnects and refusals are counted ("idle timeout", "bad packet",
+//! "unknown packet id").
 //!
 //! A reason starts with what happened and goes on with details that vary — ids, sizes,
 //! addresses, an error's own text. The kind keeps the start and drops the rest, so reasons
 //! that differ only in their details count together. It must never keep a number, so the
 //! kinds seen stay few however many connections come and go.
 
+use std::borrow::Cow;
 use std::io;
 
 use super::backend::BackendFailed;
+
+/// Why a connection is going away. Faults (the client broke the protocol or a limit) are
+/// logged as warnings, ordinary ends (logout, the peer hung up) as info.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disconnect {
+    /// Why, in words, as the log line shows it (`"idle timeout (120 s)"`, `"bad packet: ..."`);
+    /// its stable start is the [`kind`](Self::kind) the churn summary counts.
+    pub reason: String,
+    /// The client broke the protocol or a limit (logged as a warning, counted in
+    /// [`NetStats::faults`](super::NetStats::faults)); false for an ordinary end.
+    pub fault: bool,
+    /// The kind, when given ([`Disconnect::with_kind`]); else it is read from `reason`.
+    kind: Option<&'static str>,
+}
+
+impl Disconnect {
+    /// The client did something wrong.
+    pub fn fault(reason: impl Into<String>) -> Disconnect {
+        Disconnect {
+            reason: reason.into(),
+            fault: true,
+            kind: None,
+        }
+    }
+
+    /// An ordinary end.
+    pub fn normal(reason: impl Into<String>) -> Disconnect {
+        Disconnect {
+            reason: reason.into(),
+            fault: false,
+            kind: None,
+        }
+    }
+
+    /// The same, counted as `kind` in the churn summary instead of the kind read from the
+    /// reason.
+    #[must_use]
+    pub fn with_kind(self, kind: &'static str) -> Disconnect {
+        Disconnect {
+            kind: Some(kind),
+            ..self
+        }
+    }
+
+    /// What the disconnect is counted as when many are summed up: the kind given, or the
+    /// stable start of the reason: before any `:`, `,` or `;`, without numbers or asides in
+    /// parentheses (`"idle timeout"`, `"bad packet"`, `"packet before login"`).
+    #[must_use]
+    pub fn kind(&self) -> Cow<'_, str> {
+        self.owned_kind()
+    }
+
+    /// [`Disconnect::kind`], owned or static: what a tally keeps.
+    pub(super) fn owned_kind(&self) -> Cow<'static, str> {
+        self.kind
+            .map_or_else(|| Cow::Owned(kind_of(&self.reason)), Cow::Borrowed)
+    }
+}
 
 /// The reason a connection closes on when `op` ("read", "write") failed with `e`: the
 /// backend's own reason when the backend itself failed (`"io_uring ring failed: …"`, its own

@@ -22,7 +22,6 @@
 //!
 //! This module must never touch a socket's readiness or parse packets: the server does that.
 
-use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
@@ -34,7 +33,7 @@ use super::churn::Churn;
 use super::conn_id::ConnId;
 use super::frame;
 use super::rate::{Bucket, Rate, Verdict};
-use super::reason::kind_of;
+use super::reason::Disconnect;
 use super::shared::SharedFrames;
 use crate::slab::Slab;
 
@@ -44,64 +43,6 @@ mod detached;
 mod output;
 
 pub(super) use output::Output;
-
-/// Why a connection is going away. Faults (the client broke the protocol or a limit) are
-/// logged as warnings, ordinary ends (logout, the peer hung up) as info.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Disconnect {
-    /// Why, in words, as the log line shows it (`"idle timeout (120 s)"`, `"bad packet: ..."`);
-    /// its stable start is the [`kind`](Self::kind) the churn summary counts.
-    pub reason: String,
-    /// The client broke the protocol or a limit (logged as a warning, counted in
-    /// [`NetStats::faults`](super::NetStats::faults)); false for an ordinary end.
-    pub fault: bool,
-    /// The kind, when given ([`Disconnect::with_kind`]); else it is read from `reason`.
-    kind: Option<&'static str>,
-}
-
-impl Disconnect {
-    /// The client did something wrong.
-    pub fn fault(reason: impl Into<String>) -> Disconnect {
-        Disconnect {
-            reason: reason.into(),
-            fault: true,
-            kind: None,
-        }
-    }
-
-    /// An ordinary end.
-    pub fn normal(reason: impl Into<String>) -> Disconnect {
-        Disconnect {
-            reason: reason.into(),
-            fault: false,
-            kind: None,
-        }
-    }
-
-    /// The same, counted as `kind` in the churn summary instead of the kind read from the
-    /// reason.
-    #[must_use]
-    pub fn with_kind(self, kind: &'static str) -> Disconnect {
-        Disconnect {
-            kind: Some(kind),
-            ..self
-        }
-    }
-
-    /// What the disconnect is counted as when many are summed up: the kind given, or the
-    /// stable start of the reason: before any `:`, `,` or `;`, without numbers or asides in
-    /// parentheses (`"idle timeout"`, `"bad packet"`, `"packet before login"`).
-    #[must_use]
-    pub fn kind(&self) -> Cow<'_, str> {
-        self.owned_kind()
-    }
-
-    /// [`Disconnect::kind`], owned or static: what a tally keeps.
-    pub(super) fn owned_kind(&self) -> Cow<'static, str> {
-        self.kind
-            .map_or_else(|| Cow::Owned(kind_of(&self.reason)), Cow::Borrowed)
-    }
-}
 
 /// One open connection.
 pub(super) struct NetState {
