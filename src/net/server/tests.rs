@@ -140,17 +140,20 @@ impl std::future::Future for NextIteration {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn broadcast_output_is_written_once_per_tick_and_a_reply_at_once() {
-    use crate::EventLoop;
-    use crate::net::SharedFrames;
+/// A server on a loop of its own (its Network and Flush phases), and a way to add connections
+/// whose writes land, with the time of each, in `writes`.
+fn looped() -> (Net, crate::EventLoop, Writes) {
     use crate::runtime::Phase;
     let net = Net::new(Limits::default());
-    let mut event_loop = EventLoop::builder()
+    let event_loop = crate::EventLoop::builder()
         .slot(Phase::Network, net.network_slot())
         .slot(Phase::Flush, net.flush_slot())
         .build();
-    let writes = Rc::new(RefCell::new(Vec::new()));
+    (net, event_loop, Rc::new(RefCell::new(Vec::new())))
+}
+
+/// A connection from 127.0.0.2 that records its writes in `writes`.
+fn connect(net: &Net, writes: &Writes) -> ConnId {
     let peer: SocketAddr = "127.0.0.2:1".parse().unwrap();
     let state = NetState::new(
         Box::new(Clocked(writes.clone())),
@@ -158,7 +161,14 @@ async fn broadcast_output_is_written_once_per_tick_and_a_reply_at_once() {
         Keys::of(peer.ip()),
         Instant::now(),
     );
-    let conn = ConnId(net.0.borrow_mut().sessions.conns.insert(state));
+    ConnId(net.0.borrow_mut().sessions.conns.insert(state))
+}
+
+#[tokio::test(start_paused = true)]
+async fn broadcast_output_is_written_once_per_tick_and_a_reply_at_once() {
+    use crate::net::SharedFrames;
+    let (net, mut event_loop, writes) = looped();
+    let conn = connect(&net, &writes);
     let moved = frame::packet(0x20, &[b"moved"]);
     let shared = SharedFrames::new(&moved);
     let reply = frame::packet(0x21, &[b"yours"]);
@@ -205,27 +215,9 @@ async fn broadcast_output_is_written_once_per_tick_and_a_reply_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_flush_phase_writes_at_most_its_cap_and_the_rest_go_first_in_the_next_iterations() {
-    use crate::EventLoop;
-    use crate::runtime::Phase;
-    let net = Net::new(Limits::default());
-    let mut event_loop = EventLoop::builder()
-        .slot(Phase::Network, net.network_slot())
-        .slot(Phase::Flush, net.flush_slot())
-        .build();
-    let writes = Rc::new(RefCell::new(Vec::new()));
-    let peer: SocketAddr = "127.0.0.2:1".parse().unwrap();
+    let (net, mut event_loop, writes) = looped();
     let count = 2 * FLUSH_PER_ITERATION + 88;
-    let conns: Vec<ConnId> = (0..count)
-        .map(|_| {
-            let state = NetState::new(
-                Box::new(Clocked(writes.clone())),
-                peer,
-                Keys::of(peer.ip()),
-                Instant::now(),
-            );
-            ConnId(net.0.borrow_mut().sessions.conns.insert(state))
-        })
-        .collect();
+    let conns: Vec<ConnId> = (0..count).map(|_| connect(&net, &writes)).collect();
     let numbered = |i: usize| frame::packet(0x21, &[&(i as u32).to_le_bytes()]);
     let written = |writes: &Writes| -> Vec<Vec<u8>> {
         writes.borrow().iter().map(|(_, b)| b.clone()).collect()
