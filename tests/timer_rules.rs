@@ -1,6 +1,10 @@
 //! The timer rules T1–T12 (docs/timers.md), each by name, through the public API, on tokio's
 //! paused clock so every instant is exact.
 
+#[path = "common/paused.rs"]
+mod paused;
+use paused::on_paused_clock;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -676,17 +680,7 @@ async fn within_5s<T>(run: impl std::future::Future<Output = T>) -> T {
 async fn t11_determinism_in_real_time_with_and_without_idle_wait() {
     // The reference: the same inputs on the paused clock, on a thread of its own (a paused
     // clock is a property of a whole runtime, and this test's runtime is real).
-    let paused = std::thread::spawn(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("paused runtime")
-            .block_on(real_time_scenario(ms(50)))
-            .labels
-    })
-    .join()
-    .expect("the paused reference run");
+    let paused = on_paused_clock(|| async { real_time_scenario(ms(50)).await.labels });
     assert!(paused.len() > 300, "the scenario logs enough to compare");
 
     const ATTEMPTS: usize = 3;
@@ -799,17 +793,7 @@ async fn tasks_on_ticks(idle_wait: Duration) -> NanoTrace {
 /// exact boundaries.
 #[tokio::test]
 async fn t5_a_task_woken_by_a_pause_sees_its_tick_in_real_time_at_any_idle_wait() {
-    let paused = std::thread::spawn(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("paused runtime")
-            .block_on(tasks_on_ticks(ms(2)))
-            .labels
-    })
-    .join()
-    .expect("the paused reference run");
+    let paused = on_paused_clock(|| async { tasks_on_ticks(ms(2)).await.labels });
     assert!(paused.len() > 200, "the scenario logs enough to compare");
     let on_boundary = |trace: &NanoTrace, idle_wait: Duration| {
         for (label, at) in trace.only("task") {

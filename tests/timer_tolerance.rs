@@ -3,6 +3,10 @@
 //! order with strict timers, and at the same ticks whatever `idle_wait` says (T1, T2, T3, T5,
 //! T11). On tokio's paused clock, except the `idle_wait = 0` comparison.
 
+#[path = "common/paused.rs"]
+mod paused;
+use paused::on_paused_clock;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -262,16 +266,7 @@ async fn the_same_ticks_at_every_idle_wait() {
 /// runs each tick's timers with that tick's `now()`. Generous bound: 5 s for a 0.6 s run.
 #[tokio::test]
 async fn the_same_ticks_when_spinning_on_the_real_clock() {
-    let paused = std::thread::spawn(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("paused runtime")
-            .block_on(tolerant_scenario(ms(2)))
-    })
-    .join()
-    .expect("the paused reference run");
+    let paused = on_paused_clock(|| tolerant_scenario(ms(2)));
     let spinning = tokio::time::timeout(Duration::from_secs(5), tolerant_scenario(Duration::ZERO))
         .await
         .expect("a 0.6 s run ended within 5 s");

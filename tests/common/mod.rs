@@ -21,6 +21,7 @@ pub mod fd_limit;
 pub mod moto;
 pub mod mutate;
 pub mod netns;
+pub mod paused;
 pub mod skip;
 pub mod tmpfs;
 pub mod tools;
