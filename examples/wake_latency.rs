@@ -20,7 +20,7 @@
 //! floor at both slacks (the slack does apply to a sleep), and the `timerfd` read through
 //! `epoll_wait` as the loop's park does it (the wake path without tokio or the loop).
 //!
-//! (b) **post → run.** The loop is idle (no timers; default `idle_wait` of 1 s), so it is
+//! (b) **post → run.** The loop is idle (no timers; default `idle_wait` of 5 s), so it is
 //! parked when a post arrives. Another thread posts a closure every ~10 ms carrying the
 //! `std::time::Instant` at which it was posted; the closure records `now − then` when the
 //! loop runs it. The peer is a tokio unbounded `mpsc` channel carrying the same closures to
