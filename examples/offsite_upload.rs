@@ -38,9 +38,10 @@ use std::time::Duration;
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 use shardloop::config::ArchiveConfig;
+use shardloop::persist::archive::mark::MARKS_DIR;
 use shardloop::persist::archive::remote::{Remote, RemoteUrl, Store};
 use shardloop::persist::archive::rollup::{self, Period, Plan};
-use shardloop::persist::archive::upload::{MARKS_DIR, Uploader};
+use shardloop::persist::archive::upload::Uploader;
 use shardloop::persist::{self, Clock, Layout, Snapshot};
 use shardloop::{EventLoop, timer, world};
 

@@ -24,9 +24,9 @@ use object_store::{Attribute, Attributes, ObjectStore, PutOptions, PutPayload};
 use shardloop::config::ArchiveConfig;
 use shardloop::persist::archive::Format;
 use shardloop::persist::archive::check;
+use shardloop::persist::archive::mark;
 use shardloop::persist::archive::remote::{self, Cause, Remote, RemoteUrl, Store};
 use shardloop::persist::archive::rollup::{self, Period, Plan};
-use shardloop::persist::archive::upload;
 use shardloop::persist::{self, Layout, Manifest, Snapshot};
 use shardloop::world::{self, World};
 
@@ -320,7 +320,7 @@ fn an_archive_a_rollup_writes_is_uploaded_with_its_size_and_checksum_and_never_o
             Manifest::parse(stat.manifest.as_deref().unwrap()).unwrap(),
             Manifest::parse(&inside).unwrap()
         );
-        assert!(upload::is_off_site(&url(), path), "{key} not marked");
+        assert!(mark::is_off_site(&url(), path), "{key} not marked");
     }
 
     // A name is never overwritten: another file under it is refused, the object unchanged.

@@ -1,6 +1,7 @@
 //! The layers (defaults < file < `SHARD_` environment < command line), built from the load
 //! options and merged with figment, for the engine's sections and the game's declared ones
-//! alike (`section.rs`). Which layer supplied what is kept in `report.rs`.
+//! alike (`section.rs`). A layer and the config file are in `layer.rs`; which layer supplied
+//! what is kept in `report.rs`.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -9,22 +10,19 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use figment::providers::{Format, Toml};
-use figment::value::{Dict, Map, Value};
-use figment::{Figment, Metadata, Profile, Provider, Source};
+use figment::value::{Dict, Value};
+use figment::{Figment, Metadata};
 
 use super::error::{ConfigError, ENV_PREFIX, Origin};
+use super::layer::{CLI_NAME, ENV_NAME, FileSource, Layer};
 use super::report::{Loaded, Provenance};
 use super::section::{self, Failure, SectionSpec};
-use super::{Config, format_duration, toml_lines};
+use super::{Config, format_duration};
 
 /// The config file used when none is named: optional (missing means built-in defaults).
 pub const DEFAULT_CONFIG_PATH: &str = "config/shard.toml";
 
 const DEFAULTS_NAME: &str = "built-in defaults";
-/// Metadata names of the environment and command-line layers (provenance matches on them).
-pub(super) const ENV_NAME: &str = "SHARD_ environment";
-pub(super) const CLI_NAME: &str = "command line";
 
 /// Which config file to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -272,23 +270,6 @@ fn check_renamed(
     Ok(())
 }
 
-/// One layer's values under one name; figment tags every value with its provider.
-#[derive(Clone)]
-struct Layer {
-    metadata: Metadata,
-    dict: Dict,
-}
-
-impl Provider for Layer {
-    fn metadata(&self) -> Metadata {
-        self.metadata.clone()
-    }
-
-    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
-        Ok(Profile::Default.collect(self.dict.clone()))
-    }
-}
-
 fn defaults_layer() -> Layer {
     let dict = match Value::serialize(Config::default()) {
         Ok(Value::Dict(_, dict)) => dict,
@@ -300,24 +281,9 @@ fn defaults_layer() -> Layer {
     }
 }
 
-/// The config file's text, kept to locate keys by line.
-#[derive(Debug, Clone)]
-pub(super) struct FileSource {
-    pub(super) path: PathBuf,
-    pub(super) text: String,
-    dict: Dict,
-}
-
-impl FileSource {
-    fn layer(&self) -> Layer {
-        Layer {
-            metadata: Metadata::named(self.path.display().to_string())
-                .source(Source::File(self.path.clone())),
-            dict: self.dict.clone(),
-        }
-    }
-}
-
+/// Reads the config file `file` names: `None` when there is none, or an optional one is
+/// missing; an error naming the path for a required one that is missing, an unreadable one
+/// or bad TOML.
 fn read_file(file: &ConfigFile) -> Result<Option<FileSource>, ConfigError> {
     let (path, required) = match file {
         ConfigFile::Optional(path) => (path, false),
@@ -337,19 +303,7 @@ fn read_file(file: &ConfigFile) -> Result<Option<FileSource>, ConfigError> {
             });
         }
     };
-    let dict = Toml::from_str::<Dict>(&text).map_err(|e| {
-        let (line, message) = toml_lines::syntax_error(&e.to_string());
-        ConfigError::Syntax {
-            path: path.clone(),
-            line,
-            message,
-        }
-    })?;
-    Ok(Some(FileSource {
-        path: path.clone(),
-        text,
-        dict,
-    }))
+    FileSource::parse(path.clone(), text).map(Some)
 }
 
 /// A layer plus, for each dotted key it sets, the variable or flag that set it.

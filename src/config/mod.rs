@@ -36,6 +36,7 @@ mod archive;
 mod cli;
 mod duration;
 mod error;
+mod layer;
 mod load;
 mod report;
 mod secret;

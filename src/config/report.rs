@@ -9,7 +9,7 @@ use figment::value::{Dict, Num, Value};
 use figment::{Figment, Source};
 
 use super::error::{ConfigError, Origin};
-use super::load::{CLI_NAME, ENV_NAME, FileSource};
+use super::layer::{CLI_NAME, ENV_NAME, FileSource};
 use super::{Config, Invalid, REDACTED, toml_lines};
 
 /// The engine's sections in the order of `config/shard.toml`, for the report (declared game

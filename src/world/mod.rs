@@ -32,6 +32,7 @@
 //! `add_spawner`). See `docs/world.md`.
 
 mod activity;
+mod audit;
 mod changes;
 pub(crate) mod content;
 mod delta;

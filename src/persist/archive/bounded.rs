@@ -21,7 +21,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use super::format::Format;
+use super::extension::Format;
 
 /// Entries an archive may hold (a save is a handful of files; this leaves room for folders
 /// and the odd extra file, not for an entry-count bomb).

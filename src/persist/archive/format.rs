@@ -15,6 +15,7 @@ use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
 
 use super::bounded::{self, Flow, Limits};
+pub use super::extension::Format;
 use crate::persist::fsio;
 
 /// One file in an archive.
@@ -26,55 +27,6 @@ pub struct Entry {
     pub bytes: u64,
     /// The CRC-32 (IEEE) of its bytes: what a read-back is checked against.
     pub crc32: u32,
-}
-
-/// An archive format (the file's extension says which).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Format {
-    /// A tar stream compressed with zstd (`.tar.zst`): the default, small and fast.
-    TarZst,
-    /// A tar stream compressed with gzip (`.tar.gz`).
-    TarGz,
-    /// A zip file with deflate (`.zip`).
-    Zip,
-    /// A plain tar file (`.tar`), not compressed.
-    Tar,
-}
-
-impl Format {
-    /// Every format, in the order an archive's name is tried against their extensions.
-    pub const ALL: [Format; 4] = [Format::TarZst, Format::TarGz, Format::Zip, Format::Tar];
-
-    /// The extension, with its leading dot.
-    pub fn extension(self) -> &'static str {
-        match self {
-            Format::TarZst => ".tar.zst",
-            Format::TarGz => ".tar.gz",
-            Format::Zip => ".zip",
-            Format::Tar => ".tar",
-        }
-    }
-
-    /// The format a file name says it has (`.tgz` too), if any.
-    pub fn from_name(name: &str) -> Option<Format> {
-        let lower = name.to_ascii_lowercase();
-        if lower.ends_with(".tgz") {
-            return Some(Format::TarGz);
-        }
-        Format::ALL
-            .into_iter()
-            .find(|f| lower.ends_with(f.extension()))
-    }
-
-    /// The file name without this format's extension.
-    pub fn stem(self, name: &str) -> &str {
-        let cut = if name.to_ascii_lowercase().ends_with(".tgz") {
-            4
-        } else {
-            self.extension().len()
-        };
-        &name[..name.len().saturating_sub(cut)]
-    }
 }
 
 /// Writes `files` (name in the archive, source path) into a new archive at `path` and

@@ -18,9 +18,12 @@
 pub mod archiver;
 pub mod bounded;
 pub mod check;
+mod extension;
 pub mod extract;
 pub mod format;
 pub mod list;
+pub mod mark;
+mod period;
 pub mod remote;
 pub mod restore;
 pub mod rollup;

@@ -40,7 +40,7 @@ use sha2::{Digest, Sha256};
 use super::bounded::Limits;
 use super::format::Format;
 use super::list::{Listed, ListedKind, UnreadableManifest};
-use super::rollup::Period;
+use super::period::Period;
 use crate::persist::manifest::Manifest;
 
 /// The metadata key (`x-amz-meta-…`) of an object's SHA-256, in lowercase hex.

@@ -24,7 +24,7 @@
 //!    older than `max_age`); a kind whose retention is 0 is off: none are made, and the ones
 //!    that exist are kept (never deleted, by count or by age); with archives going off-site
 //!    (`Plan::remote`), an archive is deleted only once its copy there is verified
-//!    (`upload::is_off_site`), and kept until then;
+//!    (`mark::is_off_site`), and kept until then;
 //! 4. delete the backups that are neither among the newest `keep_backups` nor still needed
 //!    by an archive that does not exist yet (one that failed to be written included).
 //!
@@ -62,78 +62,14 @@ use jiff::tz::TimeZone;
 use super::bounded::Limits;
 use super::check::{self, CheckError};
 use super::format::{self, Entry, Format};
+use super::mark;
+pub use super::period::Period;
 use super::remote::RemoteUrl;
-use super::upload;
 use crate::persist::error::{Operation, PersistError};
 use crate::persist::file::Kind;
 use crate::persist::fsio;
 use crate::persist::layout::{self, BACKUP_MARKER, Layout, TEMP_PREFIX};
 use crate::persist::manifest::{self, Manifest};
-
-/// The three kinds of archive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Period {
-    /// One archive per clock hour (`Hourly/2026-12-03-10.tar.zst`).
-    Hourly,
-    /// One archive per calendar day (`Daily/2026-12-03.tar.zst`).
-    Daily,
-    /// One archive per calendar month (`Monthly/2026-12.tar.zst`).
-    Monthly,
-}
-
-impl Period {
-    /// Every kind, shortest period first: the order of a [`Plan`]'s `retention`.
-    pub const ALL: [Period; 3] = [Period::Hourly, Period::Daily, Period::Monthly];
-
-    /// The directory under the archive directory.
-    pub fn dir_name(self) -> &'static str {
-        match self {
-            Period::Hourly => "Hourly",
-            Period::Daily => "Daily",
-            Period::Monthly => "Monthly",
-        }
-    }
-
-    /// The period holding `at` in `zone`, as its archive name (`2026-12-03-10`, `2026-12-03`,
-    /// `2026-12`).
-    pub fn key(self, at: Timestamp, zone: &TimeZone) -> String {
-        let format = match self {
-            Period::Hourly => "%Y-%m-%d-%H",
-            Period::Daily => "%Y-%m-%d",
-            Period::Monthly => "%Y-%m",
-        };
-        at.to_zoned_datetime(zone.clone())
-            .strftime(format)
-            .to_string()
-    }
-
-    /// When the period named `key` starts, in `zone`.
-    pub fn start(self, key: &str, zone: &TimeZone) -> Option<Timestamp> {
-        let mut parts = key.split('-').map(|p| p.parse::<i16>().ok());
-        let year = parts.next()??;
-        let month = parts.next()?? as i8;
-        let (day, hour) = match self {
-            Period::Monthly => (1, 0),
-            Period::Daily => (parts.next()?? as i8, 0),
-            Period::Hourly => (parts.next()?? as i8, parts.next()?? as i8),
-        };
-        let civil = DateTime::new(year, month, day, hour, 0, 0, 0).ok()?;
-        civil
-            .to_zoned_datetime(zone.clone())
-            .ok()
-            .map(|z| z.timestamp())
-    }
-}
-
-impl fmt::Display for Period {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Period::Hourly => "hourly",
-            Period::Daily => "daily",
-            Period::Monthly => "monthly",
-        })
-    }
-}
 
 /// What a rollup needs to know: plain settings (the configuration's `[archive]` builds one).
 #[derive(Debug, Clone)]
@@ -878,7 +814,7 @@ struct Deleted {
 fn may_delete(plan: &Plan, archive: &Path) -> bool {
     plan.remote
         .as_ref()
-        .is_none_or(|url| upload::is_off_site(url, archive))
+        .is_none_or(|url| mark::is_off_site(url, archive))
 }
 
 /// Deletes the backups that are neither among the newest `keep_backups` (by sequence) nor the

@@ -16,7 +16,7 @@
 //! A pass stopped by the store (unreachable, refusing, failing) is tried again after
 //! `retry.first`, then twice as long each time up to `retry.max`, for as long as it takes; a
 //! new rollup tries at once. Nothing is lost meanwhile: an archive is deleted by local
-//! retention only once it is marked (`rollup` asks [`is_off_site`]).
+//! retention only once it is marked (`rollup` asks `mark::is_off_site`).
 //!
 //! A mark is a small file, `Archives/.offsite/<Kind>/<archive name>`, written atomically after
 //! the upload was verified: the bucket, the object and the file's size, SHA-256 and identity
@@ -36,7 +36,6 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -45,19 +44,15 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use super::check;
 use super::format::Format;
-use super::remote::{Backoff, Cause, Failure, RemoteUrl, Store, Sum, sum_bytes, sum_file};
+use super::mark::{is_off_site, write_mark};
+use super::remote::{Backoff, Cause, Failure, Store, Sum, sum_bytes, sum_file};
 use super::rollup::{self, Period, Plan};
 use crate::persist::{Clock, background};
 
-/// The directory under the archive directory that holds the marks.
-pub const MARKS_DIR: &str = ".offsite";
-/// The longest a mark file may be (a real one is about 300 bytes).
-const MAX_MARK_BYTES: u64 = 4096;
 /// Archives uploaded at once (each below the multipart size is read whole into memory, so
 /// this bounds the memory uploads take: a few times `DEFAULT_MULTIPART_BYTES`).
 const UPLOADS_IN_FLIGHT: usize = 3;
@@ -622,129 +617,9 @@ fn file_name(path: &Path) -> String {
         .into_owned()
 }
 
-/// What a mark records.
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-struct Mark {
-    /// The bucket and prefix it went to.
-    url: String,
-    /// The object.
-    key: String,
-    /// The file's size, bytes.
-    bytes: u64,
-    /// The file's SHA-256, hex.
-    sha256: String,
-    /// The file's identity when it was marked: `inode:mtime_seconds.mtime_nanoseconds`.
-    file: String,
-    /// When the upload was verified.
-    verified: String,
-}
-
-/// `<archives>/<Kind>/<name>` → `<archives>/.offsite/<Kind>/<name>`.
-fn mark_path(archive: &Path) -> Option<PathBuf> {
-    let kind_dir = archive.parent()?;
-    let archives = kind_dir.parent()?;
-    Some(
-        archives
-            .join(MARKS_DIR)
-            .join(kind_dir.file_name()?)
-            .join(archive.file_name()?),
-    )
-}
-
-/// The identity of a file as a mark records it.
-fn identity(meta: &std::fs::Metadata) -> String {
-    format!("{}:{}.{}", meta.ino(), meta.mtime(), meta.mtime_nsec())
-}
-
-/// The archive at `archive` has a copy at `url` that was verified: its mark names `url`, and
-/// the file is the one that was marked (size, inode, modification time). Reads two inodes
-/// and one small file; never the network.
-pub fn is_off_site(url: &RemoteUrl, archive: &Path) -> bool {
-    let (Some(path), Ok(meta)) = (mark_path(archive), std::fs::metadata(archive)) else {
-        return false;
-    };
-    let Ok(text) = read_capped(&path) else {
-        return false;
-    };
-    toml::from_str::<Mark>(&text).is_ok_and(|mark| {
-        mark.url == url.to_string() && mark.bytes == meta.len() && mark.file == identity(&meta)
-    })
-}
-
-fn read_capped(path: &Path) -> io::Result<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(MAX_MARK_BYTES)
-        .read_to_string(&mut text)?;
-    Ok(text)
-}
-
-/// Marks `archive` (whose sum is `sum`) as verified at `url` as `key`: written under a temp
-/// name and renamed, so a mark is whole or absent. Not fsynced: a mark only ever claims what
-/// is true (the object was verified), and one lost in a crash costs a look-up in the bucket at
-/// the next pass, never an upload or a deletion.
-fn write_mark(
-    url: &RemoteUrl,
-    key: &str,
-    archive: &Path,
-    sum: &Sum,
-    now: Timestamp,
-) -> io::Result<()> {
-    let path = mark_path(archive).ok_or_else(|| io::Error::other("not in a kind directory"))?;
-    let meta = std::fs::metadata(archive)?;
-    let mark = Mark {
-        url: url.to_string(),
-        key: key.to_owned(),
-        bytes: sum.bytes,
-        sha256: sum.hex(),
-        file: identity(&meta),
-        verified: now.to_string(),
-    };
-    let text = toml::to_string(&mark).map_err(io::Error::other)?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let temp = path.with_file_name(format!(
-        "{}mark-{}-{}",
-        crate::persist::layout::TEMP_PREFIX,
-        std::process::id(),
-        file_name(archive)
-    ));
-    std::fs::write(&temp, text).and_then(|()| std::fs::rename(&temp, &path))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_mark_holds_only_for_the_file_it_was_written_for() {
-        let dir = tempfile::tempdir().unwrap();
-        let daily = dir.path().join("Archives/Daily");
-        std::fs::create_dir_all(&daily).unwrap();
-        let archive = daily.join("2026-12-03.tar.zst");
-        std::fs::write(&archive, b"an archive").unwrap();
-        let url = RemoteUrl::parse("s3://bkt/shard").unwrap();
-        assert!(!is_off_site(&url, &archive));
-        let sum = sum_file(&archive).unwrap();
-        let key = url.key(Period::Daily, "2026-12-03.tar.zst");
-        let now = "2026-12-04T00:00:00Z".parse().unwrap();
-        write_mark(&url, &key, &archive, &sum, now).unwrap();
-        assert!(is_off_site(&url, &archive));
-        assert!(
-            dir.path()
-                .join("Archives/.offsite/Daily/2026-12-03.tar.zst")
-                .is_file()
-        );
-        // Another bucket: not verified there.
-        let other = RemoteUrl::parse("s3://bkt/other").unwrap();
-        assert!(!is_off_site(&other, &archive));
-        // The archive set aside and written again under its name: not the marked file.
-        std::fs::rename(&archive, daily.join("aside")).unwrap();
-        std::fs::write(&archive, b"an archive").unwrap();
-        assert!(!is_off_site(&url, &archive));
-    }
 
     #[test]
     fn status_lines_say_what_waits_and_what_failed() {
