@@ -309,6 +309,32 @@ async fn l2_an_idle_loop_thread_wakes_once_per_loop_wake_real_time() {
     assert!(thread_wakes * 10 <= loop_wakes * 11, "{report}");
 }
 
+/// The `idle_wait` cap is a bound, not a heartbeat: what a loop task awaits outside the loop
+/// (here a tokio timer, whose waker is the task's) wakes a loop parked for an hour at once. So
+/// the cap can be long (the default is 5 s) without anything waiting for it.
+#[tokio::test]
+async fn l2_a_task_awaiting_a_tokio_timer_wakes_a_loop_parked_for_an_hour_real_time() {
+    let mut el = EventLoop::builder()
+        .idle_wait(Duration::from_secs(3_600))
+        .build();
+    let started = std::time::Instant::now();
+    let answer = within(
+        Duration::from_secs(30),
+        "a task awaiting a 100 ms tokio sleep",
+        el.run_until(async {
+            spawn(async {
+                tokio::time::sleep(ms(100)).await;
+                7
+            })
+            .await
+        }),
+    )
+    .await;
+    assert_eq!(answer.expect("the task ran to its end"), 7);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(100));
+    assert!(el.stats().sleeps >= 1, "the loop parked: {:?}", el.stats());
+}
+
 #[tokio::test(start_paused = true)]
 async fn l2_idle_wait_caps_a_block() {
     let mut el = EventLoop::builder().idle_wait(ms(100)).build();
