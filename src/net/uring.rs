@@ -1435,11 +1435,17 @@ impl Ring {
     /// A receive on open connection `key` failed with `errno`; `paused`: `hold` had asked
     /// for it to be cancelled.
     fn receive_failed(&mut self, key: Key, errno: i32, paused: bool) {
-        let refused = errno == libc::EINVAL && self.pooled() && !self.multishot_works;
+        // Every receive armed before the first answer fails so: all fall back.
+        let refused = errno == libc::EINVAL && self.pool.is_some() && !self.multishot_works;
+        // Buffers given back since the kernel found the pool empty (completions are handled
+        // in the kernel's order, so the buffers it had lent are counted already).
+        let refilled = self.pool.as_ref().is_some_and(|p| p.lent() < p.count());
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
         match errno {
+            // The pool had a buffer again by the time this was handled: `received` re-arms.
+            libc::ENOBUFS if refilled => self.recv_stats.exhausted += 1,
             // The pool is empty: wait for a buffer to come back (see `feed_starved`).
             libc::ENOBUFS => {
                 conn.starved = true;
@@ -1456,11 +1462,12 @@ impl Ring {
             libc::ECANCELED if paused => {}
             libc::EINVAL if refused => {
                 // Registered the pool but knows no multishot receive: before Linux 6.0.
-                tracing::warn!(
-                    "io_uring: the kernel refused a multishot receive (EINVAL; Linux 6.0 or \
-                     later needed): receives are single-shot, one submitted per packet"
-                );
-                self.multishot_refused = true;
+                if !mem::replace(&mut self.multishot_refused, true) {
+                    tracing::warn!(
+                        "io_uring: the kernel refused a multishot receive (EINVAL; Linux 6.0 \
+                         or later needed): receives are single-shot, one submitted per packet"
+                    );
+                }
                 self.arm_recv(key);
             }
             errno => conn.read_error = Some(io::Error::from_raw_os_error(errno)),

@@ -1091,3 +1091,37 @@ async fn attach_next(
     let (waker, wakes) = counting_waker();
     (accepted.attach(waker), wakes)
 }
+
+#[test]
+fn a_pool_refilled_before_its_empty_answer_is_handled_rearms_at_once() {
+    run(async {
+        small_pool(4, 16);
+        let mut a = connected().await;
+        send(&a.client, &pattern(64)).await;
+        eventually("the pool lent whole", || (lent() == 4).then_some(())).await;
+        let exhausted = recv_stats().exhausted;
+        // B's receive meets the empty pool inside this submit; its answer is not handled yet
+        // (no await between the attach, the submit and the read below).
+        let mut b = connected().await;
+        with_ring(|r| r.enter_batch()).unwrap();
+        // Every buffer comes back before B's answer is seen.
+        let mut got = Vec::new();
+        assert!(matches!(a.conn.read(&mut got, 1024), ReadOutcome::Data(64)));
+        assert_eq!(lent(), 0);
+        eventually("B's empty-pool answer", || {
+            (recv_stats().exhausted > exhausted).then_some(())
+        })
+        .await;
+        // Re-armed at once, not left waiting for a buffer that already came back.
+        send(&b.client, b"hello").await;
+        let got = read_exactly(&mut *b.conn, &b.wakes, 5).await;
+        assert_eq!(got, b"hello");
+        with_ring(|r| {
+            assert!(
+                r.starved
+                    .iter()
+                    .all(|&key| r.conns.get(key).is_none_or(|c| !c.starved))
+            )
+        });
+    });
+}
