@@ -168,6 +168,9 @@ thread_local! {
     /// refused, as a kernel before 5.19 refuses it). Taken by the ring it applies to.
     static NEXT_POOL: std::cell::Cell<Option<Option<(u16, u32)>>> =
         const { std::cell::Cell::new(None) };
+    /// Tests: while set, every multishot receive armed on this thread is answered `EINVAL`,
+    /// as a kernel before 6.0 answers it (a no-op stands in for it, its result replaced).
+    static REFUSE_MULTISHOT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// FAULT INJECTION, for tests only: the next `io_uring_enter` of this thread's ring fails with
@@ -532,6 +535,10 @@ struct Ring {
     /// Tests: entries queued so far.
     #[cfg(test)]
     pushed: u64,
+    /// Tests: connections whose receive is a stand-in to be answered `EINVAL`
+    /// (`REFUSE_MULTISHOT`).
+    #[cfg(test)]
+    refused: Vec<Key>,
 }
 
 type SharedRing = Rc<RefCell<Ring>>;
@@ -588,6 +595,8 @@ impl Ring {
             recv_stats: RecvStats::default(),
             #[cfg(test)]
             pushed: 0,
+            #[cfg(test)]
+            refused: Vec::new(),
         })
     }
 
@@ -893,6 +902,18 @@ impl Ring {
         if !cqueue::more(flags) {
             self.in_flight -= 1;
         }
+        #[cfg(test)]
+        let result = match self
+            .refused
+            .iter()
+            .position(|&k| op == Op::Recv && k == key)
+        {
+            Some(i) => {
+                self.refused.swap_remove(i);
+                -libc::EINVAL
+            }
+            None => result,
+        };
         let found = match op {
             Op::Recv => self.received(key, result, flags),
             Op::Send => self.sent(key, result),
@@ -1316,6 +1337,15 @@ impl Ring {
             opcode::Recv::new(fd, conn.recv.as_mut_ptr(), conn.recv.len() as u32).build()
         }
         .user_data(user_data(Op::Recv, key));
+        #[cfg(test)]
+        let entry = if pooled && REFUSE_MULTISHOT.with(std::cell::Cell::get) {
+            self.refused.push(key);
+            opcode::Nop::new()
+                .build()
+                .user_data(user_data(Op::Recv, key))
+        } else {
+            entry
+        };
         self.in_flight += 1;
         // SAFETY: a multishot receive writes only into pool buffers the kernel holds (the
         // pool stays registered until nothing is in flight, or is leaked); a single-shot one

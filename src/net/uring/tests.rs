@@ -1125,3 +1125,36 @@ fn a_pool_refilled_before_its_empty_answer_is_handled_rearms_at_once() {
         });
     });
 }
+
+#[test]
+fn a_kernel_refusing_multishot_receives_falls_back_for_every_connection() {
+    run(async {
+        REFUSE_MULTISHOT.with(|r| r.set(true));
+        let (mut acceptor, accept_wakes) = listen();
+        let addr = acceptor.local_addr().unwrap();
+        let (client_a, client_b) = (
+            Client::connect(addr).await.unwrap(),
+            Client::connect(addr).await.unwrap(),
+        );
+        let (accepted_a, _) = accept(&mut *acceptor, &accept_wakes).await;
+        let (accepted_b, _) = accept(&mut *acceptor, &accept_wakes).await;
+        // Both receives are armed before either refusal is seen.
+        let (waker_a, wakes_a) = counting_waker();
+        let (waker_b, wakes_b) = counting_waker();
+        let mut a = accepted_a.attach(waker_a);
+        let mut b = accepted_b.attach(waker_b);
+        eventually("both refusals", || {
+            with_ring(|r| r.refused.is_empty()).then_some(())
+        })
+        .await;
+        assert!(with_ring(|r| r.multishot_refused && !r.pooled()));
+        send(&client_a, b"first").await;
+        send(&client_b, b"second").await;
+        assert_eq!(read_exactly(&mut *a, &wakes_a, 5).await, b"first");
+        assert_eq!(read_exactly(&mut *b, &wakes_b, 6).await, b"second");
+        with_ring(|r| {
+            assert!(r.conns.iter().all(|(_, c)| c.recv.len() == RECV_BUFFER));
+        });
+        REFUSE_MULTISHOT.with(|r| r.set(false));
+    });
+}
