@@ -11,7 +11,9 @@
 #    ticks.
 #
 # PARTS picks which of the three run (default "ping rtt walk"), e.g. PARTS=walk to compare
-# two binaries' walking cost without the rest. INTERVAL (e.g. 50ms) paces each ping client to
+# two binaries' walking cost without the rest. OLD_BIN (a shardloop binary, e.g. one built from
+# main) adds it to every round of part 1 as a fourth peer, on io_uring, right after the shard's
+# own io_uring run: an A/B of two builds inside the same rounds. INTERVAL (e.g. 50ms) paces each ping client to
 # one ping per interval, so every peer gets the same offered load (1000 clients at 50ms: 20,000
 # round trips/s); without it they ping flat out. Each run prints the server's CPU per round
 # trip.
@@ -39,12 +41,14 @@ for b in "$bin" "$echo_bin"; do
 done
 bin=$(realpath "$bin")
 echo_bin=$(realpath "$echo_bin")
+old_bin=${OLD_BIN:+$(realpath "$OLD_BIN")}
 ulimit -n "$(ulimit -Hn)"
 
 # shellcheck source=scripts/cpu-time.sh
 source "$(dirname "$0")/cpu-time.sh"
 
-# start_shard NAME [VAR=value ...]: starts the shard, waits for "shard ready"; sets $pid.
+# start_shard NAME [VAR=value ...]: starts the shard ($shard_bin, default $bin), waits for
+# "shard ready"; sets $pid.
 #
 # These are throughput measurements, not a test of the limits: every client comes from
 # 127.0.0.1, connects at once and pings flat out without logging in. So the admission and
@@ -60,7 +64,7 @@ start_shard() {
         SHARD_NETWORK__MAX_PER_IP=4096 SHARD_NETWORK__PING_RATE=0 SHARD_NETWORK__CONNECT_RATE=0 \
         SHARD_NETWORK__MAX_CONNECTIONS=2000 SHARD_NETWORK__MAX_PRELOGIN=2000 \
         SHARD_NETWORK__LISTEN="[\"127.0.0.1:$port\"]" "$@" \
-        "$bin" </dev/null >/dev/null 2>"$work/$name.log") &
+        "${shard_bin:-$bin}" </dev/null >/dev/null 2>"$work/$name.log") &
     pid=$!
     for _ in $(seq 600); do
         grep -q "shard ready" "$work/$name.log" 2>/dev/null && return
@@ -115,10 +119,13 @@ load() {
 if [[ $parts == *" ping "* ]]; then
 echo "== 1000 clients, ping, ${seconds}s per run, $rounds rounds interleaved"
 for round in $(seq "$rounds"); do
-    for backend in epoll io_uring; do
+    for backend in epoll io_uring ${old_bin:+io_uring-old}; do
         echo "-- round $round: shard, network.backend = $backend"
-        start_shard "ping-$backend-$round" SHARD_NETWORK__BACKEND=$backend \
+        shard_bin=$bin
+        [[ $backend == io_uring-old ]] && shard_bin=$old_bin && echo "    binary: $old_bin"
+        start_shard "ping-$backend-$round" SHARD_NETWORK__BACKEND="${backend%-old}" \
             SHARD_NETWORK__MAX_CONNECTIONS=2000
+        shard_bin=
         grep -o 'listening for players.*' "$work/ping-$backend-$round.log" | sed 's/^/    /'
         load "ping-$backend-$round" "$pid" --connections 1000 --duration "${seconds}s" --ramp 2s \
             ${INTERVAL:+--interval "$INTERVAL"}

@@ -1,11 +1,35 @@
 //! The io_uring backend: one raw ring per loop thread, completion-based.
 //!
 //! io_uring does not say "ready"; it completes an operation on a buffer the kernel held for
-//! its whole flight. So every connection owns one receive buffer with a receive always in
-//! flight, and an outbox with at most one send in flight; `Transport::read` copies out of the
-//! first, `Transport::write_pieces` puts output into the second — a connection's own bytes
-//! copied, frames shared by many connections by reference (`outbox.rs`), sent with one
-//! `sendmsg` over several entries. Neither ever waits for the kernel.
+//! its whole flight. So every connection keeps one multishot receive armed, which takes a
+//! buffer from a pool the ring's connections share (`pool.rs`, a provided-buffer ring) for
+//! each segment it receives, and an outbox with at most one send in flight;
+//! `Transport::read` copies out of the buffers the connection holds (giving each back to the
+//! pool once copied), `Transport::write_pieces` puts output into the outbox — a connection's
+//! own bytes copied, frames shared by many connections by reference (`outbox.rs`), sent with
+//! one `sendmsg` over several entries. Neither ever waits for the kernel.
+//!
+//! # Receiving
+//!
+//! One multishot receive (`IORING_RECV_MULTISHOT`, Linux 6.0) stays armed on a connection
+//! across packets: no entry is submitted per packet, and the kernel never arms a poll per
+//! packet for a receive that finds its socket empty. The receive ends (a completion without
+//! `IORING_CQE_F_MORE`) on a close (result 0), an error, the pool running out of buffers
+//! (`ENOBUFS`), or when the kernel chooses to; it is re-armed (counted in [`RecvStats`]):
+//!
+//! * out of buffers: the connection waits on the ring's starved list, and each buffer given
+//!   back re-arms one waiting connection, oldest first (re-arming at once would fail at once,
+//!   in a spin). The bytes wait in the socket meanwhile: nothing is lost.
+//! * holding [`HELD_LIMIT`] buffers the loop has not read yet: the receive is cancelled, and
+//!   `read` re-arms it once the connection holds fewer. (A soft limit: the kernel may fill a
+//!   few more, up to what the socket holds, before the cancellation reaches it.) One connection flooding the shard
+//!   cannot take the pool from the others; its bytes wait in its socket (TCP's own
+//!   back-pressure), as they did with a buffer per connection.
+//! * ended by the kernel with data: re-armed at once.
+//!
+//! Where the kernel refuses the pool (registration failing before Linux 5.19, or the first
+//! multishot receive failing with `EINVAL` before 6.0), the ring falls back, with a warning,
+//! to one single-shot receive per packet into a [`RECV_BUFFER`] of the connection's own.
 //!
 //! The ring belongs to the loop thread (created by the first `listen`, shared by every
 //! listener and connection on that thread, gone with the last of them). Its descriptor is
@@ -20,9 +44,10 @@
 //! sends go out before the thread sleeps, and the shard runs on tokio's plain current-thread
 //! runtime.
 //!
-//! Owns: the ring, the driver, the sockets and their buffers. Every buffer is bounded (one
-//! receive buffer, `OUTBOX_LIMIT` (64 KiB) of output, `ACCEPT_QUEUE` (64) accepted
-//! connections), so a flood or a slow peer costs back-pressure, not memory.
+//! Owns: the ring, the driver, the sockets and their buffers. Every buffer is bounded (the
+//! shared receive pool, at most `HELD_LIMIT` (16) of its buffers per connection,
+//! `OUTBOX_LIMIT` (64 KiB) of output, `ACCEPT_QUEUE` (64) accepted connections), so a flood
+//! or a slow peer costs back-pressure, not memory.
 //!
 //! Must never parse packets, never block the phase that calls it, and never free or move a
 //! buffer the kernel may still write to or read from.
@@ -55,9 +80,12 @@
 //! * **user_data names an operation precisely**: slot index, slot generation and operation
 //!   kind. A slot's generation changes when it is freed, so a completion that does not match
 //!   its slot's current generation is stale and ignored (by the first invariant it cannot
-//!   happen, but it is checked, never assumed).
+//!   happen, but it is checked, never assumed). A multishot receive counts as in flight
+//!   until its last completion (the one without `IORING_CQE_F_MORE`).
 //! * At most one receive, one send and one accept per slot are in flight (and, for a listener
 //!   out of descriptors, one poll instead of the accept).
+//! * **A pool buffer a completion handed over goes back to the pool exactly once**: when
+//!   `read` has copied its last byte out, or at once if its connection is closed or gone.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -82,14 +110,21 @@ use super::backend::{
 };
 use super::shared::Piece;
 use outbox::Outbox;
+use pool::Pool;
 
 // What a connection's `write` accepted, until the kernel takes it.
 mod outbox;
+// The receive buffers the ring's connections share.
+mod pool;
 use crate::slab::{Key, Slab};
 
-/// A connection's receive buffer. Every idle connection keeps a receive in flight into it, so
-/// this is most of what an idle connection costs.
+/// A connection's own receive buffer, in the single-shot fallback only (see "Receiving" in the
+/// module docs): every idle connection then keeps a receive in flight into it, so it is most
+/// of what an idle connection costs. With the pool, a connection has none.
 const RECV_BUFFER: usize = 4 * 1024;
+/// Pool buffers one connection may hold unread before its receive is paused: 16 KiB, what the
+/// server reads from a connection at once, so one `read` takes all of them.
+const HELD_LIMIT: usize = 16;
 /// Bytes `write` accepts before the kernel has taken them.
 const OUTBOX_LIMIT: usize = 64 * 1024;
 /// Accepted connections waiting for `poll_accept` before the listener stops accepting.
@@ -125,6 +160,17 @@ const PUSH_ATTEMPTS: usize = 4;
 thread_local! {
     /// Fault injection: the error (errno) the next `io_uring_enter` on this thread fails with.
     static FAIL_NEXT_ENTER: std::cell::Cell<Option<i32>> = const { std::cell::Cell::new(None) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: the pool the next ring of this thread gets, buffers and bytes each (`None`:
+    /// refused, as a kernel before 5.19 refuses it). Taken by the ring it applies to.
+    static NEXT_POOL: std::cell::Cell<Option<Option<(u16, u32)>>> =
+        const { std::cell::Cell::new(None) };
+    /// Tests: while set, every multishot receive armed on this thread is answered `EINVAL`,
+    /// as a kernel before 6.0 answers it (a no-op stands in for it, its result replaced).
+    static REFUSE_MULTISHOT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// FAULT INJECTION, for tests only: the next `io_uring_enter` of this thread's ring fails with
@@ -258,12 +304,20 @@ struct Conn {
     socket: OwnedFd,
     /// The loop's waker; `None` once the transport was dropped (the slot is closing).
     waker: Option<Waker>,
-    /// The kernel writes here while `recv_in_flight`. Boxed: it must not move.
+    /// Single-shot fallback only (empty, unallocated, with the pool): the kernel writes here
+    /// while `recv_in_flight`. Boxed: it must not move.
     recv: Box<[u8]>,
     /// Received, not yet read: `recv[start..end]`.
     start: usize,
     end: usize,
+    /// Pool buffers a multishot receive filled, not yet read, oldest first.
+    held: VecDeque<Held>,
     recv_in_flight: bool,
+    /// Waiting on the ring's starved list for a buffer to re-arm its receive with.
+    starved: bool,
+    /// Its receive was cancelled for holding [`HELD_LIMIT`] buffers; the cancellation has
+    /// not completed yet.
+    pausing: bool,
     /// The peer closed its side.
     eof: bool,
     read_error: Option<io::Error>,
@@ -287,10 +341,13 @@ impl Conn {
         Conn {
             socket,
             waker: Some(waker),
-            recv: vec![0; RECV_BUFFER].into_boxed_slice(),
+            recv: Box::default(),
             start: 0,
             end: 0,
+            held: VecDeque::new(),
             recv_in_flight: false,
+            starved: false,
+            pausing: false,
             eof: false,
             read_error: None,
             // The server reads right after attaching; a first wake costs nothing.
@@ -319,6 +376,38 @@ impl Conn {
             waker.wake_by_ref();
         }
     }
+
+    /// Open, nothing armed, nothing stopping a receive, and room for what it brings: the
+    /// pool's buffers under [`HELD_LIMIT`], its own buffer (the fallback's) read out.
+    fn may_arm_recv(&self) -> bool {
+        self.waker.is_some()
+            && !self.recv_in_flight
+            && !self.starved
+            && !self.eof
+            && self.read_error.is_none()
+            && self.held.len() < HELD_LIMIT
+            && self.start == self.end
+    }
+}
+
+/// Bytes a multishot receive put in pool buffer `bid`, of which `read` took the first
+/// `taken`.
+struct Held {
+    bid: u16,
+    len: u32,
+    taken: u32,
+}
+
+/// How often the multishot receives had to be armed again (see "Receiving" in the module
+/// docs). A receive armed once per connection shows as all zeros.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct RecvStats {
+    /// Receives ended by an empty pool (`ENOBUFS`).
+    exhausted: u64,
+    /// Receives cancelled for a connection holding [`HELD_LIMIT`] buffers.
+    paused: u64,
+    /// Receives armed again on an open connection, for any of the reasons.
+    rearmed: u64,
 }
 
 /// One listening socket and the connections it accepted for `poll_accept`.
@@ -430,6 +519,26 @@ struct Ring {
     dead: Option<BackendFailed>,
     /// Driver runs so far (a dead ring must not add to them in a spin).
     runs: u64,
+    /// The receive buffers the connections share; `None`: the kernel refused them, and each
+    /// connection receives into its own buffer, one single-shot receive per packet.
+    pool: Option<Pool>,
+    /// The kernel took the pool but not a multishot receive (`EINVAL`, before Linux 6.0):
+    /// receives are single-shot from then on.
+    multishot_refused: bool,
+    /// A multishot receive has brought data on this ring (so a later `EINVAL` is not the
+    /// kernel refusing the operation).
+    multishot_works: bool,
+    /// Connections whose receive ran out of pool buffers, oldest first, each re-armed when a
+    /// buffer comes back (an entry whose connection is gone or no longer starved is skipped).
+    starved: VecDeque<Key>,
+    recv_stats: RecvStats,
+    /// Tests: entries queued so far.
+    #[cfg(test)]
+    pushed: u64,
+    /// Tests: connections whose receive is a stand-in to be answered `EINVAL`
+    /// (`REFUSE_MULTISHOT`).
+    #[cfg(test)]
+    refused: Vec<Key>,
 }
 
 type SharedRing = Rc<RefCell<Ring>>;
@@ -460,6 +569,7 @@ impl Ring {
 
     fn new() -> io::Result<Ring> {
         let uring = Ring::build_uring()?;
+        let pool = Ring::register_pool(&uring);
         let fd = RingFd(uring.as_raw_fd());
         // SAFETY: the descriptor stays open while the `AsyncFd` exists: `readable` is dropped
         // before `uring`, which owns it (field order of `Ring`).
@@ -478,7 +588,45 @@ impl Ring {
             linger_timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             dead: None,
             runs: 0,
+            pool,
+            multishot_refused: false,
+            multishot_works: false,
+            starved: VecDeque::new(),
+            recv_stats: RecvStats::default(),
+            #[cfg(test)]
+            pushed: 0,
+            #[cfg(test)]
+            refused: Vec::new(),
         })
+    }
+
+    /// The receive pool, or `None` (with a warning saying so) where the kernel refuses it.
+    fn register_pool(uring: &IoUring) -> Option<Pool> {
+        #[cfg(not(test))]
+        let registered = Pool::register(uring, pool::BUFFERS, pool::BUFFER_SIZE);
+        #[cfg(test)]
+        let registered = match NEXT_POOL.with(std::cell::Cell::take) {
+            None => Pool::register(uring, pool::BUFFERS, pool::BUFFER_SIZE),
+            Some(Some((count, size))) => Pool::register(uring, count, size),
+            Some(None) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        };
+        match registered {
+            Ok(pool) => Some(pool),
+            Err(e) => {
+                tracing::warn!(
+                    "io_uring: the kernel refused a provided-buffer ring ({e}; Linux 5.19 or \
+                     later needed): each connection receives into a {RECV_BUFFER}-byte buffer \
+                     of its own, one receive submitted per packet"
+                );
+                None
+            }
+        }
+    }
+
+    /// Receives are multishot, into the pool (else single-shot, into each connection's own
+    /// buffer).
+    fn pooled(&self) -> bool {
+        self.pool.is_some() && !self.multishot_refused
     }
 
     /// A ring that does not interrupt the loop thread to complete an operation
@@ -689,6 +837,10 @@ impl Ring {
         for _ in 0..PUSH_ATTEMPTS {
             // SAFETY: the caller guarantees the buffers outlive the operation.
             if unsafe { self.uring.submission().push(entry) }.is_ok() {
+                #[cfg(test)]
+                {
+                    self.pushed += 1;
+                }
                 self.kick();
                 return Ok(());
             }
@@ -729,7 +881,7 @@ impl Ring {
             }
             any = true;
             for entry in batch.drain(..) {
-                self.complete(entry.user_data(), entry.result());
+                self.complete(entry.user_data(), entry.result(), entry.flags());
             }
         }
         // Both empty now (the last round took the backlog and found nothing): keep the
@@ -738,7 +890,7 @@ impl Ring {
         any
     }
 
-    fn complete(&mut self, user_data: u64, result: i32) {
+    fn complete(&mut self, user_data: u64, result: i32, flags: u32) {
         let Some((op, key)) = decode(user_data) else {
             debug_assert!(false, "unknown user_data {user_data:#x}");
             return;
@@ -746,9 +898,24 @@ impl Ring {
         if op == Op::Cancel {
             return;
         }
-        self.in_flight -= 1;
+        // A multishot receive's completions but the last say more are coming.
+        if !cqueue::more(flags) {
+            self.in_flight -= 1;
+        }
+        #[cfg(test)]
+        let result = match self
+            .refused
+            .iter()
+            .position(|&k| op == Op::Recv && k == key)
+        {
+            Some(i) => {
+                self.refused.swap_remove(i);
+                -libc::EINVAL
+            }
+            None => result,
+        };
         let found = match op {
-            Op::Recv => self.received(key, result),
+            Op::Recv => self.received(key, result, flags),
             Op::Send => self.sent(key, result),
             Op::Accept => self.accepted(key, result),
             Op::Poll => self.polled(key),
@@ -794,6 +961,18 @@ impl Drop for Ring {
     /// Gives back no buffer the kernel may still use (see [`Ring::quiesce`]); leaks what is
     /// still unanswered.
     fn drop(&mut self) {
+        let RecvStats {
+            exhausted,
+            paused,
+            rearmed,
+        } = self.recv_stats;
+        tracing::debug!(
+            exhausted,
+            paused,
+            rearmed,
+            "io_uring ring closed; its receives ran out of buffers, were paused and re-armed \
+             this often"
+        );
         if !self.quiesce() {
             tracing::warn!(
                 in_flight = self.in_flight,
@@ -801,6 +980,11 @@ impl Drop for Ring {
             );
             mem::forget(mem::replace(&mut self.conns, Slab::new()));
             mem::forget(mem::replace(&mut self.listeners, Slab::new()));
+            mem::forget(self.pool.take());
+        } else if self.pool.is_some() {
+            // Nothing is in flight: the kernel lets go of the pool before its memory goes.
+            // Failing, the ring's descriptor (closed right after) lets go of it too.
+            let _ = self.uring.submitter().unregister_buf_ring(pool::GROUP);
         }
     }
 }
@@ -826,7 +1010,9 @@ impl Ring {
         let mut done: Vec<cqueue::Entry> = mem::take(&mut self.backlog);
         loop {
             for entry in done.drain(..) {
-                if decode(entry.user_data()).is_some_and(|(op, _)| op != Op::Cancel) {
+                if decode(entry.user_data()).is_some_and(|(op, _)| op != Op::Cancel)
+                    && !cqueue::more(entry.flags())
+                {
                     self.in_flight -= 1;
                 }
             }
@@ -1131,24 +1317,40 @@ fn attach(ring: SharedRing, socket: OwnedFd, waker: Waker) -> Box<dyn Transport>
 }
 
 impl Ring {
+    /// Arms `key`'s receive: multishot into the pool, or single-shot into its own buffer.
     fn arm_recv(&mut self, key: Key) {
+        let pooled = self.pooled();
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        debug_assert!(!conn.recv_in_flight && conn.start == conn.end);
+        debug_assert!(conn.may_arm_recv());
         conn.recv_in_flight = true;
-        conn.start = 0;
-        conn.end = 0;
-        let entry = opcode::Recv::new(
-            types::Fd(conn.socket.as_raw_fd()),
-            conn.recv.as_mut_ptr(),
-            conn.recv.len() as u32,
-        )
-        .build()
+        let fd = types::Fd(conn.socket.as_raw_fd());
+        let entry = if pooled {
+            opcode::RecvMulti::new(fd, pool::GROUP).build()
+        } else {
+            if conn.recv.is_empty() {
+                conn.recv = vec![0; RECV_BUFFER].into_boxed_slice();
+            }
+            conn.start = 0;
+            conn.end = 0;
+            opcode::Recv::new(fd, conn.recv.as_mut_ptr(), conn.recv.len() as u32).build()
+        }
         .user_data(user_data(Op::Recv, key));
+        #[cfg(test)]
+        let entry = if pooled && REFUSE_MULTISHOT.with(std::cell::Cell::get) {
+            self.refused.push(key);
+            opcode::Nop::new()
+                .build()
+                .user_data(user_data(Op::Recv, key))
+        } else {
+            entry
+        };
         self.in_flight += 1;
-        // SAFETY: `recv` is a boxed slice in the slot, untouched while `recv_in_flight`, and
-        // the slot is not freed before the completion.
+        // SAFETY: a multishot receive writes only into pool buffers the kernel holds (the
+        // pool stays registered until nothing is in flight, or is leaked); a single-shot one
+        // into `recv`, a boxed slice in the slot, untouched while `recv_in_flight`. The slot
+        // is not freed before the last completion.
         if let Err(e) = unsafe { self.push(&entry) } {
             // Not armed: the next `read` reports the error and the server closes the
             // connection.
@@ -1158,6 +1360,14 @@ impl Ring {
                 conn.read_error = Some(e);
                 conn.wake();
             }
+        }
+    }
+
+    /// Arms `key`'s receive again after one ended, if nothing stops it (counted).
+    fn rearm_recv(&mut self, key: Key) {
+        if self.conns.get(key).is_some_and(Conn::may_arm_recv) {
+            self.recv_stats.rearmed += 1;
+            self.arm_recv(key);
         }
     }
 
@@ -1194,24 +1404,176 @@ impl Ring {
         pushed
     }
 
-    fn received(&mut self, key: Key, result: i32) -> bool {
+    fn received(&mut self, key: Key, result: i32, flags: u32) -> bool {
+        let ended = !cqueue::more(flags);
+        // A buffer the kernel filled is ours, whatever became of the connection.
+        let buffer = cqueue::buffer_select(flags);
+        if let (Some(bid), Some(pool)) = (buffer, self.pool.as_mut()) {
+            pool.lend(bid);
+        }
         let Some(conn) = self.conns.get_mut(key) else {
+            self.give_back(buffer);
             return false;
         };
-        conn.recv_in_flight = false;
+        if ended {
+            conn.recv_in_flight = false;
+        }
+        let paused = ended && mem::take(&mut conn.pausing);
         if conn.waker.is_none() {
+            self.give_back(buffer);
             self.free_if_finished(key);
             return true;
         }
-        match result {
-            0 => conn.eof = true,
-            n if n > 0 => conn.end = n as usize,
-            e => conn.read_error = Some(io::Error::from_raw_os_error(-e)),
+        match (result, buffer) {
+            (n @ 1.., Some(bid)) => self.hold(key, bid, n as u32, ended),
+            (n @ 1.., None) => conn.end = n as usize,
+            (0, _) => {
+                conn.eof = true;
+                self.give_back(buffer);
+            }
+            (e, _) => {
+                self.give_back(buffer);
+                self.receive_failed(key, -e, paused);
+            }
         }
-        if conn.eof || conn.read_error.is_some() || mem::take(&mut conn.want_read) {
+        if ended && self.pooled() {
+            self.rearm_recv(key);
+        }
+        if let Some(conn) = self.conns.get_mut(key)
+            && (conn.eof || conn.read_error.is_some() || mem::take(&mut conn.want_read))
+        {
             conn.wake();
         }
         true
+    }
+
+    /// `key` holds pool buffer `bid` with `len` bytes received. At [`HELD_LIMIT`] its
+    /// receive, still armed, is cancelled: `read` arms it again once there is room.
+    fn hold(&mut self, key: Key, bid: u16, len: u32, ended: bool) {
+        self.multishot_works = true;
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        conn.held.push_back(Held { bid, len, taken: 0 });
+        if !ended && !conn.pausing && conn.held.len() >= HELD_LIMIT {
+            conn.pausing = true;
+            self.recv_stats.paused += 1;
+            self.cancel(Op::Recv, key);
+        }
+    }
+
+    /// A receive on open connection `key` failed with `errno`; `paused`: `hold` had asked
+    /// for it to be cancelled.
+    fn receive_failed(&mut self, key: Key, errno: i32, paused: bool) {
+        // Every receive armed before the first answer fails so: all fall back.
+        let refused = errno == libc::EINVAL && self.pool.is_some() && !self.multishot_works;
+        // Buffers given back since the kernel found the pool empty (completions are handled
+        // in the kernel's order, so the buffers it had lent are counted already).
+        let refilled = self.pool.as_ref().is_some_and(|p| p.lent() < p.count());
+        let Some(conn) = self.conns.get_mut(key) else {
+            return;
+        };
+        match errno {
+            // The pool had a buffer again by the time this was handled: `received` re-arms.
+            libc::ENOBUFS if refilled => self.recv_stats.exhausted += 1,
+            // The pool is empty: wait for a buffer to come back (see `feed_starved`).
+            libc::ENOBUFS => {
+                conn.starved = true;
+                self.starved.push_back(key);
+                self.recv_stats.exhausted += 1;
+                tracing::debug!(
+                    times = self.recv_stats.exhausted,
+                    waiting = self.starved.len(),
+                    held = self.pool.as_ref().map_or(0, Pool::lent),
+                    "io_uring: the receive pool ran out of buffers"
+                );
+            }
+            // The cancellation `hold` asked for: `read` re-arms.
+            libc::ECANCELED if paused => {}
+            libc::EINVAL if refused => {
+                // Registered the pool but knows no multishot receive: before Linux 6.0.
+                if !mem::replace(&mut self.multishot_refused, true) {
+                    tracing::warn!(
+                        "io_uring: the kernel refused a multishot receive (EINVAL; Linux 6.0 \
+                         or later needed): receives are single-shot, one submitted per packet"
+                    );
+                }
+                self.arm_recv(key);
+            }
+            errno => conn.read_error = Some(io::Error::from_raw_os_error(errno)),
+        }
+    }
+
+    /// Returns a buffer a completion handed over (if any) to the pool, and re-arms a starved
+    /// receive with it.
+    fn give_back(&mut self, buffer: Option<u16>) {
+        if let (Some(bid), Some(pool)) = (buffer, self.pool.as_mut()) {
+            pool.give_back(bid);
+            self.feed_starved(1);
+        }
+    }
+
+    /// Re-arms up to `buffers` receives that ran out of buffers, oldest first: one per
+    /// buffer that came back, so a receive armed finds a buffer (arming them all at once
+    /// would fail them all again, in a spin, while the pool is short).
+    fn feed_starved(&mut self, mut buffers: usize) {
+        while buffers > 0
+            && let Some(key) = self.starved.pop_front()
+        {
+            let Some(conn) = self.conns.get_mut(key) else {
+                continue; // gone
+            };
+            if !mem::take(&mut conn.starved) {
+                continue;
+            }
+            if conn.may_arm_recv() {
+                buffers -= 1;
+                self.recv_stats.rearmed += 1;
+                self.arm_recv(key);
+            }
+        }
+    }
+
+    /// Moves up to `max` bytes `key` received into `buf`: from the pool buffers it holds
+    /// (each given back once read out), then from its own buffer; re-arms its receive if it
+    /// ended for want of room. How many bytes.
+    fn take_received(&mut self, key: Key, buf: &mut Vec<u8>, max: usize) -> usize {
+        let Some(conn) = self.conns.get_mut(key) else {
+            return 0;
+        };
+        let mut n = 0;
+        let mut returned = 0;
+        while n < max
+            && let Some(front) = conn.held.front_mut()
+        {
+            let pool = self.pool.as_mut().expect("held buffers come from the pool");
+            let bytes = &pool.bytes(front.bid, front.len as usize)[front.taken as usize..];
+            let take = bytes.len().min(max - n);
+            buf.extend_from_slice(&bytes[..take]);
+            n += take;
+            front.taken += take as u32;
+            if front.taken == front.len {
+                pool.give_back(front.bid);
+                conn.held.pop_front();
+                returned += 1;
+            }
+        }
+        if n < max && conn.start < conn.end {
+            let take = (max - n).min(conn.end - conn.start);
+            buf.extend_from_slice(&conn.recv[conn.start..conn.start + take]);
+            conn.start += take;
+            n += take;
+        }
+        let pooled = self.pooled();
+        self.feed_starved(returned);
+        if n > 0 && self.conns.get(key).is_some_and(Conn::may_arm_recv) {
+            if pooled {
+                self.rearm_recv(key);
+            } else {
+                self.arm_recv(key); // the fallback's next single-shot receive
+            }
+        }
+        n
     }
 
     fn sent(&mut self, key: Key, result: i32) -> bool {
@@ -1273,6 +1635,10 @@ impl Ring {
         conn.waker = None;
         let (receiving, sending) = (conn.recv_in_flight, conn.send_in_flight);
         let discarded = conn.given_up;
+        // Nobody will read them: back to the pool, for the connections that will.
+        for held in mem::take(&mut conn.held) {
+            self.give_back(Some(held.bid));
+        }
         if receiving {
             self.cancel(Op::Recv, key);
         }
@@ -1335,16 +1701,12 @@ impl Transport for UringConn {
 
     fn read(&mut self, buf: &mut Vec<u8>, max: usize) -> ReadOutcome {
         let mut ring = self.ring.borrow_mut();
-        let conn = ring.conns.get_mut(self.key).expect("a transport's slot");
-        if conn.start < conn.end && max > 0 {
-            let n = max.min(conn.end - conn.start);
-            buf.extend_from_slice(&conn.recv[conn.start..conn.start + n]);
-            conn.start += n;
-            if conn.start == conn.end {
-                ring.arm_recv(self.key); // submitted by the driver before the loop parks
-            }
+        // A receive re-armed here is submitted by the driver before the loop parks.
+        let n = ring.take_received(self.key, buf, max);
+        if n > 0 {
             return ReadOutcome::Data(n);
         }
+        let conn = ring.conns.get_mut(self.key).expect("a transport's slot");
         if let Some(e) = conn.read_error.take() {
             conn.eof = true;
             return ReadOutcome::Failed(e);

@@ -855,3 +855,306 @@ fn completions_a_handler_moves_aside_on_a_full_queue_are_not_lost() {
         drop(moved_aside);
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Multishot receives and the shared pool
+
+/// Runs `f` on the thread's ring.
+fn with_ring<T>(f: impl FnOnce(&mut Ring) -> T) -> T {
+    let ring = THREAD_RING.with(|r| r.borrow().upgrade()).expect("a ring");
+    let mut ring = ring.borrow_mut();
+    f(&mut ring)
+}
+
+/// Pool buffers the connections hold.
+fn lent() -> usize {
+    with_ring(|r| r.pool.as_ref().map_or(0, Pool::lent))
+}
+
+fn recv_stats() -> RecvStats {
+    with_ring(|r| r.recv_stats)
+}
+
+/// Bytes the connections hold in pool buffers, unread.
+fn held_bytes() -> usize {
+    with_ring(|r| {
+        r.conns
+            .iter()
+            .flat_map(|(_, c)| c.held.iter())
+            .map(|h| (h.len - h.taken) as usize)
+            .sum()
+    })
+}
+
+fn receiving() -> bool {
+    with_ring(|r| r.conns.iter().any(|(_, c)| c.recv_in_flight))
+}
+
+/// The key of the ring's only connection.
+fn only_conn() -> Key {
+    with_ring(|r| {
+        let keys: Vec<Key> = r.conns.iter().map(|(key, _)| key).collect();
+        assert_eq!(keys.len(), 1, "one connection");
+        keys[0]
+    })
+}
+
+/// The next ring of this thread gets a pool of `count` buffers of `size` bytes.
+fn small_pool(count: u16, size: u32) {
+    NEXT_POOL.with(|p| p.set(Some(Some((count, size)))));
+}
+
+#[test]
+fn a_connection_keeps_one_receive_armed_across_packets() {
+    run(async {
+        let mut pair = connected().await;
+        assert!(with_ring(|r| r.pooled()), "this kernel takes the pool");
+        let pushed = with_ring(|r| r.pushed);
+        for i in 0..20u8 {
+            send(&pair.client, &[i; 10]).await;
+            let got = read_exactly(&mut *pair.conn, &pair.wakes, 10).await;
+            assert_eq!(got, [i; 10]);
+        }
+        assert_eq!(
+            with_ring(|r| r.pushed),
+            pushed,
+            "no entry is queued per packet"
+        );
+        assert_eq!(recv_stats(), RecvStats::default());
+        assert_eq!(lent(), 0, "every buffer read out went back to the pool");
+        assert!(receiving());
+    });
+}
+
+#[test]
+fn bytes_spread_over_several_buffers_read_whole_and_in_order() {
+    run(async {
+        small_pool(16, 8);
+        let mut pair = connected().await;
+        let data = pattern(60);
+        // A packet's start, held in two buffers before its rest arrives in more.
+        send(&pair.client, &data[..13]).await;
+        eventually("the start held", || (held_bytes() == 13).then_some(())).await;
+        assert_eq!(lent(), 2);
+        send(&pair.client, &data[13..]).await;
+        eventually("all of it held", || (held_bytes() == 60).then_some(())).await;
+        let mut buf = Vec::new();
+        // Part of a buffer, then the rest of it and every other buffer in one read.
+        let holding = lent();
+        assert!(matches!(pair.conn.read(&mut buf, 5), ReadOutcome::Data(5)));
+        assert_eq!(lent(), holding, "the buffer read in part is still held");
+        assert!(matches!(
+            pair.conn.read(&mut buf, 64),
+            ReadOutcome::Data(55)
+        ));
+        assert_eq!(buf, data);
+        assert_eq!(lent(), 0);
+        assert!(matches!(
+            pair.conn.read(&mut buf, 64),
+            ReadOutcome::WouldBlock
+        ));
+        assert_eq!(recv_stats(), RecvStats::default());
+    });
+}
+
+#[test]
+fn an_empty_pool_ends_receives_and_the_buffers_coming_back_rearm_them() {
+    run(async {
+        small_pool(4, 16);
+        let mut a = connected().await;
+        let big = pattern(1000);
+        send(&a.client, &big).await;
+        eventually("the pool to run out", || {
+            (recv_stats().exhausted >= 1).then_some(())
+        })
+        .await;
+        assert_eq!(lent(), 4, "the connection holds every buffer");
+        assert!(!receiving(), "its receive ended");
+        let mut b = connected().await;
+        send(&b.client, b"hello").await;
+        eventually("the second connection to find the pool empty", || {
+            (recv_stats().exhausted >= 2).then_some(())
+        })
+        .await;
+        let got = read_exactly(&mut *a.conn, &a.wakes, big.len()).await;
+        assert!(got == big, "bytes lost or reordered");
+        let got = read_exactly(&mut *b.conn, &b.wakes, 5).await;
+        assert_eq!(got, b"hello");
+        let stats = recv_stats();
+        assert!(stats.rearmed >= 2, "{stats:?}");
+        assert_eq!(lent(), 0);
+        with_ring(|r| {
+            assert!(r.conns.iter().all(|(_, c)| c.recv_in_flight && !c.starved));
+        });
+    });
+}
+
+#[test]
+fn a_connection_holding_its_limit_pauses_its_receive_until_read() {
+    run(async {
+        small_pool(256, 16);
+        let mut pair = connected().await;
+        let data = pattern(HELD_LIMIT * 16 * 4);
+        send(&pair.client, &data).await;
+        eventually("the receive to pause", || {
+            (recv_stats().paused == 1 && !receiving()).then_some(())
+        })
+        .await;
+        let held = lent();
+        assert!(held >= HELD_LIMIT, "{held} buffers held");
+        assert_eq!(recv_stats().exhausted, 0, "the pool was not taken whole");
+        let got = read_exactly(&mut *pair.conn, &pair.wakes, data.len()).await;
+        assert!(got == data, "bytes lost or reordered");
+        assert!(recv_stats().rearmed >= 1);
+        // Re-armed: more bytes still arrive.
+        send(&pair.client, b"after").await;
+        let got = read_exactly(&mut *pair.conn, &pair.wakes, 5).await;
+        assert_eq!(got, b"after");
+        assert_eq!(lent(), 0);
+    });
+}
+
+#[test]
+fn a_closed_connection_gives_its_buffers_back_and_no_completion_reaches_its_successor() {
+    run(async {
+        let (mut acceptor, accept_wakes) = listen();
+        let addr = acceptor.local_addr().unwrap();
+
+        // Bytes held and never read: back to the pool with the transport.
+        let first = Client::connect(addr).await.unwrap();
+        let (conn, _) = attach_next(&mut *acceptor, &accept_wakes).await;
+        send(&first, b"unread").await;
+        eventually("the bytes held", || (lent() > 0).then_some(())).await;
+        drop(conn);
+        assert_eq!(lent(), 0, "given back at once");
+        eventually("the slot to go", || (open_conns() == 0).then_some(())).await;
+
+        // Bytes whose completion is still to come when the transport goes: they race its
+        // cancellation.
+        let second = Client::connect(addr).await.unwrap();
+        let (conn, _) = attach_next(&mut *acceptor, &accept_wakes).await;
+        let old = only_conn();
+        send(&second, b"late").await;
+        drop(conn);
+        eventually("the slot to go", || (open_conns() == 0).then_some(())).await;
+        assert_eq!(lent(), 0);
+        assert_eq!(with_ring(|r| r.in_flight), 1, "only the listener's accept");
+
+        // The next connection gets the slot, under a new generation, and only its own bytes.
+        let third = Client::connect(addr).await.unwrap();
+        let (mut conn, wakes) = attach_next(&mut *acceptor, &accept_wakes).await;
+        let new = only_conn();
+        assert_eq!(new.index(), old.index(), "the freed slot is reused");
+        assert_ne!(new.generation(), old.generation());
+        send(&third, b"new").await;
+        let got = read_exactly(&mut *conn, &wakes, 3).await;
+        assert_eq!(got, b"new");
+        assert!(matches!(
+            conn.read(&mut Vec::new(), 64),
+            ReadOutcome::WouldBlock
+        ));
+        drop(first);
+        drop(second);
+    });
+}
+
+#[test]
+fn a_kernel_refusing_the_pool_gets_single_shot_receives_into_own_buffers() {
+    run(async {
+        NEXT_POOL.with(|p| p.set(Some(None)));
+        let mut pair = connected().await;
+        assert!(with_ring(|r| r.pool.is_none() && !r.pooled()));
+        let data = pattern(3 * RECV_BUFFER + 100);
+        send(&pair.client, &data).await;
+        let got = read_exactly(&mut *pair.conn, &pair.wakes, data.len()).await;
+        assert!(got == data, "bytes lost or reordered");
+        let pushed = with_ring(|r| r.pushed);
+        send(&pair.client, b"x").await;
+        let got = read_exactly(&mut *pair.conn, &pair.wakes, 1).await;
+        assert_eq!(got, b"x");
+        assert_eq!(
+            with_ring(|r| r.pushed),
+            pushed + 1,
+            "one receive submitted for the packet"
+        );
+        let key = only_conn();
+        with_ring(|r| assert_eq!(r.conns.get(key).unwrap().recv.len(), RECV_BUFFER));
+    });
+}
+
+/// Accepts the next connection and attaches it.
+async fn attach_next(
+    acceptor: &mut dyn Acceptor,
+    accept_wakes: &Wakes,
+) -> (Box<dyn Transport>, Arc<Wakes>) {
+    let (accepted, _) = accept(acceptor, accept_wakes).await;
+    let (waker, wakes) = counting_waker();
+    (accepted.attach(waker), wakes)
+}
+
+#[test]
+fn a_pool_refilled_before_its_empty_answer_is_handled_rearms_at_once() {
+    run(async {
+        small_pool(4, 16);
+        let mut a = connected().await;
+        send(&a.client, &pattern(64)).await;
+        eventually("the pool lent whole", || (lent() == 4).then_some(())).await;
+        let exhausted = recv_stats().exhausted;
+        // B's receive meets the empty pool inside this submit; its answer is not handled yet
+        // (no await between the attach, the submit and the read below).
+        let mut b = connected().await;
+        with_ring(|r| r.enter_batch()).unwrap();
+        // Every buffer comes back before B's answer is seen.
+        let mut got = Vec::new();
+        assert!(matches!(a.conn.read(&mut got, 1024), ReadOutcome::Data(64)));
+        assert_eq!(lent(), 0);
+        eventually("B's empty-pool answer", || {
+            (recv_stats().exhausted > exhausted).then_some(())
+        })
+        .await;
+        // Re-armed at once, not left waiting for a buffer that already came back.
+        send(&b.client, b"hello").await;
+        let got = read_exactly(&mut *b.conn, &b.wakes, 5).await;
+        assert_eq!(got, b"hello");
+        with_ring(|r| {
+            assert!(
+                r.starved
+                    .iter()
+                    .all(|&key| r.conns.get(key).is_none_or(|c| !c.starved))
+            )
+        });
+    });
+}
+
+#[test]
+fn a_kernel_refusing_multishot_receives_falls_back_for_every_connection() {
+    run(async {
+        REFUSE_MULTISHOT.with(|r| r.set(true));
+        let (mut acceptor, accept_wakes) = listen();
+        let addr = acceptor.local_addr().unwrap();
+        let (client_a, client_b) = (
+            Client::connect(addr).await.unwrap(),
+            Client::connect(addr).await.unwrap(),
+        );
+        let (accepted_a, _) = accept(&mut *acceptor, &accept_wakes).await;
+        let (accepted_b, _) = accept(&mut *acceptor, &accept_wakes).await;
+        // Both receives are armed before either refusal is seen.
+        let (waker_a, wakes_a) = counting_waker();
+        let (waker_b, wakes_b) = counting_waker();
+        let mut a = accepted_a.attach(waker_a);
+        let mut b = accepted_b.attach(waker_b);
+        eventually("both refusals", || {
+            with_ring(|r| r.refused.is_empty()).then_some(())
+        })
+        .await;
+        assert!(with_ring(|r| r.multishot_refused && !r.pooled()));
+        send(&client_a, b"first").await;
+        send(&client_b, b"second").await;
+        assert_eq!(read_exactly(&mut *a, &wakes_a, 5).await, b"first");
+        assert_eq!(read_exactly(&mut *b, &wakes_b, 6).await, b"second");
+        with_ring(|r| {
+            assert!(r.conns.iter().all(|(_, c)| c.recv.len() == RECV_BUFFER));
+        });
+        REFUSE_MULTISHOT.with(|r| r.set(false));
+    });
+}
