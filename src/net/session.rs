@@ -486,7 +486,7 @@ impl Sessions {
         let Some(hot) = self.hot.get_mut(conn.0.index() as usize) else {
             return;
         };
-        if !hot.is_live(conn.0.generation()) {
+        if !hot.is_live(conn.0.generation()) || hot.is_empty() {
             return;
         }
         let Some(state) = self.conns.get_mut(conn.0) else {

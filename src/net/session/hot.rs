@@ -128,6 +128,11 @@ impl Hot {
         }
     }
 
+    /// Whether it holds no range.
+    pub(super) fn is_empty(&self) -> bool {
+        self.used == 0
+    }
+
     /// Bytes in the queued ranges.
     pub(super) fn inline_bytes(&self) -> usize {
         self.inline[..usize::from(self.used)]
