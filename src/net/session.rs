@@ -1191,4 +1191,122 @@ mod tests {
         assert_eq!(sessions.to_flush, vec![watcher]);
         assert!(sessions.at_tick.is_empty());
     }
+
+    /// What the server's flush does for a connection whose hot line may hold ranges: they
+    /// join the output queue, then the queue is written.
+    fn flush_line(sessions: &mut Sessions, conn: ConnId) {
+        sessions.spill(conn);
+        flush(sessions, conn);
+    }
+
+    #[tokio::test]
+    async fn ranges_on_a_hot_line_go_out_in_the_order_queued_and_the_group_goes_once_written() {
+        let mut sessions = Sessions::new(1 << 20, 1 << 20);
+        let mut frames = Vec::new();
+        for n in 0..6u8 {
+            frame::put(&mut frames, 0x20, &[&[n; 3]]);
+        }
+        let shared = SharedFrames::new(&frames);
+        let each = frames.len() / 6;
+        let packet = |k: usize| k * each..(k + 1) * each;
+        let (conn, wire) = open_wire(&mut sessions, usize::MAX);
+        let g = sessions.share(shared.clone());
+        // The first goes the long way and fills the line; the next two wait on the line.
+        assert!(sessions.send_group(conn, g, packet(0), 1));
+        assert!(sessions.send_group(conn, g, packet(2), 1));
+        assert!(sessions.send_group_around(conn, g, packet(3), 5));
+        assert_eq!(
+            shared.holders(),
+            3,
+            "ours, the table's and the queued chunk's: ranges on the line hold the group"
+        );
+        // A packet of its own takes the line's ranges along first; then more ranges than the
+        // line holds (four apart from each other, and a fifth).
+        assert!(sessions.send_packet(conn, 0x21, &[b"own"]));
+        for k in [5, 0, 2, 4, 1, 3] {
+            assert!(sessions.send_group(conn, g, packet(k), 1));
+        }
+        let queued = 13 * each + frame::HEADER_LEN + 3;
+        assert_eq!(sessions.pending_output(conn), queued);
+        assert_eq!(sessions.outbound, queued);
+        assert_eq!(sessions.packets_out, 14);
+        assert_eq!(sessions.at_tick, vec![conn], "listed for the tick once");
+        assert_eq!(
+            sessions.to_flush,
+            vec![conn],
+            "and for now, by its own packet"
+        );
+        flush_line(&mut sessions, conn);
+        let got: Vec<(u8, u8)> = packets(&wire.borrow().got)
+            .iter()
+            .map(|(id, payload)| (*id, payload[0]))
+            .collect();
+        let moves = |ks: &[u8]| ks.iter().map(|&k| (0x20, k)).collect::<Vec<_>>();
+        let mut expected = moves(&[0, 2, 0, 1, 2, 4, 5]);
+        expected.push((0x21, b'o'));
+        expected.extend(moves(&[5, 0, 2, 4, 1, 3]));
+        assert_eq!(got, expected);
+        assert_eq!((sessions.pending_output(conn), sessions.outbound), (0, 0));
+        sessions.unshare(g);
+        assert_eq!(
+            shared.holders(),
+            1,
+            "nothing needs the group: the table let go"
+        );
+        assert_eq!(sessions.groups.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ranges_on_a_hot_line_meet_the_soft_clock_and_the_send_limit_like_any_output() {
+        let mut sessions = Sessions::new(10_000, 1 << 20).with_soft_limit(5_000);
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 997]]));
+        let g = sessions.share(shared.clone());
+        let (stuck, _) = open_wire(&mut sessions, 0);
+        let since = |s: &Sessions| s.conns.get(stuck.0).unwrap().over_soft_since;
+        for _ in 0..5 {
+            assert!(sessions.send_group(stuck, g, 0..1000, 1));
+        }
+        assert_eq!(since(&sessions), None, "at the soft limit, not over it");
+        assert!(sessions.send_group(stuck, g, 0..1000, 1));
+        assert_eq!(
+            since(&sessions),
+            Some(Instant::now()),
+            "over: the clock runs"
+        );
+        for _ in 0..4 {
+            assert!(sessions.send_group(stuck, g, 0..1000, 1));
+        }
+        assert_eq!(sessions.pending_output(stuck), 10_000, "at the send limit");
+        assert!(!sessions.send_group(stuck, g, 0..1000, 1), "past it");
+        assert_eq!(sessions.overflows, 1);
+        assert!(!sessions.is_open(stuck));
+        assert_eq!(
+            sessions.outbound, 0,
+            "its bytes, on the line or not, left the budget"
+        );
+        sessions.unshare(g);
+        assert_eq!(shared.holders(), 1, "and its ranges let go of the group");
+    }
+
+    #[tokio::test]
+    async fn the_budget_counts_ranges_on_a_hot_line_and_evicts_the_connection_holding_them() {
+        let mut sessions = Sessions::new(1 << 20, 5_000);
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 997]]));
+        let g = sessions.share(shared.clone());
+        let (slow, _) = open_wire(&mut sessions, 0);
+        let (busy, _) = open_wire(&mut sessions, 0);
+        for _ in 0..3 {
+            assert!(sessions.send_group(slow, g, 0..1000, 1));
+        }
+        assert_eq!(sessions.outbound, 3_000);
+        // 3 000 more would pass the budget: the connection holding the most goes, though
+        // most of its bytes are still on its line.
+        assert!(sessions.send_packet(busy, 0x21, &[&[0; 2_997]]));
+        assert!(sessions.send_packet(busy, 0x21, &[&[0; 997]]));
+        assert_eq!(sessions.evictions, 1);
+        assert!(!sessions.is_open(slow) && sessions.is_open(busy));
+        assert_eq!(sessions.outbound, 4_000);
+        sessions.unshare(g);
+        assert_eq!(shared.holders(), 1);
+    }
 }
