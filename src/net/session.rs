@@ -18,7 +18,10 @@
 //! player) or *at the tick* ([`Sessions::send_shared`]: the fan-out of world changes), which
 //! the server writes at the next tick boundary, so a connection with only broadcast output is
 //! written at most once per tick. Queuing output to go now sends what was queued at the tick
-//! too, in order.
+//! too, in order. The fan-out's ranges of a group's shared frames ([`Sessions::send_group`])
+//! wait on the connection's hot line (`hot`: one dense cache line per connection slot, with
+//! the counts the limits need) until the connection is written or queued anything else, so a
+//! crowd's recipient costs that line and not its connection's state.
 //!
 //! This module must never touch a socket's readiness or parse packets: the server does that.
 
