@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::rc::Rc;
 
 use crate::EventLoopBuilder;
-use crate::net::{ConnId, Net, Sessions, SharedFrames, frame};
+use crate::net::{ConnId, GroupId, Net, Sessions, SharedFrames, frame};
 use crate::runtime::Phase;
 use crate::world::{
     DELTAS_PER_ITERATION, Delta, IdMap, Location, SECTOR_SIZE, SectorId, Serial, World,
@@ -199,12 +199,19 @@ struct FanOut {
     /// each.
     held: IdMap<ConnId, VecDeque<Vec<u8>>>,
     payload: Vec<u8>,
+    /// The players around the group being fanned out, as the area query hands them out.
+    audience: Vec<(Serial, ConnId, Location)>,
     /// Runs so far, for [`RELEASE_EVERY`].
     runs: u32,
 }
 
 /// Held speech is looked at every this many runs of the fan-out.
 const RELEASE_EVERY: u32 = 8;
+
+/// How many players ahead the fan-out hints their connections' lines into cache
+/// ([`Sessions::prefetch`]): enough for the misses to overlap, few enough that the lines are
+/// still there when their turn comes.
+const PREFETCH_AHEAD: usize = 8;
 
 /// The changes of one sector, or of neighbouring sectors close enough together (at most
 /// [`VIEW_RANGE`] apart both ways), encoded once.
@@ -221,9 +228,36 @@ struct Group {
     movers: Vec<(Serial, Location, Range<usize>)>,
     /// `movers` indexes sorted by serial: a player finds its own move without a scan.
     by_mover: Vec<(Serial, usize)>,
+    /// A bit per hash of each mover's serial: most players around a group did not move in
+    /// it, and one bit tells them so without the search of `by_mover`.
+    mover_bits: MoverBits,
     /// Encoded lines, back to back, and each one's spot and bytes.
     said: Vec<u8>,
     lines: Vec<(Location, Range<usize>)>,
+}
+
+/// A set of serials that may answer "maybe" for one it does not hold, never "no" for one it
+/// does: a bit per hash, 1024 of them (with a group's usual few dozen movers, a few percent
+/// of the others are "maybe").
+#[derive(Clone, Copy, Default)]
+struct MoverBits([u64; 16]);
+
+impl MoverBits {
+    fn bit(serial: Serial) -> (usize, u64) {
+        // Fibonacci hashing: the top 10 bits of the product spread neighbouring serials.
+        let h = (serial.0.wrapping_mul(0x9E37_79B9) >> 22) as usize;
+        (h / 64, 1 << (h % 64))
+    }
+
+    fn insert(&mut self, serial: Serial) {
+        let (word, bit) = Self::bit(serial);
+        self.0[word] |= bit;
+    }
+
+    fn may_hold(&self, serial: Serial) -> bool {
+        let (word, bit) = Self::bit(serial);
+        self.0[word] & bit != 0
+    }
 }
 
 /// The 8 sectors around one, in a fixed order.
@@ -399,12 +433,14 @@ impl FanOut {
             out,
             held,
             payload,
+            audience,
             ..
         } = self;
         let group = &mut groups[g];
         group.moves.clear();
         group.movers.clear();
         group.by_mover.clear();
+        group.mover_bits = MoverBits::default();
         group.said.clear();
         group.lines.clear();
         let (mut lo, mut hi) = ((u16::MAX, u16::MAX), (0, 0));
@@ -426,6 +462,7 @@ impl FanOut {
                     if unit(batch, id, payload, &mut group.moves) {
                         let n = group.movers.len();
                         group.by_mover.push((*serial, n));
+                        group.mover_bits.insert(*serial);
                         group.movers.push((*serial, *at, start..group.moves.len()));
                     }
                 }
@@ -460,13 +497,19 @@ impl FanOut {
         };
         // Work counts what costs: a change encoded, a player reached, an entry queued.
         let (mut work, mut chatter) = (group.changes.len(), (0, 0));
-        for (serial, conn, at) in players.in_area(map, xs, ys) {
+        audience.clear();
+        audience.extend(players.in_area(map, xs, ys));
+        for (k, &(serial, conn, at)) in audience.iter().enumerate() {
+            if let Some(&(_, ahead, _)) = audience.get(k + PREFETCH_AHEAD) {
+                sessions.prefetch(ahead);
+            }
             work += 1;
             let whole = sees(&at, &corner_lo) && sees(&at, &corner_hi);
             let own = group
-                .by_mover
-                .binary_search_by_key(&serial, |&(s, _)| s)
-                .ok()
+                .mover_bits
+                .may_hold(serial)
+                .then(|| group.by_mover.binary_search_by_key(&serial, |&(s, _)| s))
+                .and_then(Result::ok)
                 .map(|k| group.by_mover[k].1);
             if whole {
                 let (all, n) = (group.moves.len(), group.movers.len());
@@ -520,6 +563,7 @@ impl FanOut {
             chatter.0 += stats.0;
             chatter.1 += stats.1;
         }
+        sink.finish(sessions);
         let work = work + sink.entries;
         out.held += chatter.0;
         out.dropped += chatter.1;
@@ -586,9 +630,10 @@ struct Sink<'a> {
     g: usize,
     moves: &'a [u8],
     said: &'a [u8],
-    /// The group's moves and lines, shared, made when their first recipient is queued:
-    /// groups nobody sees (a crowd of one, spread players) cost no copy.
-    shared: [Option<SharedFrames>; 2],
+    /// The group's moves and lines, shared and filed with the sessions
+    /// ([`Sessions::share`]), made when their first recipient is queued: groups nobody sees
+    /// (a crowd of one, spread players) cost no copy.
+    shared: [Option<GroupId>; 2],
     /// Entries queued (ranges, or pieces of a slot), for the budget.
     entries: usize,
 }
@@ -615,8 +660,8 @@ impl Sink<'_> {
             out.slot(conn).push(source, range, packets);
             return;
         }
-        let frames = self.frames(part);
-        sessions.send_shared(conn, frames, range, packets);
+        let g = self.group(sessions, part);
+        sessions.send_group(conn, g, range, packets);
     }
 
     /// Queues all the group's moves but `own` (the player's own move) for `conn`: the
@@ -635,8 +680,8 @@ impl Sink<'_> {
             return;
         }
         self.entries += 1;
-        let frames = self.frames(Part::Moves);
-        sessions.send_shared_around(conn, frames, own, packets.0 + packets.1);
+        let g = self.group(sessions, Part::Moves);
+        sessions.send_group_around(conn, g, own, packets.0 + packets.1);
     }
 
     /// Bytes queued for `conn` by this fan-out and not yet on its connection (batched
@@ -648,12 +693,20 @@ impl Sink<'_> {
             .unwrap_or(0)
     }
 
-    fn frames(&mut self, part: Part) -> &SharedFrames {
+    fn group(&mut self, sessions: &mut Sessions, part: Part) -> GroupId {
         let (at, bytes) = match part {
             Part::Moves => (0, self.moves),
             Part::Said => (1, self.said),
         };
-        self.shared[at].get_or_insert_with(|| SharedFrames::new(bytes))
+        *self.shared[at].get_or_insert_with(|| sessions.share(SharedFrames::new(bytes)))
+    }
+
+    /// The group is fanned out: the sessions' table keeps its frames only while a queued
+    /// range needs them.
+    fn finish(&mut self, sessions: &mut Sessions) {
+        for g in self.shared.iter_mut().filter_map(Option::take) {
+            sessions.unshare(g);
+        }
     }
 }
 

@@ -434,7 +434,7 @@ impl Net {
             .sessions
             .conns
             .iter()
-            .map(|(_, s)| s.pending_output())
+            .map(|(key, s)| server.sessions.unsent(key, s))
             .sum()
     }
 
@@ -1072,6 +1072,7 @@ impl Server {
             };
             if state.closing.is_some() || state.write_blocked {
                 state.queued_flush = false;
+                self.sessions.unlist_flush(conn);
                 continue;
             }
             if writes == FLUSH_PER_ITERATION {
@@ -1080,6 +1081,13 @@ impl Server {
             }
             writes += 1;
             state.queued_flush = false;
+            self.sessions.unlist_flush(conn);
+            // The ranges the fan-out left on the connection's hot line join its output queue
+            // here, where the write reads that queue anyway.
+            self.sessions.spill(conn);
+            let Some(state) = self.sessions.conns.get_mut(conn.0) else {
+                continue;
+            };
             while state.pending_output() > 0 {
                 // Every queued chunk in one vectored write where the transport takes them so:
                 // shared frames go out of their one buffer, never copied per connection.
@@ -1141,6 +1149,7 @@ impl Server {
                         );
                     }
                 }
+                self.sessions.forget(conn);
                 let Some(mut state) = self.sessions.conns.remove(conn.0) else {
                     continue;
                 };

@@ -18,7 +18,10 @@
 //! player) or *at the tick* ([`Sessions::send_shared`]: the fan-out of world changes), which
 //! the server writes at the next tick boundary, so a connection with only broadcast output is
 //! written at most once per tick. Queuing output to go now sends what was queued at the tick
-//! too, in order.
+//! too, in order. The fan-out's ranges of a group's shared frames ([`Sessions::send_group`])
+//! wait on the connection's hot line (`hot`: one dense cache line per connection slot, with
+//! the counts the limits need) until the connection is written or queued anything else, so a
+//! crowd's recipient costs that line and not its connection's state.
 //!
 //! This module must never touch a socket's readiness or parse packets: the server does that.
 
@@ -40,8 +43,11 @@ use crate::slab::Slab;
 // Connections with no socket, for the test kit's handler harness (tests only).
 #[cfg(any(test, doc, feature = "testkit"))]
 mod detached;
+mod hot;
 mod output;
 
+pub(crate) use hot::GroupId;
+use hot::{FLUSH, Groups, Hot, LIVE, OVER_SOFT, TICK};
 pub(super) use output::Output;
 
 /// One open connection.
@@ -85,8 +91,6 @@ pub(super) struct NetState {
     /// ([`Transport::discard_output`]), so the kernel frees its send buffer at once.
     pub discard_output: bool,
     pub queued_flush: bool,
-    /// In the list of connections written at the next tick ([`Sessions::send_shared`]).
-    pub queued_tick: bool,
     /// In the server's read queue.
     pub queued_read: bool,
 }
@@ -116,7 +120,6 @@ impl NetState {
             over_soft_since: None,
             discard_output: false,
             queued_flush: false,
-            queued_tick: false,
             queued_read: false,
         }
     }
@@ -140,7 +143,8 @@ impl NetState {
         self.closing.is_none() && self.linger.is_none()
     }
 
-    /// Bytes queued and not yet written.
+    /// Bytes in its output queue, not yet written (ranges still on its line in
+    /// [`Sessions`]' hot lines not counted: [`Sessions::pending_output`] counts them).
     pub(crate) fn pending_output(&self) -> usize {
         self.out.len()
     }
@@ -184,6 +188,12 @@ pub struct Sessions {
     pub(super) to_flush: Vec<ConnId>,
     /// Connections with output queued to go at the next tick ([`Sessions::release_tick`]).
     pub(super) at_tick: Vec<ConnId>,
+    /// One line per connection slot: what queuing a broadcast looks at, and the last ranges
+    /// queued ([`hot`]); a line is filled the first time its connection is queued output
+    /// the long way, and again whenever the slot's generation changes.
+    hot: Vec<Hot>,
+    /// The groups of shared frames the hot lines' ranges refer to.
+    groups: Groups,
     /// Connections condemned since they were last reaped.
     pub(super) to_close: Vec<ConnId>,
     /// Open connections that have not logged in (condemned ones until they are reaped).
@@ -212,6 +222,8 @@ impl Sessions {
             packets_out: 0,
             to_flush: Vec::new(),
             at_tick: Vec::new(),
+            hot: Vec::new(),
+            groups: Groups::default(),
             to_close: Vec::new(),
             prelogin: 0,
             arrivals: VecDeque::new(),
@@ -356,6 +368,7 @@ impl Sessions {
     /// # Panics
     ///
     /// If `hole` is not within `frames`.
+    #[cfg(any(test, doc))] // the fan-out queues by group: `Sessions::send_group_around`
     pub(crate) fn send_shared_around(
         &mut self,
         conn: ConnId,
@@ -372,6 +385,192 @@ impl Sessions {
             out.push_shared(frames, 0..hole.start);
             out.push_shared(frames, hole.end..frames.len());
         })
+    }
+
+    /// Files `frames` as a group the fan-out queues ranges of with [`Sessions::send_group`]:
+    /// held once by the table however many connections get ranges of it, until the caller
+    /// lets go ([`Sessions::unshare`]) and the last range queued is written or dropped.
+    pub(crate) fn share(&mut self, frames: SharedFrames) -> GroupId {
+        self.groups.share(frames)
+    }
+
+    /// The fan-out is done queuing group `g` ([`Sessions::share`]).
+    pub(crate) fn unshare(&mut self, g: GroupId) {
+        self.groups.release(g);
+    }
+
+    /// [`Sessions::send_shared`] of `range` of group `g`'s frames: the same output, limits,
+    /// order and tick, but queued on the connection's hot line when it has room and no limit
+    /// is near (the connection's state is then not touched until it is written).
+    pub(crate) fn send_group(
+        &mut self,
+        conn: ConnId,
+        g: GroupId,
+        range: std::ops::Range<usize>,
+        packets: u64,
+    ) -> bool {
+        assert!(
+            range.end <= self.groups.frames(g).len(),
+            "a range within the frames"
+        );
+        let len = range.len();
+        self.queue_ranges(conn, g, &[range], len, packets)
+    }
+
+    /// [`Sessions::send_shared_around`] of group `g`'s frames, the way of
+    /// [`Sessions::send_group`].
+    pub(crate) fn send_group_around(
+        &mut self,
+        conn: ConnId,
+        g: GroupId,
+        hole: std::ops::Range<usize>,
+        packets: u64,
+    ) -> bool {
+        let all = self.groups.frames(g).len();
+        assert!(
+            hole.start <= hole.end && hole.end <= all,
+            "a hole within the frames"
+        );
+        let len = all - hole.len();
+        self.queue_ranges(conn, g, &[0..hole.start, hole.end..all], len, packets)
+    }
+
+    /// Queues `ranges` of group `g` (`len` bytes, `packets` packets) to go at the tick: on
+    /// `conn`'s hot line when it takes them with no limit in play (under the send limit, the
+    /// soft limit and the outbound budget, all checked as [`Sessions::queue_output`] checks
+    /// them), else the long way.
+    fn queue_ranges(
+        &mut self,
+        conn: ConnId,
+        g: GroupId,
+        ranges: &[std::ops::Range<usize>],
+        len: usize,
+        packets: u64,
+    ) -> bool {
+        let (send_limit, soft_limit) = (self.send_limit, self.soft_limit);
+        let room = self.outbound + len <= self.outbound_budget;
+        if let Some(hot) = self.hot.get_mut(conn.0.index() as usize)
+            && hot.is_live(conn.0.generation())
+            && room
+            && hot.pending + len <= send_limit
+            && (soft_limit == 0 || hot.flags & OVER_SOFT != 0 || hot.pending + len <= soft_limit)
+            && let Some(added) = hot.push(g, ranges)
+        {
+            hot.pending += len;
+            let list = hot.flags & (TICK | FLUSH) == 0;
+            hot.flags |= if list { TICK } else { 0 };
+            self.groups.hold(g, added);
+            self.packets_out += packets;
+            self.outbound += len;
+            if list {
+                self.at_tick.push(conn);
+            }
+            return true;
+        }
+        let frames = self.groups.frames(g).clone();
+        self.queue_output(conn, len, packets, Due::Tick, |out| {
+            for range in ranges {
+                out.push_shared(&frames, range.clone());
+            }
+        })
+    }
+
+    /// A hint: `conn` is about to be queued output with [`Sessions::send_group`], so its hot
+    /// line is worth bringing into cache now (the fan-out hints a few recipients ahead).
+    pub(crate) fn prefetch(&self, conn: ConnId) {
+        if let Some(hot) = self.hot.get(conn.0.index() as usize) {
+            hot.prefetch();
+        }
+    }
+
+    /// Moves the ranges on `conn`'s hot line into its output queue, after what is there: the
+    /// connection is about to be written, or queued output the long way.
+    pub(super) fn spill(&mut self, conn: ConnId) {
+        let Some(hot) = self.hot.get_mut(conn.0.index() as usize) else {
+            return;
+        };
+        if !hot.is_live(conn.0.generation()) || hot.is_empty() {
+            return;
+        }
+        let Some(state) = self.conns.get_mut(conn.0) else {
+            return;
+        };
+        for (g, range) in hot.take() {
+            state.out.push_shared(self.groups.frames(g), range);
+            self.groups.release(g);
+        }
+    }
+
+    /// Fills `conn`'s hot line from its state (the first time, or after the slot changed
+    /// hands), or brings its counts up to date; `conn` is open and not condemned.
+    fn sync_hot(&mut self, conn: ConnId) {
+        let Some(state) = self.conns.get(conn.0) else {
+            return;
+        };
+        let i = conn.0.index() as usize;
+        if self.hot.len() <= i {
+            self.hot.resize(i + 1, Hot::default());
+        }
+        let hot = &mut self.hot[i];
+        if !hot.is_live(conn.0.generation()) {
+            // A line left by a connection that went without `close` may still hold ranges.
+            for (g, _) in hot.take() {
+                self.groups.release(g);
+            }
+            *hot = Hot::live(conn.0.generation());
+        }
+        hot.pending = state.pending_output() + hot.inline_bytes();
+        let mut flags = hot.flags & (LIVE | TICK);
+        flags |= if state.queued_flush { FLUSH } else { 0 };
+        flags |= if state.over_soft_since.is_some() {
+            OVER_SOFT
+        } else {
+            0
+        };
+        hot.flags = flags;
+    }
+
+    /// `conn`'s hot line, if it is `conn`'s and live.
+    fn live_hot(&mut self, conn: ConnId) -> Option<&mut Hot> {
+        self.hot
+            .get_mut(conn.0.index() as usize)
+            .filter(|hot| hot.is_live(conn.0.generation()))
+    }
+
+    /// Bytes in the ranges on `key`'s hot line.
+    fn inline_bytes(&self, key: crate::slab::Key) -> usize {
+        self.hot
+            .get(key.index() as usize)
+            .filter(|hot| hot.is_live(key.generation()))
+            .map_or(0, Hot::inline_bytes)
+    }
+
+    /// `conn`'s hot line no longer takes output, and lets go of its ranges (dropped, not
+    /// sent); the bytes they held.
+    fn drop_hot(&mut self, conn: ConnId) -> usize {
+        let Some(hot) = self.live_hot(conn) else {
+            return 0;
+        };
+        let bytes = hot.inline_bytes();
+        let ranges: Vec<GroupId> = hot.take().map(|(g, _)| g).collect();
+        *hot = Hot::default();
+        for g in ranges {
+            self.groups.release(g);
+        }
+        bytes
+    }
+
+    /// `conn` left the slab: its line lets go of anything it still holds.
+    pub(super) fn forget(&mut self, conn: ConnId) {
+        self.drop_hot(conn);
+    }
+
+    /// `conn` leaves this iteration's Flush list (its flag in its state is cleared by the
+    /// caller).
+    pub(super) fn unlist_flush(&mut self, conn: ConnId) {
+        if let Some(hot) = self.live_hot(conn) {
+            hot.flags &= !FLUSH;
+        }
     }
 
     /// Queues `frames`, whole packets already framed one after the other (`packets` of
@@ -400,7 +599,14 @@ impl Sessions {
     /// Bytes queued for `conn` and not yet written (0 for a connection that is gone).
     #[must_use]
     pub fn pending_output(&self, conn: ConnId) -> usize {
-        self.conns.get(conn.0).map_or(0, NetState::pending_output)
+        self.conns
+            .get(conn.0)
+            .map_or(0, |state| self.unsent(conn.0, state))
+    }
+
+    /// What connection `key` (`state`) holds unsent: its output queue and its hot line.
+    pub(super) fn unsent(&self, key: crate::slab::Key, state: &NetState) -> usize {
+        state.pending_output() + self.inline_bytes(key)
     }
 
     /// The most output one connection may hold unsent (`network.send_buffer_size`).
@@ -426,6 +632,11 @@ impl Sessions {
         if state.closing.is_some() {
             return false;
         }
+        // What the hot line holds goes first: the order queued is the order sent.
+        self.spill(conn);
+        let Some(state) = self.conns.get(conn.0) else {
+            return false;
+        };
         let queued = state.pending_output();
         if queued + len > self.send_limit {
             let limit = self.send_limit;
@@ -458,10 +669,13 @@ impl Sessions {
         {
             state.over_soft_since = Some(Instant::now());
         }
+        let queued_flush = state.queued_flush;
+        self.sync_hot(conn);
         // Listed for the next tick once (unless it is written in this iteration's Flush phase
-        // anyway), while its state is at hand: a crowd's fan-out comes here once per player.
-        let tick = due == Due::Tick && !state.queued_flush && !state.queued_tick;
-        state.queued_tick |= tick;
+        // anyway).
+        let hot = &mut self.hot[conn.0.index() as usize];
+        let tick = due == Due::Tick && !queued_flush && hot.flags & TICK == 0;
+        hot.flags |= if tick { TICK } else { 0 };
         self.packets_out += packets;
         self.outbound += len;
         match due {
@@ -482,9 +696,9 @@ impl Sessions {
     pub(super) fn release_tick(&mut self) {
         let waiting = std::mem::take(&mut self.at_tick);
         for &conn in &waiting {
-            if let Some(state) = self.conns.get_mut(conn.0) {
-                state.queued_tick = false;
-                if state.pending_output() > 0 {
+            if let Some(hot) = self.live_hot(conn) {
+                hot.flags &= !TICK;
+                if hot.pending > 0 {
                     self.queue_flush(conn);
                 }
             }
@@ -496,10 +710,10 @@ impl Sessions {
         }
     }
 
-    /// What `conn` holds against the outbound budget: its unsent output, plus the socket
-    /// charge while its socket is full.
-    fn held(&self, state: &NetState) -> usize {
-        state.pending_output() + if state.charged { self.socket_charge } else { 0 }
+    /// What connection `key` holds against the outbound budget: its unsent output, plus the
+    /// socket charge while its socket is full.
+    fn held(&self, key: crate::slab::Key, state: &NetState) -> usize {
+        self.unsent(key, state) + if state.charged { self.socket_charge } else { 0 }
     }
 
     /// The open connection holding the most against the budget (unsent output, and its full
@@ -507,8 +721,8 @@ impl Sessions {
     fn largest_backlog(&self) -> Option<ConnId> {
         self.conns
             .iter()
-            .filter(|(_, s)| s.closing.is_none() && s.pending_output() > 0)
-            .max_by_key(|(_, s)| self.held(s))
+            .filter(|&(key, s)| s.closing.is_none() && self.unsent(key, s) > 0)
+            .max_by_key(|&(key, s)| self.held(key, s))
             .map(|(key, _)| ConnId(key))
     }
 
@@ -539,6 +753,9 @@ impl Sessions {
             }
             _ => {}
         }
+        if self.live_hot(conn).is_some() {
+            self.sync_hot(conn); // what the write took, and the soft clock
+        }
     }
 
     /// Disconnects `conn` for keeping more than the soft limit unsent for longer than
@@ -558,7 +775,7 @@ impl Sessions {
     }
 
     fn evict(&mut self, conn: ConnId) {
-        let held = self.conns.get(conn.0).map_or(0, |s| self.held(s));
+        let held = self.conns.get(conn.0).map_or(0, |s| self.held(conn.0, s));
         let budget = self.outbound_budget;
         self.evictions += 1;
         self.close_unread(
@@ -578,6 +795,9 @@ impl Sessions {
         {
             state.queued_flush = true;
             self.to_flush.push(conn);
+            if let Some(hot) = self.live_hot(conn) {
+                hot.flags |= FLUSH;
+            }
         }
     }
 
@@ -585,12 +805,15 @@ impl Sessions {
     /// log line naming the peer and `why`) at the end of the current phase. Later calls keep
     /// the first reason.
     pub fn close(&mut self, conn: ConnId, why: Disconnect) {
+        if self.conns.get(conn.0).is_some_and(|s| s.closing.is_none()) {
+            // Nothing more is written to it: its hot line's ranges, its output, and its full
+            // socket stop counting at once, so one eviction is enough to make room.
+            self.outbound -= self.drop_hot(conn);
+        }
         if let Some(state) = self.conns.get_mut(conn.0)
             && state.closing.is_none()
         {
             state.closing = Some(why);
-            // Nothing more is written to it: its output, and its full socket, stop counting
-            // at once, so one eviction is enough to make room.
             self.outbound -= state.pending_output();
             if std::mem::take(&mut state.charged) {
                 self.outbound -= self.socket_charge;
@@ -970,5 +1193,123 @@ mod tests {
         sessions.release_tick();
         assert_eq!(sessions.to_flush, vec![watcher]);
         assert!(sessions.at_tick.is_empty());
+    }
+
+    /// What the server's flush does for a connection whose hot line may hold ranges: they
+    /// join the output queue, then the queue is written.
+    fn flush_line(sessions: &mut Sessions, conn: ConnId) {
+        sessions.spill(conn);
+        flush(sessions, conn);
+    }
+
+    #[tokio::test]
+    async fn ranges_on_a_hot_line_go_out_in_the_order_queued_and_the_group_goes_once_written() {
+        let mut sessions = Sessions::new(1 << 20, 1 << 20);
+        let mut frames = Vec::new();
+        for n in 0..6u8 {
+            frame::put(&mut frames, 0x20, &[&[n; 3]]);
+        }
+        let shared = SharedFrames::new(&frames);
+        let each = frames.len() / 6;
+        let packet = |k: usize| k * each..(k + 1) * each;
+        let (conn, wire) = open_wire(&mut sessions, usize::MAX);
+        let g = sessions.share(shared.clone());
+        // The first goes the long way and fills the line; the next two wait on the line.
+        assert!(sessions.send_group(conn, g, packet(0), 1));
+        assert!(sessions.send_group(conn, g, packet(2), 1));
+        assert!(sessions.send_group_around(conn, g, packet(3), 5));
+        assert_eq!(
+            shared.holders(),
+            3,
+            "ours, the table's and the queued chunk's: ranges on the line hold the group"
+        );
+        // A packet of its own takes the line's ranges along first; then more ranges than the
+        // line holds (four apart from each other, and a fifth).
+        assert!(sessions.send_packet(conn, 0x21, &[b"own"]));
+        for k in [5, 0, 2, 4, 1, 3] {
+            assert!(sessions.send_group(conn, g, packet(k), 1));
+        }
+        let queued = 13 * each + frame::HEADER_LEN + 3;
+        assert_eq!(sessions.pending_output(conn), queued);
+        assert_eq!(sessions.outbound, queued);
+        assert_eq!(sessions.packets_out, 14);
+        assert_eq!(sessions.at_tick, vec![conn], "listed for the tick once");
+        assert_eq!(
+            sessions.to_flush,
+            vec![conn],
+            "and for now, by its own packet"
+        );
+        flush_line(&mut sessions, conn);
+        let got: Vec<(u8, u8)> = packets(&wire.borrow().got)
+            .iter()
+            .map(|(id, payload)| (*id, payload[0]))
+            .collect();
+        let moves = |ks: &[u8]| ks.iter().map(|&k| (0x20, k)).collect::<Vec<_>>();
+        let mut expected = moves(&[0, 2, 0, 1, 2, 4, 5]);
+        expected.push((0x21, b'o'));
+        expected.extend(moves(&[5, 0, 2, 4, 1, 3]));
+        assert_eq!(got, expected);
+        assert_eq!((sessions.pending_output(conn), sessions.outbound), (0, 0));
+        sessions.unshare(g);
+        assert_eq!(
+            shared.holders(),
+            1,
+            "nothing needs the group: the table let go"
+        );
+        assert_eq!(sessions.groups.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ranges_on_a_hot_line_meet_the_soft_clock_and_the_send_limit_like_any_output() {
+        let mut sessions = Sessions::new(10_000, 1 << 20).with_soft_limit(5_000);
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 997]]));
+        let g = sessions.share(shared.clone());
+        let (stuck, _) = open_wire(&mut sessions, 0);
+        let since = |s: &Sessions| s.conns.get(stuck.0).unwrap().over_soft_since;
+        for _ in 0..5 {
+            assert!(sessions.send_group(stuck, g, 0..1000, 1));
+        }
+        assert_eq!(since(&sessions), None, "at the soft limit, not over it");
+        assert!(sessions.send_group(stuck, g, 0..1000, 1));
+        assert_eq!(
+            since(&sessions),
+            Some(Instant::now()),
+            "over: the clock runs"
+        );
+        for _ in 0..4 {
+            assert!(sessions.send_group(stuck, g, 0..1000, 1));
+        }
+        assert_eq!(sessions.pending_output(stuck), 10_000, "at the send limit");
+        assert!(!sessions.send_group(stuck, g, 0..1000, 1), "past it");
+        assert_eq!(sessions.overflows, 1);
+        assert!(!sessions.is_open(stuck));
+        assert_eq!(
+            sessions.outbound, 0,
+            "its bytes, on the line or not, left the budget"
+        );
+        sessions.unshare(g);
+        assert_eq!(shared.holders(), 1, "and its ranges let go of the group");
+    }
+
+    #[tokio::test]
+    async fn the_budget_counts_ranges_on_a_hot_line_and_evicts_the_connection_holding_them() {
+        let mut sessions = Sessions::new(1 << 20, 5_000);
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 997]]));
+        let g = sessions.share(shared.clone());
+        let (slow, _) = open_wire(&mut sessions, 0);
+        let (busy, _) = open_wire(&mut sessions, 0);
+        for _ in 0..3 {
+            assert!(sessions.send_group(slow, g, 0..1000, 1));
+        }
+        assert_eq!(sessions.outbound, 3_000);
+        // 3 000 more would pass the budget: the connection holding the most goes, though
+        // most of its bytes are still on its line.
+        assert!(sessions.send_packet(busy, 0x21, &[&[0; 2_997]]));
+        assert!(sessions.send_packet(busy, 0x21, &[&[0; 997]]));
+        assert_eq!(sessions.evictions, 1);
+        assert!(!sessions.is_open(slow) && sessions.is_open(busy));
+        assert_eq!(sessions.outbound, 4_000);
+        sessions.unshare(g);
+        assert_eq!(shared.holders(), 1);
     }
 }

@@ -26,12 +26,15 @@ impl Sessions {
     /// The bytes queued for `conn` and not yet written, taken out (a detached connection's
     /// output, for the test kit).
     pub(crate) fn take_output(&mut self, conn: ConnId) -> Vec<u8> {
+        self.spill(conn);
         let Some(state) = self.conns.get_mut(conn.0) else {
             return Vec::new();
         };
         self.outbound -= state.pending_output();
         state.over_soft_since = None;
-        state.out.take_bytes()
+        let bytes = state.out.take_bytes();
+        self.flushed(conn);
+        bytes
     }
 
     /// `conn` is condemned: closed at the end of the phase (not lingering to write an answer).
