@@ -33,9 +33,7 @@ impl Pause {
     pub(super) fn new(delay: Duration) -> Pause {
         let site = Location::caller();
         let core = core("timer::pause");
-        let due = core
-            .clock
-            .tick_ceil(core.logical_offset().saturating_add(delay));
+        let due = core.pause_due(delay);
         let job = Job::pause(&core, site);
         let key = core.wheel.borrow_mut().insert(due, job);
         Pause {
