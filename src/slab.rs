@@ -267,6 +267,21 @@ pub(crate) fn prefetch<U>(item: &U) {
     let _ = item;
 }
 
+/// [`prefetch`] for a raw address, which need not point at anything: prefetching never
+/// faults and has no architectural effect. A no-op off x86-64.
+#[inline]
+pub(crate) fn prefetch_address(address: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults,
+        // whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(address.cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = address;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

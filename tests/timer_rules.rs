@@ -67,6 +67,60 @@ async fn t1_never_early_runs_on_the_first_boundary_at_or_after_due() {
     assert_eq!(el.stats().panics, 0, "no callback or task panicked");
 }
 
+/// Many tasks woken by one tick pause again from the same logical time, with equal and with
+/// different delays, in every interleaving: each pause still ends on the first boundary at
+/// or after its own start + delay (the loop keeps its last due-tick answer; this checks that
+/// it never hands one pause another's).
+#[tokio::test(start_paused = true)]
+async fn t1_pauses_from_one_instant_with_mixed_delays_each_end_on_their_own_boundary() {
+    let mut el = EventLoop::new();
+    let epoch = Instant::now();
+    let plans: [&[u64]; 4] = [
+        &[8, 3, 8, 20, 0],
+        &[3, 8, 8, 1, 8],
+        &[8, 8, 8, 8, 8],
+        &[1, 0, 9, 9, 7],
+    ];
+    let seen: Rc<RefCell<Vec<(u64, u128, u128)>>> = Rc::default();
+    for plan in plans {
+        let seen = seen.clone();
+        drop(spawn(async move {
+            for &d in plan {
+                let start = (timer::now() - epoch).as_millis();
+                timer::pause(d).await;
+                let end = (timer::now() - epoch).as_millis();
+                seen.borrow_mut().push((d, start, end));
+            }
+        }));
+    }
+    el.run_until(async {
+        // From an off-boundary reading too (3 ms), as the first pauses above start at 0.
+        tokio::time::sleep(ms(3)).await;
+        tokio::task::yield_now().await;
+        let start = (timer::now() - epoch).as_millis();
+        assert_eq!(start, 3);
+        for d in [8u64, 8, 5, 8] {
+            let start = (timer::now() - epoch).as_millis();
+            timer::pause(d).await;
+            seen.borrow_mut()
+                .push((d, start, (timer::now() - epoch).as_millis()));
+        }
+    })
+    .await;
+    el.run_until(timer::pause(200)).await;
+    let seen = seen.borrow();
+    assert_eq!(seen.len(), 4 * 5 + 4);
+    for &(d, start, end) in seen.iter() {
+        let due = start + u128::from(d);
+        let expected = if d == 0 {
+            (start / 8 + 1) * 8
+        } else {
+            due.div_ceil(8) * 8
+        };
+        assert_eq!(end, expected, "pause({d}) from {start} ms");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn t1_from_an_off_boundary_start_and_zero_delay() {
     let mut el = EventLoop::new();

@@ -430,6 +430,8 @@ pub(crate) struct Core {
     pub(crate) wake_time: Cell<Option<Instant>>,
     /// The timer whose callback is running, for `timer::current()`.
     pub(crate) current_timer: Cell<Option<Key>>,
+    /// The last [`Core::pause_due`] answer: (logical time, delay, due tick).
+    last_due: Cell<(Instant, Duration, u64)>,
     pub(crate) executor: Executor,
     pub(crate) counters: Counters,
     pub(crate) health: RefCell<Health>,
@@ -446,6 +448,7 @@ impl Core {
             logical_now: Cell::new(clock.epoch),
             wake_time: Cell::new(None),
             current_timer: Cell::new(None),
+            last_due: Cell::new((clock.epoch, Duration::ZERO, clock.tick_ceil(Duration::ZERO))),
             executor: Executor::new(),
             counters: Counters::default(),
             health: RefCell::new(health),
@@ -481,6 +484,25 @@ impl Core {
         self.logical_now
             .get()
             .saturating_duration_since(self.clock.epoch)
+    }
+
+    /// The tick a pause of `delay` started now is due at: the first boundary at or after
+    /// `timer::now()` + `delay` (T1). The last answer is kept: the tasks one tick wakes mostly
+    /// pause again for the same delay from the same logical time, and then the instant
+    /// arithmetic and the division are skipped. (The answer depends on those two alone, the
+    /// clock being the loop's for good, so a kept one is always the one computed anew.)
+    #[inline]
+    pub(crate) fn pause_due(&self, delay: Duration) -> u64 {
+        let now = self.logical_now.get();
+        let (at, for_delay, due) = self.last_due.get();
+        if at == now && for_delay == delay {
+            return due;
+        }
+        let due = self
+            .clock
+            .tick_ceil(self.logical_offset().saturating_add(delay));
+        self.last_due.set((now, delay, due));
+        due
     }
 }
 

@@ -34,7 +34,7 @@ use tokio::task::coop::unconstrained;
 use tokio::time::{Duration, Instant};
 
 use super::context::{Clock, Core, LoopContext, Posted, install, uninstall};
-use super::executor::RootWaker;
+use super::executor::{PREFETCH_AHEAD, RootWaker};
 use super::fault::{self, Fault, INJECTED_PANIC};
 use super::fire::fire;
 use super::health::{self, Health};
@@ -487,7 +487,16 @@ impl EventLoop {
         let mut since = core.profile.mark();
         let mut save_before = core.profile.save_total();
         loop {
-            let expired = core.wheel.borrow_mut().poll(target);
+            let expired = {
+                let mut wheel = core.wheel.borrow_mut();
+                let expired = wheel.poll(target);
+                // Many pauses of one tick wake as many cold tasks: start loading one a few
+                // entries on now, so its block is in cache when its wake comes.
+                if let Some(later) = wheel.upcoming(PREFETCH_AHEAD) {
+                    later.prefetch();
+                }
+                expired
+            };
             let Some(expired) = expired else { break };
             if current_tick != Some(expired.tick) {
                 current_tick = Some(expired.tick);

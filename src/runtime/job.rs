@@ -5,8 +5,11 @@
 //! allows: a million paused tasks are a million entries. The tag (the pointer's two low bits,
 //! free because every pointee is at least 4-aligned) says what the pointer is:
 //!
-//! - `TASK`: a counted pointer to the task that awaits the pause ([`TaskRef`]): the common
-//!   case, a pause awaited by the task being polled. Its tick queues the task directly.
+//! - `TASK`: a pointer to the task that awaits the pause, kept valid by a *wheel hold*
+//!   (`task.rs`, invariant 1: a plain tally in the task's header, on the loop thread, rather
+//!   than an atomic count): the common case, a pause awaited by the task being polled. Its
+//!   tick queues the task directly. (A task with `u16::MAX` holds already gets a `WAKER`
+//!   entry with a counted waker of its own instead.)
 //! - `UNPOLLED`: the pause's creation site (`&'static Location`): a pause created outside any
 //!   task and not polled yet. Its tick wakes nobody.
 //! - `WAKER`: a box with any other waker (the root future of `run_until`, a combinator's own
@@ -29,7 +32,7 @@ use std::task::Waker;
 use tokio::time::Duration;
 
 use super::context::{Clock, Core};
-use super::task::{Header, TaskRef};
+use super::task::{self, Header};
 
 const TAG_BITS: usize = 0b11;
 const TASK: usize = 0;
@@ -96,16 +99,25 @@ impl Job {
 
     /// A pause created at `site`: it will wake the task being polled, if any (the task that
     /// creates a pause is nearly always the one that awaits it; its first poll corrects it).
+    #[inline]
     pub(crate) fn pause(core: &Core, site: &'static Location<'static>) -> Job {
         match core.executor.polling() {
-            // SAFETY: the task being polled is live; the entry gets a count of its own.
-            Some(task) => Job::task(unsafe { TaskRef::new_count(task) }, site),
+            Some(task) => Job::task(task, site),
             None => Job::tagged(NonNull::from(site).cast(), UNPOLLED, site),
         }
     }
 
-    fn task(task: TaskRef, site: &'static Location<'static>) -> Job {
-        Job::tagged(task.into_ptr().cast(), TASK, site)
+    /// An entry that wakes `task`, the task being polled: a `TASK` entry with a wheel hold,
+    /// or, if the task's holds are full, a `WAKER` entry with a counted waker.
+    #[inline]
+    fn task(task: NonNull<Header>, site: &'static Location<'static>) -> Job {
+        // SAFETY: the task being polled holds the loop's count, on the loop thread.
+        if unsafe { task::hold_for_wheel(task) } {
+            Job::tagged(task.cast(), TASK, site)
+        } else {
+            // SAFETY: as above: live.
+            Job::waker(unsafe { task::counted_waker(task) }, site)
+        }
     }
 
     fn waker(waker: Waker, site: &'static Location<'static>) -> Job {
@@ -134,6 +146,15 @@ impl Job {
         self.tag() != TIMER
     }
 
+    /// Starts loading what waking this entry will touch (its task's block), ahead of its tick
+    /// being run: a hint.
+    #[inline]
+    pub(crate) fn prefetch(&self) {
+        if let Some(task) = self.task_ptr() {
+            task::prefetch(task);
+        }
+    }
+
     /// The task a `TASK` job wakes.
     fn task_ptr(&self) -> Option<NonNull<Header>> {
         (self.tag() == TASK).then(|| self.untagged().cast())
@@ -157,7 +178,7 @@ impl Job {
     fn own_site(&self) -> &'static Location<'static> {
         let ptr = self.untagged();
         // SAFETY: each tag's pointee is what its constructor stored, alive while the job is:
-        // a task (counted), a `&'static Location`, or an owned box.
+        // a task (held), a `&'static Location`, or an owned box.
         unsafe {
             match self.tag() {
                 TASK => ptr.cast::<Header>().as_ref().site(),
@@ -173,10 +194,10 @@ impl Job {
     pub(crate) fn update(&mut self, core: &Core, waker: &Waker) {
         debug_assert!(self.is_pause());
         if let Some(task) = core.executor.polled_task(waker) {
-            if self.task_ptr() != Some(task) {
+            // (A `WAKER` entry that wakes this task already is one whose holds were full.)
+            if self.task_ptr() != Some(task) && !self.wakes_with(waker) {
                 let site = self.site();
-                // SAFETY: the task being polled is live; the entry gets a count of its own.
-                *self = Job::task(unsafe { TaskRef::new_count(task) }, site);
+                *self = Job::task(task, site);
             }
             return;
         }
@@ -192,15 +213,26 @@ impl Job {
         *self = Job::waker(waker.clone(), site);
     }
 
+    /// Whether this is a `WAKER` entry whose waker wakes the same as `waker`.
+    fn wakes_with(&self, waker: &Waker) -> bool {
+        // SAFETY: a `WAKER` job owns its box.
+        self.tag() == WAKER
+            && unsafe { self.untagged().cast::<WakerJob>().as_ref() }
+                .waker
+                .will_wake(waker)
+    }
+
     /// Wakes whoever awaits this pause (its tick came); a timer is not woken this way.
     pub(crate) fn wake(self, core: &Core) {
         let this = ManuallyDrop::new(self);
         let ptr = this.untagged();
         match this.tag() {
             TASK => {
-                // SAFETY: a `TASK` job holds one count, taken over here.
-                let task = unsafe { TaskRef::adopt(ptr.cast()) };
-                core.executor.wake_task(core, task.ptr());
+                let task = ptr.cast();
+                core.executor.wake_task(core, task);
+                // SAFETY: a `TASK` job owns one wheel hold on its task, given up here, on the
+                // loop thread (a job never leaves it).
+                unsafe { task::drop_wheel_hold(task) };
             }
             // SAFETY: a `WAKER` job owns its box, taken over here.
             WAKER => unsafe { Box::from_raw(ptr.cast::<WakerJob>().as_ptr()) }
@@ -219,11 +251,12 @@ impl Job {
 impl Drop for Job {
     fn drop(&mut self) {
         let ptr = self.untagged();
-        // SAFETY: each tag's pointer is what its constructor gave up ownership of: one count
-        // on a task, a `&'static` (nothing to free), or a box.
+        // SAFETY: each tag's pointer is what its constructor gave up ownership of: one wheel
+        // hold on a task (a job is dropped on its loop's thread: it is `!Send`), a `&'static`
+        // (nothing to free), or a box.
         unsafe {
             match self.tag() {
-                TASK => drop(TaskRef::adopt(ptr.cast())),
+                TASK => task::drop_wheel_hold(ptr.cast()),
                 UNPOLLED => {}
                 WAKER => drop(Box::from_raw(ptr.cast::<WakerJob>().as_ptr())),
                 _ => drop(Box::from_raw(ptr.cast::<TimerJob>().as_ptr())),

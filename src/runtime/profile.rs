@@ -60,6 +60,10 @@ pub(crate) struct Profile {
     /// Totals of every closed second, for the `loop:` line.
     stolen_total: Cell<Duration>,
     run_queue_total: Cell<Duration>,
+    /// Per [`Kind`]: a run of at most this many counter ticks cannot beat the open second's
+    /// worst of that kind (`None`: none ran yet this second). Lets [`Profile::ran`] skip the
+    /// conversion and the record for the common, unremarkable run (see there).
+    bars: [Cell<Option<u64>>; KINDS],
 }
 
 struct State {
@@ -110,6 +114,7 @@ impl Profile {
             hook: RefCell::new(None),
             stolen_total: Cell::new(Duration::ZERO),
             run_queue_total: Cell::new(Duration::ZERO),
+            bars: Default::default(),
         }
     }
 
@@ -166,6 +171,13 @@ impl Profile {
 
     /// Ends one timed run that started at `*since`: offers it as the worst of its kind and
     /// moves `*since` to now. Save snapshot time inside the run does not count.
+    ///
+    /// This runs after every task poll and callback, so its common case is kept to the clock
+    /// read and one comparison: a run whose raw counter ticks are within the kind's bar
+    /// (`bars`) is no longer than the worst already recorded, with or without a save taken
+    /// out of it, so it could not replace it (`Offender::offer` keeps the earlier one on a
+    /// tie) and is not converted to a duration at all.
+    #[inline]
     pub(crate) fn ran(
         &self,
         kind: Kind,
@@ -174,11 +186,20 @@ impl Profile {
         site: Site,
     ) {
         let now = Stamp::now();
+        let start = std::mem::replace(since, now);
+        let bar = &self.bars[kind as usize];
+        if bar.get().is_some_and(|bar| now.ticks_since(start) <= bar) {
+            *save_before = self.save_total.get();
+            return;
+        }
+        self.offer(kind, now.since(start), save_before, site);
+    }
+
+    /// [`Profile::ran`]'s record: the run took `raw` (saves inside it included).
+    #[cold]
+    fn offer(&self, kind: Kind, raw: Duration, save_before: &mut Duration, site: Site) {
         let save = self.save_total.get();
-        let took = now
-            .since(*since)
-            .saturating_sub(save.saturating_sub(*save_before));
-        *since = now;
+        let took = raw.saturating_sub(save.saturating_sub(*save_before));
         *save_before = save;
         let mut state = self.state.borrow_mut();
         let worst = &mut state.current.worst;
@@ -188,6 +209,8 @@ impl Profile {
             Kind::Posted => &mut worst.posted,
         };
         Offender::offer(slot, took, site);
+        let recorded = slot.as_ref().map_or(took, |worst| worst.took);
+        self.bars[kind as usize].set(Some(Stamp::ticks_within(recorded)));
     }
 
     /// Save snapshot time so far (see [`Profile::ran`]).
@@ -247,6 +270,10 @@ impl Profile {
                 .as_ref()
                 .map_or(Duration::ZERO, run_queue_wait);
             let mut record = std::mem::take(&mut state.current);
+            // The new record has no worst yet: every kind's next run is recorded.
+            for bar in &self.bars {
+                bar.set(None);
+            }
             let since_start = state.second_start.since(state.start);
             record.uptime_second = since_start.as_secs();
             record.unix_second = (state.unix_start + since_start).as_secs();
@@ -294,6 +321,9 @@ pub(crate) enum Kind {
     Task,
     Posted,
 }
+
+/// How many [`Kind`]s there are.
+const KINDS: usize = 3;
 
 /// Stolen = (wall − sleep) − on-CPU, taken out of the work parts in proportion to their
 /// size, so that the record still adds up to its wall time; run-queue wait is the measured
@@ -363,6 +393,62 @@ fn run_queue_wait(file: &File) -> Duration {
 #[cfg(all(test, feature = "loop-profiling"))]
 mod tests {
     use super::*;
+
+    /// The worst task poll of a second, and its site, as `ran` records it when most runs
+    /// take the path that skips the record.
+    #[test]
+    fn the_worst_run_is_kept_whichever_path_each_run_takes() {
+        let profile = Profile::new();
+        let site = |line| Site {
+            file: "tasks.rs",
+            line,
+            column: 1,
+        };
+        let mut save_before = Duration::ZERO;
+        let mut run = |took_ms: u64, line: u32| {
+            let now = Stamp::now();
+            // A machine up for less than a few ms cannot go that far back: nothing to test.
+            let Some(mut since) = now.checked_sub(Duration::from_millis(took_ms)) else {
+                return false;
+            };
+            profile.ran(Kind::Task, &mut since, &mut save_before, site(line));
+            true
+        };
+        let worst = |profile: &Profile| {
+            let state = profile.state.borrow();
+            state.current.worst.task.map(|w| (w.site.line, w.took))
+        };
+        if !run(2, 1) {
+            return;
+        }
+        for (ms, line) in [(1, 2), (2, 3), (0, 4), (1, 5)] {
+            run(ms, line);
+        }
+        let (line, took) = worst(&profile).expect("a task ran");
+        assert_eq!(
+            line, 1,
+            "shorter runs and a tie keep the first 2 ms run ({took:?})"
+        );
+        assert!(took >= Duration::from_millis(2), "{took:?}");
+        run(5, 6);
+        assert_eq!(
+            worst(&profile).map(|(line, _)| line),
+            Some(6),
+            "a longer run wins"
+        );
+
+        // A new second starts with no worst: its first run is recorded, however short.
+        profile.close(Stamp::now(), &LoopStats::default);
+        assert_eq!(worst(&profile), None);
+        run(0, 7);
+        assert_eq!(worst(&profile).map(|(line, _)| line), Some(7));
+        let history = profile.history();
+        let closed = history
+            .last(1)
+            .next()
+            .map(|s| s.worst.task.map(|w| w.site.line));
+        assert_eq!(closed, Some(Some(6)), "the closed second kept its worst");
+    }
 
     #[test]
     fn a_park_longer_than_the_history_leaves_no_gap_in_the_record_that_follows() {

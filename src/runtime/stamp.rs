@@ -55,6 +55,20 @@ impl Stamp {
         Stamp::nanos(self.0.saturating_sub(earlier.0))
     }
 
+    /// Counter ticks from `earlier` to this reading; zero if `earlier` is later. Cheaper than
+    /// [`Stamp::since`] (no conversion), for comparisons against [`Stamp::ticks_within`].
+    #[inline]
+    pub(crate) fn ticks_since(self, earlier: Stamp) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    /// The most counter ticks that measure strictly less than `d` (or exactly zero, for a
+    /// zero `d`): a difference of readings of at most this many ticks is never longer than
+    /// `d` by [`Stamp::since`].
+    pub(crate) fn ticks_within(d: Duration) -> u64 {
+        Stamp::ticks(d).saturating_sub(1)
+    }
+
     /// The reading `d` after this one.
     pub(crate) fn add(self, d: Duration) -> Stamp {
         Stamp(self.0.saturating_add(Stamp::ticks(d)))
@@ -187,6 +201,30 @@ mod tests {
                 back >= d && back - d < Duration::from_nanos(2),
                 "{d:?} came back as {back:?}"
             );
+        }
+    }
+
+    /// A difference within `ticks_within(d)` never reads longer than `d`, and one tick more
+    /// reads at least `d` (the bound is tight, not merely safe).
+    #[test]
+    fn ticks_within_a_duration_never_measure_longer_than_it() {
+        let start = Stamp::now();
+        for d in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_nanos(37),
+            Duration::from_micros(5),
+            Duration::from_millis(8),
+            Duration::from_secs(3),
+        ] {
+            let within = Stamp::ticks_within(d);
+            let measured = Stamp(start.0 + within).since(start);
+            assert!(
+                measured <= d,
+                "{within} ticks read {measured:?}, over {d:?}"
+            );
+            let next = Stamp(start.0 + within + 1).since(start);
+            assert!(next >= d, "{d:?}: one tick over the bound read {next:?}");
         }
     }
 

@@ -23,20 +23,24 @@
 //!
 //! - `state` (atomic, any thread): the reference count and the flags other threads read or
 //!   write: `DONE`, `OUTPUT`, `HANDLE`, `AWAITER`, `REMOTE_QUEUED`.
-//! - `local` and `index` (plain cells): only the thread of the task's loop, and so the future
-//!   (polled and dropped there only, by the executor).
+//! - `local`, `index` and `wheel_holds` (plain cells): only the thread of the task's loop, and
+//!   so the future (polled and dropped there only, by the executor).
 //! - The output: written on the loop thread before `DONE` is set (release); taken by whoever
 //!   clears `OUTPUT` after seeing it set (acquire): the join handle, or the last reference.
 //!
 //! # Invariants
 //!
 //! 1. The block lives while its count is non-zero. One count per [`TaskRef`] (wakers, join
-//!    and abort handles, wheel entries, remote-wake queue entries), plus one for the loop,
-//!    held while the task is `LIVE` or `QUEUED`: the executor's registry and ready FIFO hold
-//!    plain pointers and rely on it.
-//! 2. `LIVE` ⇔ the stage holds the future. The executor keeps a `LIVE` task in its registry
-//!    at `index` (between the two changes of a completion, it may briefly be registered and
-//!    no longer `LIVE`).
+//!    and abort handles, remote-wake queue entries), plus one for the loop, held while the
+//!    task is `REGISTERED` or `QUEUED` or has wheel holds: the executor's registry and ready
+//!    FIFO, and the loop's wheel entries that wake the task (`runtime::job`), hold plain
+//!    pointers and rely on it. A wheel entry takes a *hold* ([`hold_for_wheel`]), a plain
+//!    tally in the header, instead of a count: taking and dropping it, once per pause, then
+//!    costs no atomic operation.
+//! 2. `LIVE` ⇔ the stage holds the future. `REGISTERED` ⇔ the executor keeps the task in its
+//!    registry at `index`. `LIVE` ⇒ `REGISTERED` (between the two changes of a completion, a
+//!    task may briefly be registered and no longer `LIVE`: its future's drop may drop the
+//!    last wheel hold then, and the loop's count stays until the task leaves the registry).
 //! 3. `LIVE` is cleared before the future is dropped, so it is never dropped twice, and a wake
 //!    or an abort that the drop itself causes is a no-op for this task.
 //! 4. `OUTPUT` ⇒ the future is gone and the stage holds the output; whoever clears `OUTPUT`
@@ -87,6 +91,8 @@ pub(super) mod local {
     pub(in crate::runtime) const POLLING: u8 = 1 << 2;
     /// Aborted while being polled (by itself): drop it when the poll returns.
     pub(in crate::runtime) const ABORT_AFTER_POLL: u8 = 1 << 3;
+    /// In the executor's registry (invariant 2).
+    pub(in crate::runtime) const REGISTERED: u8 = 1 << 4;
 }
 
 /// Why a task produced no output.
@@ -149,6 +155,9 @@ pub(crate) struct Header {
     pub(super) index: Cell<u32>,
     /// `local::*` flags (loop thread only).
     pub(super) local: Cell<u8>,
+    /// Wheel entries pointing at this task with a hold rather than a count (invariant 1;
+    /// loop thread only). It fits in the header's padding: the block does not grow.
+    wheel_holds: Cell<u16>,
 }
 
 impl Header {
@@ -167,10 +176,17 @@ impl Header {
     }
 
     /// The flags, with `set` turned on and `clear` off (loop thread only).
+    #[inline]
     pub(super) fn update_local(&self, set: u8, clear: u8) -> u8 {
         let flags = (self.local.get() | set) & !clear;
         self.local.set(flags);
         flags
+    }
+
+    /// Whether the loop still holds its count on the block (invariant 1; loop thread only).
+    #[inline]
+    pub(super) fn loop_holds(&self) -> bool {
+        self.local.get() & (local::REGISTERED | local::QUEUED) != 0 || self.wheel_holds.get() != 0
     }
 
     /// Marks the task as on the cross-thread queue; false when it already is, or is done.
@@ -222,11 +238,6 @@ impl TaskRef {
     pub(super) fn header(&self) -> &Header {
         // SAFETY: this reference keeps the block alive (invariant 1).
         unsafe { self.0.as_ref() }
-    }
-
-    /// Gives up the count without releasing it (the caller becomes its owner).
-    pub(super) fn into_ptr(self) -> NonNull<Header> {
-        ManuallyDrop::new(self).0
     }
 }
 
@@ -303,7 +314,8 @@ impl<F: Future + 'static> Block<F> {
                 shared: NonNull::new(Arc::into_raw(shared).cast_mut())
                     .unwrap_or_else(|| unreachable!("Arc::into_raw is never null")),
                 index: Cell::new(0),
-                local: Cell::new(local::LIVE | local::QUEUED),
+                local: Cell::new(local::LIVE | local::REGISTERED | local::QUEUED),
+                wheel_holds: Cell::new(0),
             },
             stage: UnsafeCell::new(Stage {
                 future: ManuallyDrop::new(future),
@@ -451,8 +463,8 @@ fn meta<F: Future + 'static>(site: &'static Location<'static>) -> &'static Meta 
     })
 }
 
-/// Allocates a task for `future`, `LIVE` and `QUEUED` (the caller registers and queues it),
-/// holding the loop's count and, if `handle`, the join handle's.
+/// Allocates a task for `future`, `LIVE`, `REGISTERED` and `QUEUED` (the caller registers and
+/// queues it), holding the loop's count and, if `handle`, the join handle's.
 pub(super) fn allocate<F: Future + 'static>(
     future: F,
     site: &'static Location<'static>,
@@ -460,6 +472,64 @@ pub(super) fn allocate<F: Future + 'static>(
     handle: bool,
 ) -> NonNull<Header> {
     Block::allocate(future, meta::<F>(site), shared, handle)
+}
+
+/// Starts loading task `ptr`'s header and the start of its future into the cache, for a
+/// wake or a poll coming shortly: a hint, with no effect on what the program does.
+#[inline]
+pub(super) fn prefetch(ptr: NonNull<Header>) {
+    // The future follows the 32-byte header: the next line holds its start (the block is
+    // at least 16-aligned, so header and future may straddle two lines). Prefetching never
+    // faults, so the second address need not be inside the block.
+    let block = ptr.as_ptr().cast::<u8>();
+    crate::slab::prefetch_address(block);
+    crate::slab::prefetch_address(block.wrapping_add(64));
+}
+
+/// Takes a wheel hold on task `ptr` for a wheel entry that will wake it (invariant 1); false
+/// when the task already has `u16::MAX` of them (the entry then keeps a counted waker
+/// instead, see `runtime::job`).
+///
+/// # Safety
+/// On the task's loop thread, while the loop holds its count on `ptr` (e.g. while the task
+/// is being polled).
+#[inline]
+pub(super) unsafe fn hold_for_wheel(ptr: NonNull<Header>) -> bool {
+    // SAFETY: live: the loop's count, per the caller.
+    let header = unsafe { ptr.as_ref() };
+    let holds = header.wheel_holds.get();
+    if holds == u16::MAX {
+        return false;
+    }
+    header.wheel_holds.set(holds + 1);
+    true
+}
+
+/// Gives up one wheel hold on task `ptr`; with the last one, of a task the executor is done
+/// with, the loop's count goes too (and may free the block).
+///
+/// # Safety
+/// On the task's loop thread; the caller owns one hold ([`hold_for_wheel`]) and gives it up.
+#[inline]
+pub(super) unsafe fn drop_wheel_hold(ptr: NonNull<Header>) {
+    // SAFETY: the caller's hold keeps the loop's count, and so the block (invariant 1).
+    let header = unsafe { ptr.as_ref() };
+    let holds = header.wheel_holds.get();
+    debug_assert!(holds > 0, "a wheel hold was given up twice");
+    header.wheel_holds.set(holds.saturating_sub(1));
+    if !header.loop_holds() {
+        // SAFETY: that was the last thing the loop's count was held for.
+        unsafe { release(ptr) };
+    }
+}
+
+/// A counted waker for task `ptr` (what a wheel entry keeps when the task's holds are full).
+///
+/// # Safety
+/// `ptr` is a live block (someone holds a count for the duration of this call).
+pub(super) unsafe fn counted_waker(ptr: NonNull<Header>) -> Waker {
+    // Cloning the lent waker takes a count of its own.
+    Waker::clone(&*lent_waker(ptr))
 }
 
 static WAKER_VTABLE: RawWakerVTable =

@@ -33,9 +33,7 @@ impl Pause {
     pub(super) fn new(delay: Duration) -> Pause {
         let site = Location::caller();
         let core = core("timer::pause");
-        let due = core
-            .clock
-            .tick_ceil(core.logical_offset().saturating_add(delay));
+        let due = core.pause_due(delay);
         let job = Job::pause(&core, site);
         let key = core.wheel.borrow_mut().insert(due, job);
         Pause {
@@ -45,27 +43,42 @@ impl Pause {
     }
 }
 
+/// The `loop_id` of a pause that has completed: no loop has id 0, and a completed pause has
+/// no entry left to look up or remove, so polling or dropping it again touches nothing.
+const COMPLETED: LoopId = 0;
+
 impl Future for Pause {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if this.loop_id == COMPLETED {
+            return Poll::Ready(());
+        }
         let core = core("polling a timer::Pause");
-        if core.shared.id != self.loop_id {
+        if core.shared.id != this.loop_id {
             return Poll::Ready(());
         }
         let mut wheel = core.wheel.borrow_mut();
-        match wheel.get_mut(self.key) {
+        match wheel.get_mut(this.key) {
             Some(job) if job.is_pause() => {
                 job.update(&core, cx.waker());
                 Poll::Pending
             }
-            _ => Poll::Ready(()),
+            _ => {
+                // Fired (its entry is gone): the drop that follows has nothing to remove.
+                this.loop_id = COMPLETED;
+                Poll::Ready(())
+            }
         }
     }
 }
 
 impl Drop for Pause {
     fn drop(&mut self) {
+        if self.loop_id == COMPLETED {
+            return;
+        }
         let Some(core) = try_core() else { return };
         if core.shared.id != self.loop_id {
             return;

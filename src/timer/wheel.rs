@@ -395,6 +395,18 @@ impl<T> Wheel<T> {
         }
     }
 
+    /// The value of the entry `ahead` places after the next one [`Wheel::poll`] would yield
+    /// from the tick being processed, if that placement is still current — a hint for callers
+    /// that prefetch what their values point to (skipped placements count as places; `None`
+    /// past the end of the tick, or when the wheel is between ticks).
+    #[must_use]
+    #[inline]
+    pub fn upcoming(&self, ahead: usize) -> Option<&T> {
+        let p = self.batch.get(self.batch_pos.checked_add(ahead)?)?;
+        let (_, entry) = self.slab.get_by_index(p.index)?;
+        (entry.stamp == p.stamp).then_some(&entry.value)
+    }
+
     #[inline]
     fn take_stamp(&mut self, tolerant: bool) -> u64 {
         let stamp = self.next_stamp;

@@ -308,9 +308,108 @@ async fn a_join_handle_awaited_on_another_thread_gets_the_output() {
     assert_eq!(got.recv().expect("the result"), Ok(String::from("done")));
 }
 
+/// Spawned as a task: pauses on its `Pause` once, then completes *without* dropping it, so
+/// the pause goes with the future, after the task stopped being live.
+struct FinishesHoldingAPause {
+    pause: Option<timer::Pause>,
+    polled: bool,
+}
+
+impl Future for FinishesHoldingAPause {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        if std::mem::replace(&mut self.polled, true) {
+            return Poll::Ready(());
+        }
+        if let Some(pause) = self.pause.as_mut() {
+            // Armed for 1000 s: this poll leaves a wheel entry that wakes this task.
+            assert!(std::pin::Pin::new(pause).poll(cx).is_pending());
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_dropped_with_a_finished_task_s_future_frees_the_block_once() {
+    let mut el = EventLoop::new();
+    let base = shared_refs(&el);
+    drop(spawn(FinishesHoldingAPause {
+        pause: Some(timer::pause(1_000_000)),
+        polled: false,
+    }));
+    el.run_until(timer::pause(8)).await;
+    assert_eq!(timer::live(), 0, "the pause left the wheel with the future");
+    assert_eq!(shared_refs(&el), base, "the detached task's block is freed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_that_outlives_its_task_keeps_the_block_until_its_entry_goes() {
+    let mut el = EventLoop::new();
+    let base = shared_refs(&el);
+    // One pause fires into the finished task, the other is dropped before its tick.
+    for drop_early in [false, true] {
+        let escaped: Rc<RefCell<Option<timer::Pause>>> = Rc::default();
+        let slot = escaped.clone();
+        drop(spawn(async move {
+            let mut pause = timer::pause(40);
+            // Polled by this task: its entry wakes this task, which then finishes.
+            std::future::poll_fn(|cx| {
+                assert!(std::pin::Pin::new(&mut pause).poll(cx).is_pending());
+                Poll::Ready(())
+            })
+            .await;
+            *slot.borrow_mut() = Some(pause);
+        }));
+        el.run_until(timer::pause(8)).await;
+        assert_eq!(timer::live(), 1, "the escaped pause is still armed");
+        assert_eq!(
+            shared_refs(&el),
+            base + 1,
+            "its entry keeps the finished task's block"
+        );
+        if drop_early {
+            drop(escaped.borrow_mut().take());
+        } else {
+            el.run_until(timer::pause(80)).await;
+        }
+        assert_eq!(timer::live(), 0);
+        assert_eq!(shared_refs(&el), base, "the block went with the entry");
+        drop(escaped);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_with_more_pauses_than_wheel_holds_wakes_from_every_one() {
+    let mut el = EventLoop::new();
+    let base = shared_refs(&el);
+    let n = usize::from(u16::MAX) + 3;
+    let woke = Rc::new(Cell::new(0usize));
+    let w = woke.clone();
+    let handle = spawn(async move {
+        // All created (and so pointed at this task) before the first is awaited: the last
+        // few find the task's holds full.
+        let pauses: Vec<timer::Pause> = (0..n).map(|_| timer::pause(8)).collect();
+        for pause in pauses.into_iter().rev() {
+            pause.await;
+            w.set(w.get() + 1);
+        }
+    });
+    // One iteration: the task's first poll, then this future's.
+    el.run_until(std::future::ready(())).await;
+    assert_eq!(timer::live(), n);
+    let done = el.run_until(handle).await;
+    assert_eq!(done, Ok(()));
+    assert_eq!(woke.get(), n);
+    assert_eq!(timer::live(), 0);
+    assert_eq!(shared_refs(&el), base, "no hold and no waker left behind");
+}
+
 #[test]
 fn a_task_block_is_header_then_future() {
-    // The header: meta pointer, loop pointer, state, registry index and loop flags.
+    // The header: meta pointer, loop pointer, state, registry index, loop flags and the
+    // wheel-hold tally (in what was padding).
     assert_eq!(size_of::<super::Header>(), 32);
     assert_eq!(size_of::<crate::timer::Pause>(), 12);
 }

@@ -98,6 +98,9 @@ pub(super) struct Level {
     /// Bit `w` set ⇔ `occupied[w] != 0`.
     summary: u64,
     slots: Box<[SlotList]>,
+    /// An empty list with room (or none yet), handed to the next slot that starts filling
+    /// with none of its own (see [`Level::take`]).
+    spare: Vec<Placement>,
 }
 
 /// True when the placement is still its entry's current one. `stamps` is indexed by slab index
@@ -137,6 +140,7 @@ impl Level {
                     min_due: u64::MAX,
                 })
                 .collect(),
+            spare: Vec::new(),
         }
     }
 
@@ -174,11 +178,22 @@ impl Level {
     /// Appends a current placement, due at `due`, to `slot`'s list.
     #[inline]
     pub(super) fn add(&mut self, slot: usize, placement: Placement, due: u64) {
+        if self.slots[slot].placements.capacity() == 0 {
+            self.lend_spare(slot);
+        }
         let list = &mut self.slots[slot];
         list.min_due = list.min_due.min(due);
         list.live += 1;
         list.placements.push(placement);
         self.mark(slot);
+    }
+
+    /// Gives `slot`, which has no buffer, the spare (see [`Level::take`]): once per slot that
+    /// starts filling, kept off the inlined insert path.
+    #[cold]
+    #[inline(never)]
+    fn lend_spare(&mut self, slot: usize) {
+        self.slots[slot].placements = std::mem::take(&mut self.spare);
     }
 
     /// One live placement of `slot` became garbage. Returns true when the slot has so much
@@ -216,11 +231,22 @@ impl Level {
     }
 
     /// Moves every placement of `slot` into `out` (which must be empty) and empties the slot.
-    /// Swapping keeps both allocations alive, so a steady wheel allocates nothing.
+    ///
+    /// `out`'s old buffer goes to the level's spare if the spare has none, else to the slot
+    /// (which keeps it for the next time it fills). The next slot to start filling with no
+    /// buffer of its own — on level 0 typically the next tick's, while this tick's tasks
+    /// pause again — takes the spare ([`Level::add`]) instead of growing a list from nothing.
+    /// So a steady wheel allocates nothing, whether its slots fill once per turn of the ring
+    /// or one after another, tick by tick.
     pub(super) fn take(&mut self, slot: usize, out: &mut Vec<Placement>) {
         debug_assert!(out.is_empty());
         let list = &mut self.slots[slot];
-        std::mem::swap(&mut list.placements, out);
+        let old = std::mem::replace(out, std::mem::take(&mut list.placements));
+        if self.spare.capacity() == 0 {
+            self.spare = old;
+        } else {
+            list.placements = old;
+        }
         list.live = 0;
         list.min_due = u64::MAX;
         self.unmark(slot);
