@@ -29,7 +29,8 @@
 //! Two floors put (b) in context, on the same schedule: `tokio::sync::Notify` from the other
 //! thread to a `block_on` future (the cheapest cross-thread wake tokio has: what any design
 //! on tokio pays), and a raw `eventfd` write to a thread blocked in `epoll_wait` (the OS
-//! mechanism under tokio's park, no tokio at all).
+//! mechanism under tokio's park, no tokio at all). The four take turns, 30 posts each, ten
+//! times over (`POST_ROUNDS`), so that each draws the same mix of the host's wake-up modes.
 //!
 //! Everything runs one measurement at a time on one current-thread runtime (`enable_all`).
 //! All samples are kept (no warm-up discarded). Percentiles are nearest-rank.
@@ -48,8 +49,15 @@ const TICK: Duration = Duration::from_millis(8);
 const WHEEL_RUN: Duration = Duration::from_secs(5);
 /// The scheduler slice the loop thread asks for in the short-slice run.
 const SHORT_SLICE: Duration = Duration::from_micros(100);
-/// Posts per post→run run.
+/// Posts per peer in the post→run runs, in all.
 const POSTS: usize = 300;
+/// The post→run runs go round the peers this many times, `POSTS / POST_ROUNDS` posts each
+/// time. On a quiet VM a wake-up comes in one of two modes (its p50 about 2–3 µs, or 8–13 µs,
+/// for whichever peer), and a mode can hold for seconds: a peer measured in one block of its
+/// own would draw one mode and the others another. Taking turns gives every peer the same mix.
+const POST_ROUNDS: usize = 10;
+/// Posts per peer per round.
+const POSTS_PER_ROUND: usize = POSTS / POST_ROUNDS;
 /// Gap between posts.
 const POST_GAP: std::time::Duration = std::time::Duration::from_millis(10);
 /// post → run p50 over the eventfd floor's p50 that issue 36 asks for.
@@ -119,7 +127,7 @@ async fn post_latency_ours() -> (Vec<Duration>, LoopStats) {
     let mut el = EventLoop::builder().tick(TICK).build();
     let ctx = el.context();
     let producer = thread::spawn(move || {
-        for _ in 0..POSTS {
+        for _ in 0..POSTS_PER_ROUND {
             thread::sleep(POST_GAP);
             ctx.post(stamped_job()).expect("the loop is running");
         }
@@ -137,7 +145,7 @@ async fn post_latency_ours() -> (Vec<Duration>, LoopStats) {
 fn post_latency_tokio(rt: &tokio::runtime::Runtime) -> Vec<Duration> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
     let producer = thread::spawn(move || {
-        for _ in 0..POSTS {
+        for _ in 0..POSTS_PER_ROUND {
             thread::sleep(POST_GAP);
             tx.send(Box::new(stamped_job()))
                 .unwrap_or_else(|_| panic!("the consumer is running"));
@@ -384,15 +392,15 @@ fn wheel_lag_timerfd_epoll() -> Vec<Duration> {
 /// Floor 1: `Notify::notify_one` from another thread to a `block_on` future.
 ///
 /// Two notifies that land before the consumer looks leave one permit (and one stamp, the
-/// later): a loaded machine yields fewer than `POSTS` samples, so the producer says when it is
-/// done instead of the consumer counting to `POSTS`.
+/// later): a loaded machine yields fewer samples than posts, so the producer says when it is
+/// done instead of the consumer counting them.
 fn floor_tokio_notify(rt: &tokio::runtime::Runtime) -> Vec<Duration> {
     let notify = Arc::new(tokio::sync::Notify::new());
     let sent: Arc<Mutex<Stamp>> = Arc::default();
     let producer = {
         let (notify, sent) = (notify.clone(), sent.clone());
         thread::spawn(move || {
-            for _ in 0..POSTS {
+            for _ in 0..POSTS_PER_ROUND {
                 thread::sleep(POST_GAP);
                 sent.lock().expect("stamp").sent = Some(std::time::Instant::now());
                 notify.notify_one();
@@ -402,7 +410,7 @@ fn floor_tokio_notify(rt: &tokio::runtime::Runtime) -> Vec<Duration> {
         })
     };
     let lags = rt.block_on(async {
-        let mut lags = Vec::with_capacity(POSTS);
+        let mut lags = Vec::with_capacity(POSTS_PER_ROUND);
         loop {
             notify.notified().await;
             let mut stamp = sent.lock().expect("stamp");
@@ -453,7 +461,7 @@ fn floor_eventfd_epoll() -> Vec<Duration> {
             assert_eq!(n, 8, "eventfd write");
         };
         thread::spawn(move || {
-            for _ in 0..POSTS {
+            for _ in 0..POSTS_PER_ROUND {
                 thread::sleep(POST_GAP);
                 sent.lock().expect("stamp").sent = Some(std::time::Instant::now());
                 signal();
@@ -463,7 +471,7 @@ fn floor_eventfd_epoll() -> Vec<Duration> {
         })
     };
     // As in floor 1, coalesced writes give one sample: the producer says when it is done.
-    let mut lags = Vec::with_capacity(POSTS);
+    let mut lags = Vec::with_capacity(POSTS_PER_ROUND);
     let mut ready = [libc::epoll_event { events: 0, u64: 0 }];
     loop {
         // SAFETY: `ready` has room for the one event asked for.
@@ -529,7 +537,7 @@ fn main() {
     let post_only = std::env::args().skip(1).any(|arg| arg == "post");
 
     println!(
-        "wake_latency: tick {TICK:?}; wheel runs {WHEEL_RUN:?} each; {POSTS} posts every {POST_GAP:?}"
+        "wake_latency: tick {TICK:?}; wheel runs {WHEEL_RUN:?} each; {POSTS} posts per peer every {POST_GAP:?}, the peers taking turns {POST_ROUNDS} times"
     );
     let wheel = (!post_only).then(|| wheel_runs(&rt));
     let post = post_runs(&rt);
@@ -668,16 +676,25 @@ struct PostRuns {
     floor_eventfd: Vec<Duration>,
 }
 
+/// The peers take turns, `POST_ROUNDS` rounds of `POSTS_PER_ROUND` posts each (see
+/// `POST_ROUNDS`); each peer's samples are pooled.
 fn post_runs(rt: &tokio::runtime::Runtime) -> PostRuns {
-    let (ours, stats) = rt.block_on(post_latency_ours());
-    let tokio = post_latency_tokio(rt);
-    let floor_notify = floor_tokio_notify(rt);
-    let floor_eventfd = floor_eventfd_epoll();
+    let (mut ours, mut tokio) = (Vec::new(), Vec::new());
+    let (mut floor_notify, mut floor_eventfd) = (Vec::new(), Vec::new());
+    let mut stats = None;
+    for _ in 0..POST_ROUNDS {
+        let (round, round_stats) = rt.block_on(post_latency_ours());
+        ours.extend(round);
+        stats = Some(round_stats);
+        tokio.extend(post_latency_tokio(rt));
+        floor_notify.extend(floor_tokio_notify(rt));
+        floor_eventfd.extend(floor_eventfd_epoll());
+    }
     assert_eq!(ours.len(), POSTS, "every post ran");
     assert_eq!(tokio.len(), POSTS, "every message ran");
     PostRuns {
         ours,
-        stats,
+        stats: stats.expect("at least one round"),
         tokio,
         floor_notify,
         floor_eventfd,
@@ -717,7 +734,7 @@ impl PostRuns {
     fn notes(&self) {
         let stats = &self.stats;
         println!(
-            "loop stats, post run: iterations {}, sleeps {}, wakes issued {}, wakes elided {}",
+            "loop stats, last post round: iterations {}, sleeps {}, wakes issued {}, wakes elided {}",
             stats.iterations, stats.sleeps, stats.wakes_issued, stats.wakes_elided
         );
     }
