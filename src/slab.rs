@@ -256,15 +256,7 @@ impl<T> Slab<T> {
 /// architectural effect; a no-op off x86-64.
 #[inline]
 pub(crate) fn prefetch<U>(item: &U) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: prefetching is a hint with no architectural effect; the address is that of
-        // a live value.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((item as *const U).cast()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = item;
+    prefetch_address(std::ptr::from_ref(item).cast());
 }
 
 /// [`prefetch`] for a raw address, which need not point at anything: prefetching never

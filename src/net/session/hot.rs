@@ -119,13 +119,7 @@ impl Hot {
     /// Asks the processor to bring the line into cache: it is queued output soon (the
     /// fan-out hints a few recipients ahead, so their lines' misses overlap).
     pub(super) fn prefetch(&self) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint: it never faults and reads nothing into the program,
-        // and the pointer is to a live `Hot` anyway.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(self).cast());
-        }
+        crate::slab::prefetch(self);
     }
 
     /// Whether it holds no range.
