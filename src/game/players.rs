@@ -133,15 +133,16 @@ impl Players {
         self.by_sector.in_range(at)
     }
 
-    /// Players standing on `map` within `xs` × `ys`, their connections and spots, sector by
-    /// sector (see `visibility.rs`).
-    pub(super) fn in_area(
+    /// Appends the players standing on `map` within `xs` × `ys` to `out`, with their
+    /// connections and spots, sector by sector (see `visibility.rs`).
+    pub(super) fn area_into(
         &self,
         map: MapId,
         xs: RangeInclusive<u16>,
         ys: RangeInclusive<u16>,
-    ) -> impl Iterator<Item = (Serial, ConnId, Location)> + '_ {
-        self.by_sector.in_area(map, xs, ys)
+        out: &mut Vec<(Serial, ConnId, Location)>,
+    ) {
+        self.by_sector.area_into(map, xs, ys, out);
     }
 
     /// What the fan-out of world changes has counted since start.

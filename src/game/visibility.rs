@@ -96,24 +96,33 @@ impl<T: Copy> Visibility<T> {
             .map(|seat| (seat.serial, seat.who))
     }
 
-    /// Everyone filed on `map` within `xs` × `ys`, with where they stand: sector by
-    /// sector, each by serial (the same order on every run, not one merged order). The
-    /// fan-out asks it once for a group of changes instead of once per change.
-    pub(super) fn in_area(
+    /// Appends everyone filed on `map` within `xs` × `ys` to `out`, with where they stand:
+    /// sector by sector, each by serial (the same order on every run, not one merged
+    /// order). The fan-out asks it once for a group of changes instead of once per change,
+    /// and then walks one dense array. A sector wholly inside the area is copied without a
+    /// test per player (in a crowd, every sector the crowd stands in).
+    pub(super) fn area_into(
         &self,
         map: MapId,
         xs: RangeInclusive<u16>,
         ys: RangeInclusive<u16>,
-    ) -> impl Iterator<Item = (Serial, T, Location)> + '_ {
-        let (sx, sy) = (
-            xs.start() / SECTOR_SIZE..=xs.end() / SECTOR_SIZE,
-            ys.start() / SECTOR_SIZE..=ys.end() / SECTOR_SIZE,
-        );
-        sx.flat_map(move |x| sy.clone().map(move |y| SectorId { map, x, y }))
-            .filter_map(|id| self.sectors.get(&id))
-            .flatten()
-            .filter(move |seat| xs.contains(&seat.at.x) && ys.contains(&seat.at.y))
-            .map(|seat| (seat.serial, seat.who, seat.at))
+        out: &mut Vec<(Serial, T, Location)>,
+    ) {
+        let ((x0, x1), (y0, y1)) = ((*xs.start(), *xs.end()), (*ys.start(), *ys.end()));
+        for x in x0 / SECTOR_SIZE..=x1 / SECTOR_SIZE {
+            for y in y0 / SECTOR_SIZE..=y1 / SECTOR_SIZE {
+                let Some(list) = self.sectors.get(&SectorId { map, x, y }) else {
+                    continue;
+                };
+                let seat = |s: &Seat<T>| (s.serial, s.who, s.at);
+                if within(x, x0, x1) && within(y, y0, y1) {
+                    out.extend(list.iter().map(seat));
+                } else {
+                    let inside = |s: &&Seat<T>| xs.contains(&s.at.x) && ys.contains(&s.at.y);
+                    out.extend(list.iter().filter(inside).map(seat));
+                }
+            }
+        }
     }
 
     fn seat_mut(&mut self, serial: Serial, at: Location) -> Option<&mut Seat<T>> {
@@ -132,6 +141,12 @@ impl<T: Copy> Visibility<T> {
         }
         Some(seat)
     }
+}
+
+/// Whether sector index `sector` along an axis lies wholly within tiles `lo..=hi`.
+fn within(sector: u16, lo: u16, hi: u16) -> bool {
+    let first = u32::from(sector) * u32::from(SECTOR_SIZE);
+    u32::from(lo) <= first && first + u32::from(SECTOR_SIZE) - 1 <= u32::from(hi)
 }
 
 /// The game's range rule: same map, the larger of |dx| and |dy| at most [`VIEW_RANGE`].
@@ -370,6 +385,45 @@ mod tests {
             for &(_, at) in both.scan.0.values() {
                 both.check(at);
             }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// An area answers the players a scan finds standing in it (on its map, within its
+        /// box), each once, sector by sector and by serial within a sector; the sectors
+        /// wholly inside the box (copied without a test per player) included.
+        #[test]
+        fn an_area_answers_the_players_standing_in_it(
+            ops in prop::collection::vec(op(), 1..120),
+            corner in prop_oneof![location(), crowded()],
+            width in 0..80u16,
+            height in 0..80u16,
+        ) {
+            let mut both = Both::default();
+            for op in &ops {
+                both.apply(op);
+            }
+            let xs = corner.x..=corner.x.saturating_add(width);
+            let ys = corner.y..=corner.y.saturating_add(height);
+            let mut got = Vec::new();
+            both.index.area_into(corner.map, xs.clone(), ys.clone(), &mut got);
+            let mut want: Vec<_> = both
+                .scan
+                .0
+                .iter()
+                .filter(|(_, (_, at))| {
+                    at.map == corner.map && xs.contains(&at.x) && ys.contains(&at.y)
+                })
+                .map(|(&serial, &(who, at))| (serial, who, at))
+                .collect();
+            // The scan's serial order, sector by sector (x, then y) as the index walks them.
+            want.sort_by_key(|&(serial, _, at)| (at.x / SECTOR_SIZE, at.y / SECTOR_SIZE, serial));
+            let key = |v: &[(Serial, u32, Location)]| -> Vec<_> {
+                v.iter().map(|&(s, w, at)| (s, w, at.x, at.y)).collect()
+            };
+            prop_assert_eq!(key(&got), key(&want));
         }
     }
 

@@ -159,6 +159,20 @@ enum Due {
     Tick,
 }
 
+/// A range of one group's shared frames to queue on many connections, checked once
+/// ([`Sessions::prepare`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    g: GroupId,
+    range: std::ops::Range<usize>,
+    len: usize,
+    packets: u64,
+    /// The short way of [`Sessions::send_prepared`] takes a line holding fewer unsent bytes
+    /// than this: `len` more then stay within the send limit and the soft limit. 0: never
+    /// (an empty range, or ends past a line's u32s).
+    below: usize,
+}
+
 /// Every open connection. Packet handlers get `&mut Sessions` to answer, broadcast, log a
 /// client in or throw it out.
 pub struct Sessions {
@@ -433,6 +447,68 @@ impl Sessions {
         );
         let len = all - hole.len();
         self.queue_ranges(conn, g, &[0..hole.start, hole.end..all], len, packets)
+    }
+
+    /// `range` of group `g`'s frames (`packets` packets), checked once, to queue on many
+    /// connections with [`Sessions::send_prepared`]: what the fan-out hands everyone who
+    /// sees a whole group.
+    pub(crate) fn prepare(
+        &self,
+        g: GroupId,
+        range: std::ops::Range<usize>,
+        packets: u64,
+    ) -> Prepared {
+        assert!(
+            range.end <= self.groups.frames(g).len(),
+            "a range within the frames"
+        );
+        let len = range.len();
+        let cap = match self.soft_limit {
+            0 => self.send_limit,
+            soft => self.send_limit.min(soft),
+        };
+        // The short way needs the range's ends in a line's u32s, and a range to queue.
+        let short = u32::try_from(range.end).is_ok() && len > 0;
+        let below = match cap.checked_sub(len) {
+            Some(room) if short => room.saturating_add(1),
+            _ => 0,
+        };
+        Prepared {
+            g,
+            range,
+            len,
+            packets,
+            below,
+        }
+    }
+
+    /// [`Sessions::send_group`] of a prepared range ([`Sessions::prepare`]): the same output,
+    /// limits, order and tick. Its short way is straight-line: the connection's line, live,
+    /// its soft clock not running, holding fewer unsent bytes than the range's room under
+    /// both limits (worked out once per range), the budget's room, and a free place or a
+    /// range to continue on the line; anything else goes the way of `send_group`.
+    #[inline]
+    pub(crate) fn send_prepared(&mut self, conn: ConnId, p: &Prepared) -> bool {
+        if let Some(hot) = self.hot.get_mut(conn.0.index() as usize)
+            && hot.generation == conn.0.generation()
+            && hot.flags & (LIVE | OVER_SOFT) == LIVE
+            && hot.pending < p.below
+            && self.outbound + p.len <= self.outbound_budget
+            // Both ends fit in a u32 whenever `below` is not 0.
+            && let Some(added) = hot.push_one(p.g, p.range.start as u32, p.range.end as u32)
+        {
+            hot.pending += p.len;
+            let list = hot.flags & (TICK | FLUSH) == 0;
+            hot.flags |= if list { TICK } else { 0 };
+            self.groups.hold(p.g, added);
+            self.packets_out += p.packets;
+            self.outbound += p.len;
+            if list {
+                self.at_tick.push(conn);
+            }
+            return true;
+        }
+        self.queue_ranges(conn, p.g, std::slice::from_ref(&p.range), p.len, p.packets)
     }
 
     /// Queues `ranges` of group `g` (`len` bytes, `packets` packets) to go at the tick: on
