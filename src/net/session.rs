@@ -1388,4 +1388,73 @@ mod tests {
         sessions.unshare(g);
         assert_eq!(shared.holders(), 1);
     }
+
+    /// What a test compares of two sessions: every count a limit or the tick reads.
+    fn seen(sessions: &Sessions, conns: &[ConnId]) -> Vec<String> {
+        let per_conn = conns.iter().map(|&c| {
+            let since = sessions.conns.get(c.0).and_then(|s| s.over_soft_since);
+            (sessions.is_open(c), sessions.pending_output(c), since)
+        });
+        let slots: Vec<_> = sessions.at_tick.iter().map(|c| c.0.index()).collect();
+        vec![
+            format!("{:?}", per_conn.collect::<Vec<_>>()),
+            format!("at tick {slots:?}"),
+            format!(
+                "outbound {} packets {} overflows {} evictions {}",
+                sessions.outbound, sessions.packets_out, sessions.overflows, sessions.evictions
+            ),
+        ]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_prepared_range_goes_as_send_group_sends_it_under_every_limit() {
+        // A send limit, a soft limit and a budget that three connections meet in turn.
+        let make = || Sessions::new(10_000, 24_000).with_soft_limit(5_000);
+        let (mut plain, mut prepared) = (make(), make());
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 997]]));
+        let (ga, gb) = (plain.share(shared.clone()), prepared.share(shared.clone()));
+        let a: Vec<_> = (0..3).map(|_| open_wire(&mut plain, 0).0).collect();
+        let b: Vec<_> = (0..3).map(|_| open_wire(&mut prepared, 0).0).collect();
+        let range = prepared.prepare(gb, 0..1000, 1);
+        for round in 0..12 {
+            for k in 0..3 {
+                let sent = (
+                    plain.send_group(a[k], ga, 0..1000, 1),
+                    prepared.send_prepared(b[k], &range),
+                );
+                assert_eq!(sent.0, sent.1, "round {round}, connection {k}");
+                assert_eq!(seen(&plain, &a), seen(&prepared, &b), "round {round}, {k}");
+            }
+        }
+        assert!(plain.overflows + plain.evictions > 0, "the limits were met");
+        assert!(
+            a.iter().all(|&c| !plain.is_open(c)),
+            "and every connection went"
+        );
+        plain.unshare(ga);
+        prepared.unshare(gb);
+        assert_eq!(shared.holders(), 1, "both let go of the group");
+    }
+
+    #[test]
+    fn a_prepared_range_past_a_lines_reach_still_goes_the_long_way() {
+        let mut sessions = Sessions::new(1 << 20, 1 << 20);
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 997]]));
+        let g = sessions.share(shared.clone());
+        let (conn, _) = open_wire(&mut sessions, 0);
+        let empty = sessions.prepare(g, 0..0, 0);
+        assert_eq!(empty.below, 0, "nothing to queue: never the short way");
+        assert!(sessions.send_prepared(conn, &empty));
+        let range = sessions.prepare(g, 0..1000, 1);
+        for _ in 0..6 {
+            assert!(sessions.send_prepared(conn, &range));
+        }
+        assert_eq!(
+            sessions.pending_output(conn),
+            6_000,
+            "four on the line, two queued"
+        );
+        assert_eq!(sessions.at_tick, vec![conn], "listed for the tick once");
+        sessions.unshare(g);
+    }
 }
