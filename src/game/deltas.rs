@@ -199,8 +199,6 @@ struct FanOut {
     /// each.
     held: IdMap<ConnId, VecDeque<Vec<u8>>>,
     payload: Vec<u8>,
-    /// The players around the group being fanned out, as the area query hands them out.
-    audience: Vec<(Serial, ConnId, Location)>,
     /// Runs so far, for [`RELEASE_EVERY`].
     runs: u32,
 }
@@ -433,7 +431,6 @@ impl FanOut {
             out,
             held,
             payload,
-            audience,
             ..
         } = self;
         let group = &mut groups[g];
@@ -503,10 +500,8 @@ impl FanOut {
         };
         // Work counts what costs: a change encoded, a player reached, an entry queued.
         let (mut work, mut chatter) = (group.changes.len(), (0, 0));
-        audience.clear();
-        players.area_into(map, xs, ys, audience);
-        for (k, &(serial, conn, at)) in audience.iter().enumerate() {
-            if let Some(&(_, ahead, _)) = audience.get(k + PREFETCH_AHEAD) {
+        players.visit_area(map, xs, ys, PREFETCH_AHEAD, |serial, conn, at, ahead| {
+            if let Some(ahead) = ahead {
                 sessions.prefetch(ahead);
             }
             work += 1;
@@ -539,7 +534,7 @@ impl FanOut {
                 }
             }
             if group.lines.is_empty() {
-                continue;
+                return;
             }
             let backlog = sessions.pending_output(conn) + sink.unsent(conn);
             let ring = held.get_mut(&conn);
@@ -548,7 +543,7 @@ impl FanOut {
             if !slow && whole {
                 let lines = group.lines.len() as u64;
                 sink.push_whole(sessions, conn, Part::Said, lines);
-                continue;
+                return;
             }
             let visible = group
                 .lines
@@ -558,7 +553,7 @@ impl FanOut {
                 for (_, r) in visible {
                     sink.push(sessions, conn, Part::Said, r.clone(), 1);
                 }
-                continue;
+                return;
             }
             let ring = match ring {
                 Some(ring) => ring,
@@ -572,7 +567,7 @@ impl FanOut {
             work += (stats.0 + stats.1) as usize;
             chatter.0 += stats.0;
             chatter.1 += stats.1;
-        }
+        });
         sink.finish(sessions);
         let work = work + sink.entries;
         out.held += chatter.0;

@@ -133,16 +133,18 @@ impl Players {
         self.by_sector.in_range(at)
     }
 
-    /// Appends the players standing on `map` within `xs` × `ys` to `out`, with their
-    /// connections and spots, sector by sector (see `visibility.rs`).
-    pub(super) fn area_into(
+    /// Hands `visit` each player standing on `map` within `xs` × `ys`, with its connection
+    /// and spot, and the connection of the player `ahead` places further in the same sector
+    /// (if any, to hint into cache), sector by sector (see `visibility.rs`).
+    pub(super) fn visit_area(
         &self,
         map: MapId,
         xs: RangeInclusive<u16>,
         ys: RangeInclusive<u16>,
-        out: &mut Vec<(Serial, ConnId, Location)>,
+        ahead: usize,
+        visit: impl FnMut(Serial, ConnId, Location, Option<ConnId>),
     ) {
-        self.by_sector.area_into(map, xs, ys, out);
+        self.by_sector.visit_area(map, xs, ys, ahead, visit);
     }
 
     /// What the fan-out of world changes has counted since start.

@@ -96,17 +96,19 @@ impl<T: Copy> Visibility<T> {
             .map(|seat| (seat.serial, seat.who))
     }
 
-    /// Appends everyone filed on `map` within `xs` × `ys` to `out`, with where they stand:
+    /// Hands `visit` everyone filed on `map` within `xs` × `ys`, with where they stand, and
+    /// who is filed `ahead` places further in the same sector (a hint for what comes next):
     /// sector by sector, each by serial (the same order on every run, not one merged
     /// order). The fan-out asks it once for a group of changes instead of once per change,
-    /// and then walks one dense array. A sector wholly inside the area is copied without a
-    /// test per player (in a crowd, every sector the crowd stands in).
-    pub(super) fn area_into(
+    /// and reads each sector's list in place, copying nothing. A sector wholly inside the
+    /// area (in a crowd, every sector the crowd stands in) is read without a test per player.
+    pub(super) fn visit_area(
         &self,
         map: MapId,
         xs: RangeInclusive<u16>,
         ys: RangeInclusive<u16>,
-        out: &mut Vec<(Serial, T, Location)>,
+        ahead: usize,
+        mut visit: impl FnMut(Serial, T, Location, Option<T>),
     ) {
         let ((x0, x1), (y0, y1)) = ((*xs.start(), *xs.end()), (*ys.start(), *ys.end()));
         for x in x0 / SECTOR_SIZE..=x1 / SECTOR_SIZE {
@@ -114,12 +116,12 @@ impl<T: Copy> Visibility<T> {
                 let Some(list) = self.sectors.get(&SectorId { map, x, y }) else {
                     continue;
                 };
-                let seat = |s: &Seat<T>| (s.serial, s.who, s.at);
-                if within(x, x0, x1) && within(y, y0, y1) {
-                    out.extend(list.iter().map(seat));
-                } else {
-                    let inside = |s: &&Seat<T>| xs.contains(&s.at.x) && ys.contains(&s.at.y);
-                    out.extend(list.iter().filter(inside).map(seat));
+                let all = within(x, x0, x1) && within(y, y0, y1);
+                for (k, seat) in list.iter().enumerate() {
+                    if all || (xs.contains(&seat.at.x) && ys.contains(&seat.at.y)) {
+                        let next = list.get(k + ahead).map(|s| s.who);
+                        visit(seat.serial, seat.who, seat.at, next);
+                    }
                 }
             }
         }
@@ -408,7 +410,17 @@ mod tests {
             let xs = corner.x..=corner.x.saturating_add(width);
             let ys = corner.y..=corner.y.saturating_add(height);
             let mut got = Vec::new();
-            both.index.area_into(corner.map, xs.clone(), ys.clone(), &mut got);
+            both.index.visit_area(corner.map, xs.clone(), ys.clone(), 3, |s, w, at, next| {
+                got.push((s, w, at, next));
+            });
+            // The hint is who stands three places on in the same sector's list, if anyone.
+            for (k, &(_, _, at, next)) in got.iter().enumerate() {
+                let sector = (at.x / SECTOR_SIZE, at.y / SECTOR_SIZE);
+                let list = both.index.sectors.get(&sector_of(&at)).unwrap();
+                let here = list.iter().position(|seat| seat.serial == got[k].0).unwrap();
+                prop_assert_eq!(next, list.get(here + 3).map(|seat| seat.who), "{:?}", sector);
+            }
+            let got: Vec<_> = got.into_iter().map(|(s, w, at, _)| (s, w, at)).collect();
             let mut want: Vec<_> = both
                 .scan
                 .0
