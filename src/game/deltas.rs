@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::rc::Rc;
 
 use crate::EventLoopBuilder;
-use crate::net::{ConnId, GroupId, Net, Sessions, SharedFrames, frame};
+use crate::net::{ConnId, GroupId, Net, Prepared, Sessions, SharedFrames, frame};
 use crate::runtime::Phase;
 use crate::world::{
     DELTAS_PER_ITERATION, Delta, IdMap, Location, SECTOR_SIZE, SectorId, Serial, World,
@@ -199,8 +199,6 @@ struct FanOut {
     /// each.
     held: IdMap<ConnId, VecDeque<Vec<u8>>>,
     payload: Vec<u8>,
-    /// The players around the group being fanned out, as the area query hands them out.
-    audience: Vec<(Serial, ConnId, Location)>,
     /// Runs so far, for [`RELEASE_EVERY`].
     runs: u32,
 }
@@ -433,7 +431,6 @@ impl FanOut {
             out,
             held,
             payload,
-            audience,
             ..
         } = self;
         let group = &mut groups[g];
@@ -480,9 +477,14 @@ impl FanOut {
         }
         let Some(map) = map else { return 0 };
         group.by_mover.sort_unstable();
-        let (corner_lo, corner_hi) = (
-            Location::new(lo.0, lo.1, 0, map),
-            Location::new(hi.0, hi.1, 0, map),
+        // Who sees every change of the group: within range of both corners of its box.
+        let whole_lo = (
+            hi.0.saturating_sub(VIEW_RANGE),
+            hi.1.saturating_sub(VIEW_RANGE),
+        );
+        let whole_hi = (
+            lo.0.saturating_add(VIEW_RANGE),
+            lo.1.saturating_add(VIEW_RANGE),
         );
         let xs = lo.0.saturating_sub(VIEW_RANGE)..=hi.0.saturating_add(VIEW_RANGE);
         let ys = lo.1.saturating_sub(VIEW_RANGE)..=hi.1.saturating_add(VIEW_RANGE);
@@ -493,18 +495,21 @@ impl FanOut {
             moves: &group.moves,
             said: &group.said,
             shared: [None, None],
+            whole: [None, None],
             entries: 0,
         };
         // Work counts what costs: a change encoded, a player reached, an entry queued.
         let (mut work, mut chatter) = (group.changes.len(), (0, 0));
-        audience.clear();
-        audience.extend(players.in_area(map, xs, ys));
-        for (k, &(serial, conn, at)) in audience.iter().enumerate() {
-            if let Some(&(_, ahead, _)) = audience.get(k + PREFETCH_AHEAD) {
+        players.visit_area(map, xs, ys, PREFETCH_AHEAD, |serial, conn, at, ahead| {
+            if let Some(ahead) = ahead {
                 sessions.prefetch(ahead);
             }
             work += 1;
-            let whole = sees(&at, &corner_lo) && sees(&at, &corner_hi);
+            // The area query answers on `map` only.
+            let whole = whole_lo.0 <= at.x
+                && at.x <= whole_hi.0
+                && whole_lo.1 <= at.y
+                && at.y <= whole_hi.1;
             let own = group
                 .mover_bits
                 .may_hold(serial)
@@ -519,7 +524,7 @@ impl FanOut {
                         let r = group.movers[k].2.clone();
                         sink.moves_around(sessions, conn, r, all, (k as u64, (n - k - 1) as u64));
                     }
-                    None => sink.push(sessions, conn, Part::Moves, 0..all, n as u64),
+                    None => sink.push_whole(sessions, conn, Part::Moves, n as u64),
                 }
             } else {
                 for (k, (_, spot, r)) in group.movers.iter().enumerate() {
@@ -529,7 +534,7 @@ impl FanOut {
                 }
             }
             if group.lines.is_empty() {
-                continue;
+                return;
             }
             let backlog = sessions.pending_output(conn) + sink.unsent(conn);
             let ring = held.get_mut(&conn);
@@ -537,8 +542,8 @@ impl FanOut {
                 || backlog + group.said.len() > chatter_limit;
             if !slow && whole {
                 let lines = group.lines.len() as u64;
-                sink.push(sessions, conn, Part::Said, 0..group.said.len(), lines);
-                continue;
+                sink.push_whole(sessions, conn, Part::Said, lines);
+                return;
             }
             let visible = group
                 .lines
@@ -548,7 +553,7 @@ impl FanOut {
                 for (_, r) in visible {
                     sink.push(sessions, conn, Part::Said, r.clone(), 1);
                 }
-                continue;
+                return;
             }
             let ring = match ring {
                 Some(ring) => ring,
@@ -562,7 +567,7 @@ impl FanOut {
             work += (stats.0 + stats.1) as usize;
             chatter.0 += stats.0;
             chatter.1 += stats.1;
-        }
+        });
         sink.finish(sessions);
         let work = work + sink.entries;
         out.held += chatter.0;
@@ -634,6 +639,9 @@ struct Sink<'a> {
     /// ([`Sessions::share`]), made when their first recipient is queued: groups nobody sees
     /// (a crowd of one, spread players) cost no copy.
     shared: [Option<GroupId>; 2],
+    /// The whole of the group's moves and of its lines, prepared for the sessions
+    /// ([`Sessions::prepare`]) when first queued to a player who sees all of them.
+    whole: [Option<Prepared>; 2],
     /// Entries queued (ranges, or pieces of a slot), for the budget.
     entries: usize,
 }
@@ -662,6 +670,26 @@ impl Sink<'_> {
         }
         let g = self.group(sessions, part);
         sessions.send_group(conn, g, range, packets);
+    }
+
+    /// Queues the whole of `part` (`packets` packets or records) for `conn`: the common case
+    /// in a crowd, checked once per group and queued the sessions' short way.
+    fn push_whole(&mut self, sessions: &mut Sessions, conn: ConnId, part: Part, packets: u64) {
+        let (at, all) = match part {
+            Part::Moves => (0, self.moves.len()),
+            Part::Said => (1, self.said.len()),
+        };
+        if self.batched.is_some() || all == 0 {
+            return self.push(sessions, conn, part, 0..all, packets);
+        }
+        self.entries += 1;
+        if self.whole[at].is_none() {
+            let g = self.group(sessions, part);
+            self.whole[at] = Some(sessions.prepare(g, 0..all, packets));
+        }
+        if let Some(prepared) = &self.whole[at] {
+            sessions.send_prepared(conn, prepared);
+        }
     }
 
     /// Queues all the group's moves but `own` (the player's own move) for `conn`: the
@@ -704,6 +732,7 @@ impl Sink<'_> {
     /// The group is fanned out: the sessions' table keeps its frames only while a queued
     /// range needs them.
     fn finish(&mut self, sessions: &mut Sessions) {
+        self.whole = [None, None];
         for g in self.shared.iter_mut().filter_map(Option::take) {
             sessions.unshare(g);
         }

@@ -133,15 +133,18 @@ impl Players {
         self.by_sector.in_range(at)
     }
 
-    /// Players standing on `map` within `xs` × `ys`, their connections and spots, sector by
-    /// sector (see `visibility.rs`).
-    pub(super) fn in_area(
+    /// Hands `visit` each player standing on `map` within `xs` × `ys`, with its connection
+    /// and spot, and the connection of the player `ahead` places further in the same sector
+    /// (if any, to hint into cache), sector by sector (see `visibility.rs`).
+    pub(super) fn visit_area(
         &self,
         map: MapId,
         xs: RangeInclusive<u16>,
         ys: RangeInclusive<u16>,
-    ) -> impl Iterator<Item = (Serial, ConnId, Location)> + '_ {
-        self.by_sector.in_area(map, xs, ys)
+        ahead: usize,
+        visit: impl FnMut(Serial, ConnId, Location, Option<ConnId>),
+    ) {
+        self.by_sector.visit_area(map, xs, ys, ahead, visit);
     }
 
     /// What the fan-out of world changes has counted since start.

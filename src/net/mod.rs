@@ -48,8 +48,8 @@ pub(crate) use server::bind_all;
 #[cfg(any(test, doc, feature = "testkit"))]
 pub(crate) use server::read_path;
 pub use server::{FLUSH_PER_ITERATION, Net, NetStats};
-pub(crate) use session::GroupId;
 pub use session::Sessions;
+pub(crate) use session::{GroupId, Prepared};
 pub use shared::{Piece, SharedFrames};
 
 /// Whom a connection from an address counts against, as the game port's admission counts:

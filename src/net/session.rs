@@ -159,6 +159,20 @@ enum Due {
     Tick,
 }
 
+/// A range of one group's shared frames to queue on many connections, checked once
+/// ([`Sessions::prepare`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    g: GroupId,
+    range: std::ops::Range<usize>,
+    len: usize,
+    packets: u64,
+    /// The short way of [`Sessions::send_prepared`] takes a line holding fewer unsent bytes
+    /// than this: `len` more then stay within the send limit and the soft limit. 0: never
+    /// (an empty range, or ends past a line's u32s).
+    below: usize,
+}
+
 /// Every open connection. Packet handlers get `&mut Sessions` to answer, broadcast, log a
 /// client in or throw it out.
 pub struct Sessions {
@@ -433,6 +447,68 @@ impl Sessions {
         );
         let len = all - hole.len();
         self.queue_ranges(conn, g, &[0..hole.start, hole.end..all], len, packets)
+    }
+
+    /// `range` of group `g`'s frames (`packets` packets), checked once, to queue on many
+    /// connections with [`Sessions::send_prepared`]: what the fan-out hands everyone who
+    /// sees a whole group.
+    pub(crate) fn prepare(
+        &self,
+        g: GroupId,
+        range: std::ops::Range<usize>,
+        packets: u64,
+    ) -> Prepared {
+        assert!(
+            range.end <= self.groups.frames(g).len(),
+            "a range within the frames"
+        );
+        let len = range.len();
+        let cap = match self.soft_limit {
+            0 => self.send_limit,
+            soft => self.send_limit.min(soft),
+        };
+        // The short way needs the range's ends in a line's u32s, and a range to queue.
+        let short = u32::try_from(range.end).is_ok() && len > 0;
+        let below = match cap.checked_sub(len) {
+            Some(room) if short => room.saturating_add(1),
+            _ => 0,
+        };
+        Prepared {
+            g,
+            range,
+            len,
+            packets,
+            below,
+        }
+    }
+
+    /// [`Sessions::send_group`] of a prepared range ([`Sessions::prepare`]): the same output,
+    /// limits, order and tick. Its short way is straight-line: the connection's line, live,
+    /// its soft clock not running, holding fewer unsent bytes than the range's room under
+    /// both limits (worked out once per range), the budget's room, and a free place or a
+    /// range to continue on the line; anything else goes the way of `send_group`.
+    #[inline]
+    pub(crate) fn send_prepared(&mut self, conn: ConnId, p: &Prepared) -> bool {
+        if let Some(hot) = self.hot.get_mut(conn.0.index() as usize)
+            && hot.generation == conn.0.generation()
+            && hot.flags & (LIVE | OVER_SOFT) == LIVE
+            && hot.pending < p.below
+            && self.outbound + p.len <= self.outbound_budget
+            // Both ends fit in a u32 whenever `below` is not 0.
+            && let Some(added) = hot.push_one(p.g, p.range.start as u32, p.range.end as u32)
+        {
+            hot.pending += p.len;
+            let list = hot.flags & (TICK | FLUSH) == 0;
+            hot.flags |= if list { TICK } else { 0 };
+            self.groups.hold(p.g, added);
+            self.packets_out += p.packets;
+            self.outbound += p.len;
+            if list {
+                self.at_tick.push(conn);
+            }
+            return true;
+        }
+        self.queue_ranges(conn, p.g, std::slice::from_ref(&p.range), p.len, p.packets)
     }
 
     /// Queues `ranges` of group `g` (`len` bytes, `packets` packets) to go at the tick: on
@@ -1311,5 +1387,74 @@ mod tests {
         assert_eq!(sessions.outbound, 4_000);
         sessions.unshare(g);
         assert_eq!(shared.holders(), 1);
+    }
+
+    /// What a test compares of two sessions: every count a limit or the tick reads.
+    fn seen(sessions: &Sessions, conns: &[ConnId]) -> Vec<String> {
+        let per_conn = conns.iter().map(|&c| {
+            let since = sessions.conns.get(c.0).and_then(|s| s.over_soft_since);
+            (sessions.is_open(c), sessions.pending_output(c), since)
+        });
+        let slots: Vec<_> = sessions.at_tick.iter().map(|c| c.0.index()).collect();
+        vec![
+            format!("{:?}", per_conn.collect::<Vec<_>>()),
+            format!("at tick {slots:?}"),
+            format!(
+                "outbound {} packets {} overflows {} evictions {}",
+                sessions.outbound, sessions.packets_out, sessions.overflows, sessions.evictions
+            ),
+        ]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_prepared_range_goes_as_send_group_sends_it_under_every_limit() {
+        // A send limit, a soft limit and a budget that three connections meet in turn.
+        let make = || Sessions::new(10_000, 24_000).with_soft_limit(5_000);
+        let (mut plain, mut prepared) = (make(), make());
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 997]]));
+        let (ga, gb) = (plain.share(shared.clone()), prepared.share(shared.clone()));
+        let a: Vec<_> = (0..3).map(|_| open_wire(&mut plain, 0).0).collect();
+        let b: Vec<_> = (0..3).map(|_| open_wire(&mut prepared, 0).0).collect();
+        let range = prepared.prepare(gb, 0..1000, 1);
+        for round in 0..12 {
+            for k in 0..3 {
+                let sent = (
+                    plain.send_group(a[k], ga, 0..1000, 1),
+                    prepared.send_prepared(b[k], &range),
+                );
+                assert_eq!(sent.0, sent.1, "round {round}, connection {k}");
+                assert_eq!(seen(&plain, &a), seen(&prepared, &b), "round {round}, {k}");
+            }
+        }
+        assert!(plain.overflows + plain.evictions > 0, "the limits were met");
+        assert!(
+            a.iter().all(|&c| !plain.is_open(c)),
+            "and every connection went"
+        );
+        plain.unshare(ga);
+        prepared.unshare(gb);
+        assert_eq!(shared.holders(), 1, "both let go of the group");
+    }
+
+    #[test]
+    fn a_prepared_range_past_a_lines_reach_still_goes_the_long_way() {
+        let mut sessions = Sessions::new(1 << 20, 1 << 20);
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 997]]));
+        let g = sessions.share(shared.clone());
+        let (conn, _) = open_wire(&mut sessions, 0);
+        let empty = sessions.prepare(g, 0..0, 0);
+        assert_eq!(empty.below, 0, "nothing to queue: never the short way");
+        assert!(sessions.send_prepared(conn, &empty));
+        let range = sessions.prepare(g, 0..1000, 1);
+        for _ in 0..6 {
+            assert!(sessions.send_prepared(conn, &range));
+        }
+        assert_eq!(
+            sessions.pending_output(conn),
+            6_000,
+            "four on the line, two queued"
+        );
+        assert_eq!(sessions.at_tick, vec![conn], "listed for the tick once");
+        sessions.unshare(g);
     }
 }

@@ -116,6 +116,29 @@ impl Hot {
         Some(added as u32)
     }
 
+    /// Appends one non-empty range `start..end` of group `g` (joined to the last range when
+    /// it continues it): [`Hot::push`] for the fan-out's common case, without its loops.
+    /// `None`, and nothing appended, if the line is full; else the references taken (0 or 1).
+    #[inline]
+    pub(super) fn push_one(&mut self, g: GroupId, start: u32, end: u32) -> Option<u32> {
+        let used = usize::from(self.used);
+        if let Some(back) = used.checked_sub(1).map(|k| &mut self.inline[k])
+            && back.group == g.0
+            && back.end == start
+        {
+            back.end = end;
+            return Some(0);
+        }
+        let free = self.inline.get_mut(used)?;
+        *free = Inline {
+            group: g.0,
+            start,
+            end,
+        };
+        self.used += 1;
+        Some(1)
+    }
+
     /// Asks the processor to bring the line into cache: it is queued output soon (the
     /// fan-out hints a few recipients ahead, so their lines' misses overlap).
     pub(super) fn prefetch(&self) {
@@ -224,6 +247,33 @@ mod tests {
         assert_eq!(taken, [(a, 0..10), (a, 20..40), (b, 40..50), (a, 0..1)]);
         assert_eq!(hot.inline_bytes(), 0);
         assert_eq!(hot.push(a, &[0..usize::MAX]), None, "past u32: not here");
+    }
+
+    #[test]
+    fn one_range_at_a_time_goes_on_a_line_as_a_slice_of_it_would() {
+        let (a, b) = (GroupId(0), GroupId(1));
+        let pushes = [
+            (a, 0..10),
+            (a, 10..20),
+            (b, 20..30),
+            (a, 20..25),
+            (a, 0..4),
+            (b, 0..1),
+        ];
+        let (mut one, mut slice) = (Hot::default(), Hot::default());
+        for (g, r) in pushes {
+            let by_one = one.push_one(g, r.start as u32, r.end as u32);
+            assert_eq!(by_one, slice.push(g, &[r]), "the same references taken");
+        }
+        assert_eq!(one.push_one(b, 4, 9), None, "the line is full");
+        assert_eq!(
+            one.push_one(a, 4, 9),
+            Some(0),
+            "but a range continuing its last joins it"
+        );
+        let taken: Vec<_> = one.take().collect();
+        assert_eq!(taken, [(a, 0..20), (b, 20..30), (a, 20..25), (a, 0..9)]);
+        assert!(one.is_empty());
     }
 
     #[test]
