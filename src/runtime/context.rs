@@ -17,8 +17,14 @@
 //! The post path is built so that a producer and the loop share as few written cache lines as
 //! possible: a producer reads `notified` before it tries to set it (while the flag is up, a
 //! burst of posts only reads that line instead of bouncing it between cores), counts nothing
-//! (posts and elided wakes are counted by the loop as it drains, see [`Core::stats`]), and the
-//! queue, the signal and the loop's own flags each sit on their own cache line ([`Padded`]).
+//! (posts and elided wakes are counted by the loop as it drains, see [`Core::stats`]), and
+//! everything a post touches — the queue and its lock, `closed`, `notified`, the waker — sits
+//! in one 128-byte block ([`Mailbox`]), apart from the flags the loop writes every iteration
+//! ([`Padded`]). A post to a parked loop then moves one block's two adjacent lines between the
+//! cores, and the woken loop finds the signal, the posts and the cross-thread task wakes on
+//! those same two lines. (They were three blocks on the producer's side — the queue, the
+//! signal, and the loop's own flags for `closed`, which every iteration writes — and a fourth
+//! line for the loop's drain of the task wakes: docs/performance.md, "wake latency".)
 //!
 //! This module must never run game code: it only stores and hands over.
 
@@ -71,19 +77,32 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
-/// The wake signal: written by whoever wakes the loop, cleared by the loop.
-struct Signal {
+/// What other threads hand the loop, with the signal that tells it: one 128-byte block
+/// ([`Padded`]), laid out in this order (`repr(C)`) so that the first line holds what every
+/// post touches (the queue's lock and buffer, `closed`, `notified`, the wake counters) and the
+/// second the waker and the cross-thread task wakes.
+#[repr(C)]
+struct Mailbox {
+    posted: Mutex<VecDeque<Posted>>,
+    /// The wake signal: raised by whoever wakes the loop, lowered by the loop.
     notified: AtomicBool,
-    waker: AtomicWaker,
+    /// Shut down: posts are refused (read under the queue's lock, see `push_posted`).
+    closed: AtomicBool,
     /// Wakes [`Shared::notify`] sent (the rare case: the loop was not already signalled).
     issued: AtomicU64,
     /// Wakes [`Shared::notify_always`] sent.
     forced: AtomicU64,
+    waker: AtomicWaker,
+    /// Tasks woken from other threads, in wake order. `None` once the loop is dropped: a
+    /// task's entry would keep its block, and the block this `Shared`, alive forever.
+    remote_ready: Mutex<Option<Vec<RemoteWake>>>,
 }
+
+// Both lines of one `Padded` block, and no more.
+const _: () = assert!(std::mem::size_of::<Mailbox>() <= 128);
 
 /// Flags the loop thread writes and other threads only read.
 struct LoopSide {
-    closed: AtomicBool,
     /// True while the loop thread is inside an iteration (not parked, not yielded to tokio).
     /// Only the loop thread touches it.
     running: AtomicBool,
@@ -97,13 +116,8 @@ struct LoopSide {
 /// The loop's half that other threads may touch.
 pub(crate) struct Shared {
     pub(crate) id: LoopId,
-    posted: Padded<Mutex<VecDeque<Posted>>>,
-    signal: Padded<Signal>,
+    mailbox: Padded<Mailbox>,
     side: Padded<LoopSide>,
-    /// Tasks woken from other threads, in wake order (rare: off the hot paths' lines).
-    /// `None` once the loop is dropped: a task's entry would keep its block, and the block
-    /// this `Shared`, alive forever.
-    remote_ready: Mutex<Option<Vec<RemoteWake>>>,
     /// The wakers of join handles awaiting an unfinished task, by task block address (rare:
     /// kept here rather than in every task; `task.rs`, invariant 6).
     awaiters: Mutex<HashMap<usize, std::task::Waker>>,
@@ -127,37 +141,37 @@ impl Shared {
     fn new() -> Self {
         Shared {
             id: next_loop_id(),
-            posted: Padded(Mutex::new(VecDeque::new())),
-            signal: Padded(Signal {
+            mailbox: Padded(Mailbox {
+                posted: Mutex::new(VecDeque::new()),
                 notified: AtomicBool::new(false),
-                waker: AtomicWaker::new(),
+                closed: AtomicBool::new(false),
                 issued: AtomicU64::new(0),
                 forced: AtomicU64::new(0),
+                waker: AtomicWaker::new(),
+                remote_ready: Mutex::new(Some(Vec::new())),
             }),
             side: Padded(LoopSide {
-                closed: AtomicBool::new(false),
                 running: AtomicBool::new(false),
                 heartbeat: AtomicU64::new(0),
                 now: Now::default(),
             }),
-            remote_ready: Mutex::new(Some(Vec::new())),
             awaiters: Mutex::new(HashMap::new()),
             stalls: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        self.side.closed.load(Ordering::Acquire)
+        self.mailbox.closed.load(Ordering::Acquire)
     }
 
     pub(crate) fn close(&self) {
-        self.side.closed.store(true, Ordering::Release);
+        self.mailbox.closed.store(true, Ordering::Release);
         self.notify();
     }
 
     pub(crate) fn push_posted(&self, job: Posted) -> Result<(), LoopClosed> {
         {
-            let mut queue = lock(&self.posted);
+            let mut queue = lock(&self.mailbox.posted);
             // Checked under the lock so that a post racing with shutdown is either queued
             // before the loop's final drain or refused.
             if self.is_closed() {
@@ -171,7 +185,7 @@ impl Shared {
 
     /// Moves up to `max` posted closures into `out`, oldest first; returns how many.
     pub(crate) fn take_posted(&self, out: &mut VecDeque<Posted>, max: usize) -> usize {
-        let mut queue = lock(&self.posted);
+        let mut queue = lock(&self.mailbox.posted);
         if out.is_empty() && queue.len() <= max {
             // The usual case: swap the buffers, so the lock is held for O(1) whatever the
             // backlog, and a producer waiting on it is not put to sleep.
@@ -184,16 +198,16 @@ impl Shared {
     }
 
     pub(crate) fn has_posted(&self) -> bool {
-        !lock(&self.posted).is_empty()
+        !lock(&self.mailbox.posted).is_empty()
     }
 
     /// Discards what is still queued (after shutdown, when the loop is dropped).
     pub(crate) fn clear_posted(&self) -> VecDeque<Posted> {
-        std::mem::take(&mut *lock(&self.posted))
+        std::mem::take(&mut *lock(&self.mailbox.posted))
     }
 
     pub(crate) fn push_remote_wake(&self, wake: RemoteWake) {
-        let refused = match lock(&self.remote_ready).as_mut() {
+        let refused = match lock(&self.mailbox.remote_ready).as_mut() {
             Some(queue) => {
                 queue.push(wake);
                 None
@@ -209,7 +223,7 @@ impl Shared {
 
     /// The loop is going away: drops the remote wakes queued and refuses later ones.
     pub(crate) fn close_remote_wakes(&self) {
-        let queued = lock(&self.remote_ready).take();
+        let queued = lock(&self.mailbox.remote_ready).take();
         drop(queued);
     }
 
@@ -243,7 +257,7 @@ impl Shared {
 
     /// Moves the remote wakes into `out`; returns how many.
     pub(crate) fn take_remote_wakes(&self, out: &mut Vec<RemoteWake>) -> usize {
-        let mut guard = lock(&self.remote_ready);
+        let mut guard = lock(&self.mailbox.remote_ready);
         let Some(ready) = guard.as_mut() else {
             return 0;
         };
@@ -266,7 +280,7 @@ impl Shared {
         // The load first: while the flag is up, a burst of posts only reads its line.
         // Correct because the loop clears the flag *before* it locks the queue to drain it:
         // a producer that pushed and then sees the flag still up is drained by that pass.
-        let signal = &self.signal;
+        let signal = &self.mailbox;
         if in_iteration
             || signal.notified.load(Ordering::Acquire)
             || signal.notified.swap(true, Ordering::AcqRel)
@@ -280,9 +294,9 @@ impl Shared {
     /// Wakes the loop even from inside an iteration: for sources that feed a phase slot,
     /// which (unlike the queues) the loop does not look at again before it parks.
     pub(crate) fn notify_always(&self) {
-        self.signal.notified.store(true, Ordering::Release);
-        self.signal.forced.fetch_add(1, Ordering::Relaxed);
-        self.signal.waker.wake();
+        self.mailbox.notified.store(true, Ordering::Release);
+        self.mailbox.forced.fetch_add(1, Ordering::Relaxed);
+        self.mailbox.waker.wake();
     }
 
     /// Every wake issued so far, both kinds.
@@ -294,8 +308,8 @@ impl Shared {
     /// Wakes issued by [`notify`](Self::notify) and by [`notify_always`](Self::notify_always).
     fn wakes_issued(&self) -> (u64, u64) {
         (
-            self.signal.issued.load(Ordering::Relaxed),
-            self.signal.forced.load(Ordering::Relaxed),
+            self.mailbox.issued.load(Ordering::Relaxed),
+            self.mailbox.forced.load(Ordering::Relaxed),
         )
     }
 
@@ -334,16 +348,16 @@ impl Shared {
         // Written only when set: an iteration that nobody signalled leaves the line alone,
         // so producers reading it keep their copy. (A producer that sets it between the load
         // and here costs one extra iteration, never a lost post.)
-        if self.signal.notified.load(Ordering::Relaxed) {
-            self.signal.notified.store(false, Ordering::Release);
+        if self.mailbox.notified.load(Ordering::Relaxed) {
+            self.mailbox.notified.store(false, Ordering::Release);
         }
     }
 
     /// Registers the loop future's waker, then reports whether a wake is already pending.
     /// Registering first closes the race with a notifier that runs in between.
     pub(crate) fn register_and_check(&self, waker: &std::task::Waker) -> bool {
-        self.signal.waker.register(waker);
-        self.signal.notified.load(Ordering::Acquire)
+        self.mailbox.waker.register(waker);
+        self.mailbox.notified.load(Ordering::Acquire)
     }
 }
 

@@ -89,6 +89,12 @@ impl FaultState {
         self.reported.borrow().clone()
     }
 
+    /// Whether a panic is armed for the next Deltas phase (which then runs even with no
+    /// handlers).
+    pub(crate) fn panic_injected(&self) -> bool {
+        self.inject_panic.get()
+    }
+
     /// Takes the armed injected panic, if any.
     pub(crate) fn take_injected_panic(&self) -> bool {
         self.inject_panic.replace(false)

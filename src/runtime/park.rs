@@ -36,7 +36,15 @@
 //! the waker is tokio's unpark, one `eventfd` write that ends tokio's `epoll_wait` (no task
 //! hop). The park cannot block outside tokio: the sockets of both network backends (and the
 //! io_uring ring), and any tokio timer or socket a game awaits on the loop thread, are
-//! registered with tokio's reactor, whose epoll descriptor tokio does not expose. A doorbell
+//! registered with tokio's reactor, whose epoll descriptor tokio does not expose. Nor can it
+//! do so only when tokio has nothing registered: tokio's timers are not descriptors at all
+//! (its driver turns its own wheel into the `epoll_wait` timeout), and no stable tokio API
+//! says whether a timer is pending, so a loop task awaiting `tokio::time::sleep` would sleep
+//! through it (`l2_a_task_awaiting_a_tokio_timer_wakes_…` in `tests/loop_rules.rs`); parking
+//! on the io_uring ring with a poll on tokio's descriptor fails the same way, besides needing
+//! a descriptor tokio keeps to itself. The most it could save is tokio's own wake path,
+//! which `examples/wake_latency` sizes as its `Notify` floor over the `eventfd` floor
+//! (docs/performance.md, "wake latency"). A doorbell
 //! of the loop's own (an `eventfd` in tokio's reactor, rung directly by the posting thread)
 //! was built and measured against this path in the same runs: no faster (the time above the
 //! `eventfd` floor is spent on the loop thread after the wake, see docs/performance.md,

@@ -155,6 +155,12 @@ pub struct Wheel<T> {
     early: BTreeSet<(u64, u64, u32)>,
     /// The due tick of each tolerant entry in `early`, by slab index.
     windows: HashMap<u32, u64>,
+    /// No slot expires before this tick: set to the next expiration by a poll that found
+    /// nothing more to process, and lowered to the slot's first tick by every placement since
+    /// (a removal only makes it more cautious). A poll up to an earlier tick with the batch
+    /// drained has nothing to do, and skips the scan of the six levels — on a loop woken by
+    /// a post, a packet or a task wake between ticks, those are cold lines read for nothing.
+    quiet_until: u64,
 }
 
 impl<T> Default for Wheel<T> {
@@ -183,6 +189,7 @@ impl<T> Wheel<T> {
             scratch: Vec::new(),
             early: BTreeSet::new(),
             windows: HashMap::new(),
+            quiet_until: 0,
         }
     }
 
@@ -381,14 +388,20 @@ impl<T> Wheel<T> {
     /// tick then sequence. Call until `None`: only then has the wheel reached `now`. A yielded
     /// entry stays (as fired) until [`Wheel::remove`]d or [`Wheel::reschedule`]d.
     pub fn poll(&mut self, now: u64) -> Option<Expired> {
+        if now < self.quiet_until && self.batch_pos >= self.batch.len() {
+            // What the scan below would end with: nothing expires by `now`.
+            self.elapsed = self.elapsed.max(now);
+            return None;
+        }
         loop {
             if let Some(expired) = self.pop_batch() {
                 return Some(expired);
             }
             match self.next_expiration() {
                 Some(exp) if exp.deadline <= now => self.process(exp),
-                _ => {
+                next => {
                     self.elapsed = self.elapsed.max(now);
+                    self.quiet_until = next.map_or(u64::MAX, |exp| exp.deadline);
                     return None;
                 }
             }
@@ -419,6 +432,10 @@ impl<T> Wheel<T> {
     fn place(&mut self, p: Placement, due: u64) {
         let level = &mut self.levels[level_for(self.elapsed, due)];
         let slot = level.slot_for(due);
+        // The slot expires at its first tick (the top level's wrap included: what wraps into
+        // it is due in the next rotation, and so is that slot's first tick).
+        let first_tick = due & !(level.slot_range() - 1);
+        self.quiet_until = self.quiet_until.min(first_tick);
         level.add(slot, p, due);
     }
 

@@ -559,3 +559,34 @@ fn tolerance_costs_plain_entries_no_bytes() {
     // Value, due tick, stamp: a tolerant entry's due tick lives beside the wheel, not in it.
     assert_eq!(size_of::<Entry<u64>>(), 24);
 }
+
+/// A poll that finds nothing due remembers when the next slot expires and skips the levels'
+/// scan until then. An entry placed after it, in an earlier slot of any level, must still
+/// fire at its own tick, and the entry that set the mark at its own.
+#[test]
+fn an_entry_placed_after_a_quiet_poll_fires_at_its_tick() {
+    let cases = [
+        (40u64, 39u64),
+        (9_000, 100),
+        (1 << 30, 5_000),
+        (1 << 30, 1 << 20),
+        (1 << 40, (1 << 36) + 3),
+    ];
+    for (later, earlier) in cases {
+        let mut wheel = Wheel::new();
+        wheel.insert(later, 'L');
+        assert!(drain(&mut wheel, 10).is_empty(), "{later}");
+        wheel.insert(earlier, 'E');
+        assert!(
+            drain(&mut wheel, earlier - 1).is_empty(),
+            "{later}, {earlier}"
+        );
+        assert_eq!(drain(&mut wheel, earlier), vec![(earlier, 'E')], "{later}");
+        assert!(
+            drain(&mut wheel, later - 1).is_empty(),
+            "{later}, {earlier}"
+        );
+        assert_eq!(drain(&mut wheel, later), vec![(later, 'L')], "{earlier}");
+        assert!(wheel.is_empty());
+    }
+}
