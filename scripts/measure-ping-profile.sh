@@ -12,6 +12,13 @@
 #   3. `perf trace -s` on the process for the same length: syscalls by kind, divided by the
 #      round trips made meanwhile (tracing slows each call a little, for both peers alike).
 #
+# After the looks, the samples of look 2 split by what any server must do and what it need
+# not (`split_samples`): the TCP work of one read and one write on loopback (every sample
+# with `tcp_sendmsg` or `tcp_recvmsg` on its stack, which includes the delivery to the client
+# the kernel does inside the sender's `tcp_sendmsg`; other TCP/IP work the thread did, in
+# softirqs or timers, apart) against the rest, by kind. Multiplied by the clean window's CPU
+# per round trip, that is the floor a server cannot go under on loopback (issue 35, item 2).
+#
 # The clients never log in, so the login and idle timeouts are lifted (the run is longer than
 # the default 30 s login timeout). Each client pings every INTERVAL (default 50ms: 20,000 round trips a second offered), so
 # both servers do the same work. Loopback only; everything started here is stopped by the
@@ -62,6 +69,37 @@ profile() {
         sort -k2 -n -r
 }
 
+# split_samples PERF_DATA: each sample of the thread, by the first rule its stack matches,
+# in per cent of all samples.
+split_samples() {
+    perf script -i "$1" -F ip,sym,dso 2>/dev/null | awk '
+        function kind(   i, all) {
+            all = " "
+            for (i = 0; i < n; i++) all = all sym[i] " "
+            if (all ~ / tcp_sendmsg /) return "a. TCP: tcp_sendmsg (incl. delivery to the peer)"
+            if (all ~ / tcp_recvmsg /) return "b. TCP: tcp_recvmsg"
+            if (all ~ / (net_rx_action|tcp_v4_rcv|tcp_write_timer|tcp_delack_timer[a-z_]*) /)
+                return "c. other TCP/IP (softirq, timers)"
+            if (dso[0] !~ /kernel/) return "j. user space"
+            if (sym[0] ~ /^(fget|__fget[a-z_]*|fdget[a-z_]*|fput|__fput[a-z_]*|fput_many|sock_from_file|io_file_get[a-z_]*)$/)
+                return "d. file lookups (fget, fput, sock_from_file)"
+            if (all ~ / (do_epoll_wait|ep_poll|__x64_sys_epoll_wait|ep_send_events) /) return "e. epoll_wait"
+            if (all ~ / (schedule|__schedule|finish_task_switch[a-z_.0-9]*) /) return "f. scheduler (sleep, wake)"
+            if (all ~ / (io_uring_enter|__do_sys_io_uring_enter|__x64_sys_io_uring_enter|tctx_task_work|io_submit_sqes) /)
+                return "g. io_uring (not TCP)"
+            if (all ~ / (__x64_sys_recvfrom|__sys_recvfrom|__x64_sys_sendto|__sys_sendto|__x64_sys_writev|do_writev|sock_sendmsg|sock_recvmsg) /)
+                return "h. socket syscalls, around TCP"
+            return "i. other kernel (syscall entry and exit, interrupts, timers)"
+        }
+        function flush() { if (n) { count[kind()]++; total++ } n = 0 }
+        /^[ \t]*$/ { flush(); next }
+        { sym[n] = $2; dso[n] = $NF; n++ }
+        END {
+            flush()
+            for (k in count) printf "    %-60s %5.1f %%\n", k, 100 * count[k] / total
+        }' | sort
+}
+
 # run NAME PID: loadgen for the three looks plus margins, then the looks' figures.
 run() {
     local name=$1 server=$2 cpu wall rate
@@ -78,6 +116,8 @@ run() {
     awk -v c="$cpu" -v w="$wall" -v r="${rate:-0}" 'BEGIN { if (r > 0)
         printf "    %s: clean window CPU per round trip %.2f us (at %.0f round trips/s)\n",
             "'"$name"'", c / (r * w / 1e6), r }'
+    echo "   $name: the thread's samples (look 2), what any server does and the rest:"
+    split_samples "$work/$name.perf"
 }
 
 echo "== $(date -u +%FT%TZ) 1000 ping clients every $interval; load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1158,3 +1158,159 @@ fn a_kernel_refusing_multishot_receives_falls_back_for_every_connection() {
         REFUSE_MULTISHOT.with(|r| r.set(false));
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// The registered file table
+
+/// Connections whose socket is in the ring's file table (`None`: the ring has no table).
+fn in_table() -> Option<u32> {
+    with_ring(|r| r.files.as_ref().map(Files::used))
+}
+
+/// Where the ring's only connection names its socket.
+fn only_conn_fixed() -> Option<u32> {
+    let key = only_conn();
+    with_ring(|r| r.conns.get(key).unwrap().fixed)
+}
+
+/// Both ways across `pair`: `out` from the client read by the transport, `back` written by
+/// the transport received by the client.
+async fn both_ways(pair: &mut Pair, out: &[u8], back: &[u8]) {
+    send(&pair.client, out).await;
+    assert_eq!(
+        read_exactly(&mut *pair.conn, &pair.wakes, out.len()).await,
+        out
+    );
+    assert_eq!(pair.conn.write(back).unwrap(), back.len());
+    assert_eq!(receive_up_to(&pair.client, back.len()).await, back);
+}
+
+#[test]
+fn a_connection_is_named_by_its_own_slot_in_the_file_table() {
+    run(async {
+        let mut pair = connected().await;
+        let key = only_conn();
+        assert_eq!(only_conn_fixed(), Some(key.index()));
+        assert_eq!(in_table(), Some(1));
+        both_ways(&mut pair, b"ping", b"pong").await;
+        // Empty its table slot behind its back: a send that names the slot finds no socket
+        // there (a send on the descriptor would still go out).
+        with_ring(|r| {
+            r.uring
+                .submitter()
+                .register_files_update(key.index(), &[-1])
+                .unwrap()
+        });
+        assert_eq!(pair.conn.write(b"lost").unwrap(), 4);
+        let error = eventually("the send to fail", || pair.conn.write(b"x").err()).await;
+        assert_eq!(error.raw_os_error(), Some(libc::EBADF), "{error}");
+    });
+}
+
+#[test]
+fn a_freed_connection_leaves_the_table_and_its_slot_goes_to_the_next_one() {
+    run(async {
+        let (mut acceptor, accept_wakes) = listen();
+        let addr = acceptor.local_addr().unwrap();
+        let first = Client::connect(addr).await.unwrap();
+        let (conn, _) = attach_next(&mut *acceptor, &accept_wakes).await;
+        let old = only_conn();
+        assert_eq!(in_table(), Some(1));
+        drop(conn);
+        // The table held the socket too: the peer sees the close only if it let go.
+        assert_eq!(receive(&first, &mut [0; 16]).await, 0);
+        eventually("the slot to go", || (open_conns() == 0).then_some(())).await;
+        assert_eq!(in_table(), Some(0));
+
+        let second = Client::connect(addr).await.unwrap();
+        let (conn, wakes) = attach_next(&mut *acceptor, &accept_wakes).await;
+        let new = only_conn();
+        assert_eq!(new.index(), old.index(), "the freed slot is reused");
+        assert_ne!(new.generation(), old.generation());
+        assert_eq!(only_conn_fixed(), Some(new.index()));
+        let mut pair = Pair {
+            client: second,
+            conn,
+            wakes,
+            _acceptor: acceptor,
+        };
+        both_ways(&mut pair, b"second", b"yours").await;
+        drop(pair.conn);
+        assert_eq!(receive(&pair.client, &mut [0; 16]).await, 0);
+        eventually("the slot to go", || (open_conns() == 0).then_some(())).await;
+        assert_eq!(in_table(), Some(0));
+    });
+}
+
+#[test]
+fn a_connection_past_the_end_of_the_table_uses_its_descriptor() {
+    run(async {
+        NEXT_FILES.with(|f| f.set(Some(Some(1))));
+        let (mut acceptor, accept_wakes) = listen();
+        let addr = acceptor.local_addr().unwrap();
+        let clients = [
+            Client::connect(addr).await.unwrap(),
+            Client::connect(addr).await.unwrap(),
+        ];
+        let (a, a_wakes) = attach_next(&mut *acceptor, &accept_wakes).await;
+        let (mut b, b_wakes) = attach_next(&mut *acceptor, &accept_wakes).await;
+        let fixed: Vec<Option<u32>> = with_ring(|r| r.conns.iter().map(|(_, c)| c.fixed).collect());
+        assert_eq!(fixed, [Some(0), None]);
+        assert_eq!(in_table(), Some(1));
+        let [client_a, client_b] = clients;
+        let mut a = Pair {
+            client: client_a,
+            conn: a,
+            wakes: a_wakes,
+            _acceptor: acceptor,
+        };
+        both_ways(&mut a, b"in the table", b"a").await;
+        send(&client_b, b"by descriptor").await;
+        assert_eq!(read_exactly(&mut *b, &b_wakes, 13).await, b"by descriptor");
+        assert_eq!(b.write(b"b").unwrap(), 1);
+        assert_eq!(receive_up_to(&client_b, 1).await, b"b");
+        drop(b);
+        assert_eq!(receive(&client_b, &mut [0; 16]).await, 0);
+        assert_eq!(in_table(), Some(1), "the connection in the table stays");
+    });
+}
+
+#[test]
+fn a_kernel_refusing_the_file_table_gets_operations_on_descriptors() {
+    run(async {
+        NEXT_FILES.with(|f| f.set(Some(None)));
+        let mut pair = connected().await;
+        assert_eq!(in_table(), None);
+        assert_eq!(only_conn_fixed(), None);
+        both_ways(&mut pair, b"ping", b"pong").await;
+        drop(pair.conn);
+        assert_eq!(receive(&pair.client, &mut [0; 16]).await, 0);
+        eventually("the slot to go", || (open_conns() == 0).then_some(())).await;
+    });
+}
+
+#[test]
+fn the_file_table_is_as_large_as_the_descriptor_limit_allows() {
+    let slots = files::table_size();
+    let limit = fd_soft_limit();
+    assert!(slots > 0);
+    assert!(u64::from(slots) <= limit, "{slots} slots, limit {limit}");
+    run(async {
+        let _pair = connected().await;
+        assert_eq!(
+            with_ring(|r| r.files.as_ref().map(Files::slots)),
+            Some(slots)
+        );
+    });
+}
+
+fn fd_soft_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` through the pointer, to a live local.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    assert_eq!(read, 0, "getrlimit");
+    limit.rlim_cur
+}
