@@ -1202,7 +1202,14 @@ fn a_connection_is_named_by_its_own_slot_in_the_file_table() {
                 .unwrap()
         });
         assert_eq!(pair.conn.write(b"lost").unwrap(), 4);
-        let error = eventually("the send to fail", || pair.conn.write(b"x").err()).await;
+        let error = eventually("the send to fail", || {
+            let conn = &mut *pair.conn;
+            match conn.write(b"x") {
+                Ok(_) => None,
+                Err(e) => Some(e),
+            }
+        })
+        .await;
         assert_eq!(error.raw_os_error(), Some(libc::EBADF), "{error}");
     });
 }
@@ -1310,7 +1317,9 @@ fn fd_soft_limit() -> u64 {
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes one `rlimit` through the pointer, to a live local.
-    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    assert_eq!(read, 0, "getrlimit");
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+        0
+    );
     limit.rlim_cur
 }
