@@ -31,16 +31,6 @@
 //! multishot receive failing with `EINVAL` before 6.0), the ring falls back, with a warning,
 //! to one single-shot receive per packet into a [`RECV_BUFFER`] of the connection's own.
 //!
-//! # Registered files
-//!
-//! Each connection's socket is put in the ring's registered file table (`files.rs`) when it
-//! is attached, at the connection's own slot index, and its receives and sends name that slot
-//! (`IOSQE_FIXED_FILE`): the kernel then takes no file reference per operation (`fget`, one
-//! per send, a few per cent of the loop thread at 1,000 pinging clients). The slot is emptied
-//! when the connection's slot is freed, before its descriptor closes. A kernel that refuses the
-//! table (before Linux 5.19) gets operations on descriptors, with a warning; a connection
-//! past the table's end, or one the kernel will not register, uses its descriptor too.
-//!
 //! The ring belongs to the loop thread (created by the first `listen`, shared by every
 //! listener and connection on that thread, gone with the last of them). Its descriptor is
 //! registered with tokio's reactor, and one small local task, the *driver*, does all the
@@ -96,9 +86,6 @@
 //!   out of descriptors, one poll instead of the accept).
 //! * **A pool buffer a completion handed over goes back to the pool exactly once**: when
 //!   `read` has copied its last byte out, or at once if its connection is closed or gone.
-//! * **A freed connection leaves no socket in the file table**: its table slot is emptied
-//!   (or, failing that, its socket shut down) when its slot is freed, so the peer sees the
-//!   close, and the slot's next tenant puts its own socket there.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -122,12 +109,9 @@ use super::backend::{
     accept_and_close,
 };
 use super::shared::Piece;
-use files::Files;
 use outbox::Outbox;
 use pool::Pool;
 
-// The registered file table the connections' sockets are named by.
-mod files;
 // What a connection's `write` accepted, until the kernel takes it.
 mod outbox;
 // The receive buffers the ring's connections share.
@@ -184,10 +168,6 @@ thread_local! {
     /// refused, as a kernel before 5.19 refuses it). Taken by the ring it applies to.
     static NEXT_POOL: std::cell::Cell<Option<Option<(u16, u32)>>> =
         const { std::cell::Cell::new(None) };
-    /// Tests: the registered file table the next ring of this thread gets, in slots (`None`:
-    /// refused, as a kernel before 5.19 refuses a sparse table). Taken by the ring it applies
-    /// to.
-    static NEXT_FILES: std::cell::Cell<Option<Option<u32>>> = const { std::cell::Cell::new(None) };
     /// Tests: while set, every multishot receive armed on this thread is answered `EINVAL`,
     /// as a kernel before 6.0 answers it (a no-op stands in for it, its result replaced).
     static REFUSE_MULTISHOT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -322,9 +302,6 @@ fn decode(user_data: u64) -> Option<(Op, Key)> {
 /// One connection's socket and buffers.
 struct Conn {
     socket: OwnedFd,
-    /// Its slot in the ring's registered file table (its own slot index), which every
-    /// operation on it names instead of `socket`; `None`: the table has no room or is refused.
-    fixed: Option<u32>,
     /// The loop's waker; `None` once the transport was dropped (the slot is closing).
     waker: Option<Waker>,
     /// Single-shot fallback only (empty, unallocated, with the pool): the kernel writes here
@@ -363,7 +340,6 @@ impl Conn {
     fn new(socket: OwnedFd, waker: Waker) -> Conn {
         Conn {
             socket,
-            fixed: None,
             waker: Some(waker),
             recv: Box::default(),
             start: 0,
@@ -390,14 +366,6 @@ impl Conn {
         self.outbox.queued()
     }
 
-    /// What an operation on it names the socket by: its table slot, else its descriptor.
-    fn target(&self) -> Target {
-        match self.fixed {
-            Some(slot) => Target::Fixed(types::Fixed(slot)),
-            None => Target::Fd(types::Fd(self.socket.as_raw_fd())),
-        }
-    }
-
     /// Nothing in flight and the transport gone: the slot may be freed.
     fn finished(&self) -> bool {
         self.waker.is_none() && !self.recv_in_flight && !self.send_in_flight
@@ -420,27 +388,6 @@ impl Conn {
             && self.held.len() < HELD_LIMIT
             && self.start == self.end
     }
-}
-
-/// How an operation names a connection's socket.
-#[derive(Debug, Clone, Copy)]
-enum Target {
-    /// Its slot in the registered file table (`IOSQE_FIXED_FILE`): no file lookup per
-    /// operation.
-    Fixed(types::Fixed),
-    /// Its descriptor: the kernel looks the file up (`fget`) for each operation.
-    Fd(types::Fd),
-}
-
-/// Builds an operation on a [`Target`]: `$build` is written once, with `$fd` the slot or the
-/// descriptor (the `io-uring` crate takes either, as two types).
-macro_rules! on_target {
-    ($target:expr, |$fd:ident| $build:expr) => {
-        match $target {
-            Target::Fixed($fd) => $build,
-            Target::Fd($fd) => $build,
-        }
-    };
 }
 
 /// Bytes a multishot receive put in pool buffer `bid`, of which `read` took the first
@@ -575,9 +522,6 @@ struct Ring {
     /// The receive buffers the connections share; `None`: the kernel refused them, and each
     /// connection receives into its own buffer, one single-shot receive per packet.
     pool: Option<Pool>,
-    /// The registered file table the connections' sockets are put in; `None`: the kernel
-    /// refused it, and every operation names its socket by descriptor.
-    files: Option<Files>,
     /// The kernel took the pool but not a multishot receive (`EINVAL`, before Linux 6.0):
     /// receives are single-shot from then on.
     multishot_refused: bool,
@@ -626,7 +570,6 @@ impl Ring {
     fn new() -> io::Result<Ring> {
         let uring = Ring::build_uring()?;
         let pool = Ring::register_pool(&uring);
-        let files = Ring::register_files(&uring);
         let fd = RingFd(uring.as_raw_fd());
         // SAFETY: the descriptor stays open while the `AsyncFd` exists: `readable` is dropped
         // before `uring`, which owns it (field order of `Ring`).
@@ -646,7 +589,6 @@ impl Ring {
             dead: None,
             runs: 0,
             pool,
-            files,
             multishot_refused: false,
             multishot_works: false,
             starved: VecDeque::new(),
@@ -675,32 +617,6 @@ impl Ring {
                     "io_uring: the kernel refused a provided-buffer ring ({e}; Linux 5.19 or \
                      later needed): each connection receives into a {RECV_BUFFER}-byte buffer \
                      of its own, one receive submitted per packet"
-                );
-                None
-            }
-        }
-    }
-
-    /// The registered file table, or `None` (with a warning saying so) where the kernel
-    /// refuses it.
-    fn register_files(uring: &IoUring) -> Option<Files> {
-        #[cfg(not(test))]
-        let slots = Some(files::table_size());
-        #[cfg(test)]
-        let slots = NEXT_FILES
-            .with(std::cell::Cell::take)
-            .unwrap_or(Some(files::table_size()));
-        let registered = match slots {
-            Some(slots) => Files::register(uring, slots),
-            None => Err(io::Error::from_raw_os_error(libc::EINVAL)),
-        };
-        match registered {
-            Ok(files) => Some(files),
-            Err(e) => {
-                tracing::warn!(
-                    "io_uring: the kernel refused a registered file table ({e}; Linux 5.19 or \
-                     later needed): operations name each socket by its descriptor, one file \
-                     lookup per operation"
                 );
                 None
             }
@@ -1065,17 +981,10 @@ impl Drop for Ring {
             mem::forget(mem::replace(&mut self.conns, Slab::new()));
             mem::forget(mem::replace(&mut self.listeners, Slab::new()));
             mem::forget(self.pool.take());
-        } else {
-            if self.pool.is_some() {
-                // Nothing is in flight: the kernel lets go of the pool before its memory goes.
-                // Failing, the ring's descriptor (closed right after) lets go of it too.
-                let _ = self.uring.submitter().unregister_buf_ring(pool::GROUP);
-            }
-            if self.files.is_some() {
-                // The sockets close with their descriptors, right after, not whenever the
-                // kernel gets round to tearing the ring down.
-                let _ = self.uring.submitter().unregister_files();
-            }
+        } else if self.pool.is_some() {
+            // Nothing is in flight: the kernel lets go of the pool before its memory goes.
+            // Failing, the ring's descriptor (closed right after) lets go of it too.
+            let _ = self.uring.submitter().unregister_buf_ring(pool::GROUP);
         }
     }
 }
@@ -1401,7 +1310,6 @@ fn attach(ring: SharedRing, socket: OwnedFd, waker: Waker) -> Box<dyn Transport>
     let key = {
         let mut this = ring.borrow_mut();
         let key = insert(&mut this.conns, Conn::new(socket, waker));
-        this.register_file(key);
         this.arm_recv(key);
         key
     };
@@ -1409,34 +1317,6 @@ fn attach(ring: SharedRing, socket: OwnedFd, waker: Waker) -> Box<dyn Transport>
 }
 
 impl Ring {
-    /// Puts `key`'s socket in the registered file table, at its own slot index, if there is a
-    /// table and room.
-    fn register_file(&mut self, key: Key) {
-        let (Some(files), Some(conn)) = (self.files.as_mut(), self.conns.get_mut(key)) else {
-            return;
-        };
-        if files.put(&self.uring, key.index(), conn.socket.as_raw_fd()) {
-            conn.fixed = Some(key.index());
-        }
-    }
-
-    /// Takes a connection that is going out of the registered file table, before its
-    /// descriptor closes; if the kernel refuses, shuts the socket down, so the peer sees the
-    /// close although the table still holds the socket (see `files.rs`).
-    fn unregister_file(&mut self, conn: &Conn) {
-        let (Some(slot), Some(files)) = (conn.fixed, self.files.as_mut()) else {
-            return;
-        };
-        if let Err(e) = files.clear(&self.uring, slot) {
-            tracing::warn!(
-                slot,
-                "io_uring: the kernel kept a closed connection's socket in the registered \
-                 file table ({e}); shut down instead"
-            );
-            let _ = SockRef::from(&conn.socket).shutdown(Shutdown::Both);
-        }
-    }
-
     /// Arms `key`'s receive: multishot into the pool, or single-shot into its own buffer.
     fn arm_recv(&mut self, key: Key) {
         let pooled = self.pooled();
@@ -1445,17 +1325,16 @@ impl Ring {
         };
         debug_assert!(conn.may_arm_recv());
         conn.recv_in_flight = true;
-        let target = conn.target();
+        let fd = types::Fd(conn.socket.as_raw_fd());
         let entry = if pooled {
-            on_target!(target, |fd| opcode::RecvMulti::new(fd, pool::GROUP).build())
+            opcode::RecvMulti::new(fd, pool::GROUP).build()
         } else {
             if conn.recv.is_empty() {
                 conn.recv = vec![0; RECV_BUFFER].into_boxed_slice();
             }
             conn.start = 0;
             conn.end = 0;
-            let (buf, len) = (conn.recv.as_mut_ptr(), conn.recv.len() as u32);
-            on_target!(target, |fd| opcode::Recv::new(fd, buf, len).build())
+            opcode::Recv::new(fd, conn.recv.as_mut_ptr(), conn.recv.len() as u32).build()
         }
         .user_data(user_data(Op::Recv, key));
         #[cfg(test)]
@@ -1503,10 +1382,10 @@ impl Ring {
             return Ok(());
         };
         conn.send_in_flight = true;
-        let entry = on_target!(conn.target(), |fd| opcode::SendMsg::new(fd, message)
+        let entry = opcode::SendMsg::new(types::Fd(conn.socket.as_raw_fd()), message)
             .flags(libc::MSG_NOSIGNAL as u32)
-            .build())
-        .user_data(user_data(Op::Send, key));
+            .build()
+            .user_data(user_data(Op::Send, key));
         self.in_flight += 1;
         // SAFETY: the message header, its iovecs and the bytes they point to (own buffers and
         // shared frames the outbox holds a reference to) neither move, change nor go away
@@ -1740,13 +1619,10 @@ impl Ring {
         self.free_if_finished(key);
     }
 
-    /// Frees a closed connection's slot (taking its socket out of the file table, then
-    /// closing it) once nothing is in flight.
+    /// Frees a closed connection's slot (closing its socket) once nothing is in flight.
     fn free_if_finished(&mut self, key: Key) {
-        if self.conns.get(key).is_some_and(Conn::finished)
-            && let Some(conn) = self.conns.remove(key)
-        {
-            self.unregister_file(&conn);
+        if self.conns.get_mut(key).is_some_and(|conn| conn.finished()) {
+            self.conns.remove(key);
         }
     }
 
