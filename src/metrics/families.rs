@@ -404,8 +404,13 @@ fn register_net(registry: &mut Registry, snapshot: &Snapshot) {
     );
     registry.register(
         "net_flushes_deferred",
-        "Connections whose output a Flush phase left for the next iteration, past its cap",
+        "Connections whose output a Flush phase left for the next iteration, past its cap or budget",
         ConstCounter::new(n.flushes_deferred),
+    );
+    registry.register(
+        "net_flush_budget_stops",
+        "Flush phases that stopped at their time budget with connections still to write",
+        ConstCounter::new(n.flush_budget_stops),
     );
 }
 

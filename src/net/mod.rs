@@ -47,7 +47,7 @@ pub use reason::Disconnect;
 pub(crate) use server::bind_all;
 #[cfg(any(test, doc, feature = "testkit"))]
 pub(crate) use server::read_path;
-pub use server::{FLUSH_PER_ITERATION, Net, NetStats};
+pub use server::{FLUSH_BUDGET, FLUSH_PER_ITERATION, Net, NetStats};
 pub use session::Sessions;
 pub(crate) use session::{GroupId, Prepared};
 pub use shared::{Piece, SharedFrames};

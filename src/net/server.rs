@@ -135,8 +135,12 @@ pub struct NetStats {
     /// Bytes the sockets took from the send buffers.
     pub bytes_out: u64,
     /// Connections whose output a Flush phase left for the next iteration, having written
-    /// [`FLUSH_PER_ITERATION`] connections already (a tick's broadcasts to a crowd).
+    /// [`FLUSH_PER_ITERATION`] connections already or spent [`FLUSH_BUDGET`] (a tick's
+    /// broadcasts to a crowd).
     pub flushes_deferred: u64,
+    /// Flush phases that stopped at [`FLUSH_BUDGET`] with connections still to write (their
+    /// connections are counted in `flushes_deferred`).
+    pub flush_budget_stops: u64,
 }
 
 /// The most connections one Flush phase writes to; the rest go in the next iteration, first.
@@ -148,6 +152,23 @@ pub struct NetStats {
 /// with the Timers and Network phases running between them, and the cost of the cap is one
 /// loop turn (microseconds) of delay for the connections past it.
 pub const FLUSH_PER_ITERATION: usize = 256;
+
+/// The most wall time one Flush phase spends writing before it leaves the connections not yet
+/// written for the next iteration, first in line, as past [`FLUSH_PER_ITERATION`].
+///
+/// The count cap alone does not bound the phase's time: 256 writes to a crowd took 4 ms in
+/// most iterations here and up to 13 ms of the loop thread's own CPU in a few (a write's cost
+/// follows what the receiving side's kernel work costs at that moment, on loopback the
+/// sender's), which was every iteration over 16 ms on a quiet machine. The clock (the CPU's
+/// time-stamp counter, ~20 ns) is read after each connection written, so a phase ends at most
+/// one connection's write past the budget; it always writes at least one connection, so the
+/// list drains whatever a write costs. 4 ms is what the cap's 256 writes take in a usual
+/// iteration, so the budget cuts only the slow ones: with the other phases (the Network
+/// phase's reads under 1 ms, the fan-out's under `FANOUT_PER_ITERATION`) an iteration's own
+/// work stays far from 16 ms, and half a tick (8 ms) is left for everything else. Wall time
+/// the host takes from the thread (preemption) is outside any budget; it ends the phase at
+/// the next connection (docs/performance.md, "A time budget for the Flush phase").
+pub const FLUSH_BUDGET: Duration = Duration::from_millis(4);
 
 impl NetStats {
     /// Connections accepted and closed at once, for any reason (out of descriptors included).
@@ -216,6 +237,8 @@ struct Server {
     tick_release: Option<TimerToken>,
     /// The server itself, for the sweeper's callback (weak: dropping every `Net` frees it).
     me: Weak<RefCell<Server>>,
+    /// The clock [`FLUSH_BUDGET`] is measured with: [`Stamp::now`], or a test's stand-in.
+    clock: fn() -> Stamp,
 }
 
 impl Net {
@@ -226,6 +249,9 @@ impl Net {
             table.limit(frame::PING, rate);
         }
         let admission = Admission::new(&limits);
+        // The budget's clock calibrates itself once per process, on its first reading (a 2 ms
+        // spin): here, where the shard is built, not in the first Flush phase.
+        let _ = Stamp::now();
         Net(Rc::new_cyclic(|me| {
             RefCell::new(Server {
                 me: me.clone(),
@@ -251,6 +277,7 @@ impl Net {
                 spare: open_spare(),
                 sweeper: None,
                 tick_release: None,
+                clock: Stamp::now,
             })
         }))
     }
@@ -344,7 +371,9 @@ impl Net {
         // the broadcasts waiting for the tick included.
         server.sessions.release_tick();
         while !server.sessions.to_flush.is_empty() {
-            server.flush(); // past FLUSH_PER_ITERATION, in turns; each turn shortens the list
+            // Past FLUSH_PER_ITERATION or FLUSH_BUDGET, in turns; each turn writes at least
+            // one connection, so the list shortens every time.
+            server.flush();
         }
         let ids: Vec<ConnId> = server.sessions.ids().collect();
         for conn in ids {
@@ -369,8 +398,8 @@ impl Net {
             server.flush();
             server.reap();
             server.arm_tick_release();
-            // Connections past the cap, or output a disconnect hook queued for others: next
-            // iteration, not after a park.
+            // Connections past the cap or the budget, or output a disconnect hook queued for
+            // others: next iteration, not after a park.
             !server.sessions.to_flush.is_empty()
         }
     }
@@ -1059,13 +1088,15 @@ impl Server {
         done
     }
 
-    /// Writes queued output, to at most [`FLUSH_PER_ITERATION`] connections; the rest stay
-    /// queued, first in line for the next iteration's Flush phase (which the pending list
-    /// makes come without a park). A full socket signals when writable.
+    /// Writes queued output, to at most [`FLUSH_PER_ITERATION`] connections and for at most
+    /// [`FLUSH_BUDGET`] (at least one connection is written); the rest stay queued, first in
+    /// line for the next iteration's Flush phase (which the pending list makes come without a
+    /// park). A full socket signals when writable.
     fn flush(&mut self) {
         let mut conns = std::mem::take(&mut self.sessions.to_flush);
         let mut writes = 0;
         let mut done = conns.len();
+        let deadline = (self.clock)().add(FLUSH_BUDGET);
         for (at, &conn) in conns.iter().enumerate() {
             let Some(state) = self.sessions.conns.get_mut(conn.0) else {
                 continue;
@@ -1076,6 +1107,13 @@ impl Server {
                 continue;
             }
             if writes == FLUSH_PER_ITERATION {
+                done = at;
+                break;
+            }
+            // One clock read per connection written (the first excepted): a few tens of ns
+            // against a write's microseconds.
+            if writes > 0 && (self.clock)() >= deadline {
+                self.stats.flush_budget_stops += 1;
                 done = at;
                 break;
             }

@@ -257,3 +257,192 @@ async fn a_flush_phase_writes_at_most_its_cap_and_the_rest_go_first_in_the_next_
     let deferred = (count - FLUSH_PER_ITERATION) + (count - 2 * FLUSH_PER_ITERATION + 1);
     assert_eq!(net.stats().flushes_deferred, deferred as u64);
 }
+
+thread_local! {
+    /// The stand-in budget clock's time since `BUDGET_EPOCH`: moved by [`Slow`]'s writes only.
+    static BUDGET_ELAPSED: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+    static BUDGET_EPOCH: Stamp = Stamp::now();
+}
+
+/// The Flush budget's clock in these tests: it moves only when a [`Slow`] transport writes,
+/// so what a phase writes depends on the writes' stated cost, not on this machine's speed.
+/// (Costs are a microsecond over the round figures: readings are whole counter ticks, and a
+/// cost of exactly the budget could land a tick either side of it.)
+fn budget_clock() -> Stamp {
+    BUDGET_EPOCH.with(|epoch| epoch.add(BUDGET_ELAPSED.with(std::cell::Cell::get)))
+}
+
+const MICRO: Duration = Duration::from_micros(1);
+
+/// A transport whose every write takes `cost` on the budget's clock (and is recorded).
+struct Slow {
+    writes: Writes,
+    cost: Duration,
+}
+
+impl Transport for Slow {
+    fn read(&mut self, _: &mut Vec<u8>, _: usize) -> ReadOutcome {
+        ReadOutcome::WouldBlock
+    }
+
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        BUDGET_ELAPSED.with(|elapsed| elapsed.set(elapsed.get() + self.cost));
+        self.writes
+            .borrow_mut()
+            .push((Instant::now(), data.to_vec()));
+        Ok(data.len())
+    }
+
+    fn write_pieces(
+        &mut self,
+        pieces: &mut dyn Iterator<Item = crate::net::Piece<'_>>,
+    ) -> io::Result<usize> {
+        let bytes: Vec<u8> = pieces.flat_map(|p| p.bytes().to_vec()).collect();
+        self.write(&bytes)
+    }
+}
+
+/// `count` connections whose writes each cost `cost` of the Flush budget, on a server whose
+/// budget runs on [`budget_clock`]; each connection counts as accepted (for shutdown).
+fn slow_connections(net: &Net, writes: &Writes, count: usize, cost: Duration) -> Vec<ConnId> {
+    let mut server = net.0.borrow_mut();
+    server.clock = budget_clock;
+    let peer: SocketAddr = "127.0.0.2:1".parse().unwrap();
+    (0..count)
+        .map(|_| {
+            let transport = Slow {
+                writes: writes.clone(),
+                cost,
+            };
+            let state = NetState::new(
+                Box::new(transport),
+                peer,
+                Keys::of(peer.ip()),
+                Instant::now(),
+            );
+            let conn = ConnId(server.sessions.conns.insert(state));
+            server.sessions.arrived(conn);
+            conn
+        })
+        .collect()
+}
+
+/// What was written, in order.
+fn written(writes: &Writes) -> Vec<Vec<u8>> {
+    writes.borrow().iter().map(|(_, b)| b.clone()).collect()
+}
+
+/// Reply `i`: a packet carrying its number.
+fn numbered(i: usize) -> Vec<u8> {
+    frame::packet(0x21, &[&(i as u32).to_le_bytes()])
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flush_phase_stops_at_its_time_budget_and_the_rest_go_first_in_the_next_iterations() {
+    let (net, mut event_loop, writes) = looped();
+    // Four writes spend the budget: the phase stops before the fifth.
+    let conns = slow_connections(&net, &writes, 10, FLUSH_BUDGET / 4 + MICRO);
+    event_loop
+        .run_until(async {
+            timer::pause(3).await;
+            let started = Instant::now();
+            net.with_sessions(|s| {
+                for (i, &conn) in conns.iter().enumerate() {
+                    s.send_packet(conn, 0x21, &[&(i as u32).to_le_bytes()]);
+                }
+            });
+            NextIteration(false).await;
+            let first: Vec<_> = (0..4).map(numbered).collect();
+            assert_eq!(
+                written(&writes),
+                first,
+                "the budget's worth, in the order queued"
+            );
+            assert_eq!(net.stats().flush_budget_stops, 1);
+            // A reply queued now goes after the ones left waiting.
+            net.with_sessions(|s| s.send_packet(conns[0], 0x21, &[b"late"]));
+            NextIteration(false).await;
+            let second: Vec<_> = (0..8).map(numbered).collect();
+            assert_eq!(written(&writes), second, "the next four, first in line");
+            NextIteration(false).await;
+            let mut all: Vec<_> = (0..10).map(numbered).collect();
+            all.push(frame::packet(0x21, &[b"late"]));
+            assert_eq!(
+                written(&writes),
+                all,
+                "every one once, the waiting ones first"
+            );
+            assert!(
+                writes.borrow().iter().all(|(at, _)| *at == started),
+                "iterations back to back, no park in between"
+            );
+        })
+        .await;
+    let stats = net.stats();
+    assert_eq!(
+        stats.flush_budget_stops, 2,
+        "the third phase fit in its budget"
+    );
+    // Left over: six by the first phase; the last two and the late reply by the second.
+    assert_eq!(stats.flushes_deferred, 6 + 3);
+    assert_eq!(stats.bytes_out as usize, all_bytes(&writes));
+}
+
+/// Every byte the transports took.
+fn all_bytes(writes: &Writes) -> usize {
+    writes.borrow().iter().map(|(_, b)| b.len()).sum()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_longer_than_the_budget_still_leaves_a_connection_written_per_phase() {
+    let (net, mut event_loop, writes) = looped();
+    let conns = slow_connections(&net, &writes, 3, FLUSH_BUDGET * 3 + MICRO);
+    event_loop
+        .run_until(async {
+            timer::pause(3).await;
+            net.with_sessions(|s| {
+                for (i, &conn) in conns.iter().enumerate() {
+                    s.send_packet(conn, 0x21, &[&(i as u32).to_le_bytes()]);
+                }
+            });
+            for phase in 1..=3 {
+                NextIteration(false).await;
+                let so_far: Vec<_> = (0..phase).map(numbered).collect();
+                assert_eq!(written(&writes), so_far, "one connection in phase {phase}");
+            }
+        })
+        .await;
+    let stats = net.stats();
+    assert_eq!(
+        (stats.flush_budget_stops, stats.flushes_deferred),
+        (2, 2 + 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_writes_every_connection_past_the_budget() {
+    let (net, mut event_loop, writes) = looped();
+    // Every write spends the whole budget: shutdown's Flush turns write one connection each.
+    let conns = slow_connections(&net, &writes, 5, FLUSH_BUDGET + MICRO);
+    event_loop
+        .run_until(async {
+            timer::pause(3).await;
+            net.with_sessions(|s| {
+                for (i, &conn) in conns.iter().enumerate() {
+                    s.send_packet(conn, 0x21, &[&(i as u32).to_le_bytes()]);
+                }
+            });
+            net.stop();
+        })
+        .await;
+    let all: Vec<_> = (0..5).map(numbered).collect();
+    assert_eq!(
+        written(&writes),
+        all,
+        "everything queued went out, in order"
+    );
+    let stats = net.stats();
+    assert_eq!(stats.connections, 0);
+    assert_eq!(stats.flush_budget_stops, 4);
+    assert_eq!(stats.bytes_out as usize, all_bytes(&writes));
+}

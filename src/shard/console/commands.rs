@@ -204,7 +204,8 @@ impl Shell {
              outbound  {:.1} MiB of a {:.0} MiB budget: {:.1} MiB unsent, {} full sockets at \
              {} KiB of kernel buffers each\n\
              traffic   {} packets in, {} bytes in, {} bytes out; {} writes left to the next \
-             iteration past a Flush phase's cap",
+             iteration past a Flush phase's cap or time budget ({} phases stopped by the \
+             budget)",
             n.connections,
             n.hosts,
             n.prelogin,
@@ -246,6 +247,7 @@ impl Shell {
             n.bytes_in,
             n.bytes_out,
             n.flushes_deferred,
+            n.flush_budget_stops,
         ))
     }
 
