@@ -249,9 +249,6 @@ impl Net {
             table.limit(frame::PING, rate);
         }
         let admission = Admission::new(&limits);
-        // The budget's clock calibrates itself once per process, on its first reading (a 2 ms
-        // spin): here, where the shard is built, not in the first Flush phase.
-        let _ = Stamp::now();
         Net(Rc::new_cyclic(|me| {
             RefCell::new(Server {
                 me: me.clone(),
