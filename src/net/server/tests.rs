@@ -218,10 +218,6 @@ async fn a_flush_phase_writes_at_most_its_cap_and_the_rest_go_first_in_the_next_
     let (net, mut event_loop, writes) = looped();
     let count = 2 * FLUSH_PER_ITERATION + 88;
     let conns: Vec<ConnId> = (0..count).map(|_| connect(&net, &writes)).collect();
-    let numbered = |i: usize| frame::packet(0x21, &[&(i as u32).to_le_bytes()]);
-    let written = |writes: &Writes| -> Vec<Vec<u8>> {
-        writes.borrow().iter().map(|(_, b)| b.clone()).collect()
-    };
     event_loop
         .run_until(async {
             timer::pause(3).await;
