@@ -178,6 +178,74 @@ async fn l1_no_post_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
     assert_eq!(stats.panics, 0, "{stats:?}");
 }
 
+/// The same race for the other cross-thread queue: tasks on the loop woken from other threads
+/// (each producer wakes its own loop task through a tokio channel, whose waker is the task's:
+/// the wake goes through the remote-wake queue and its bit in the signal word). A lost wake
+/// leaves the task asleep and the producer's reply missing past the 10 s bound. Checked by
+/// hand against a loop that lowers the signal by a plain store instead of taking it with a
+/// read-modify-write (the argument in `src/runtime/park.rs`): this test then fails.
+#[tokio::test]
+async fn l1_no_remote_task_wake_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
+    const PRODUCERS: u64 = 4;
+    const ROUNDS: u64 = 2_000;
+    let mut el = EventLoop::builder()
+        .idle_wait(Duration::from_secs(3_600))
+        .spin_before_park(Duration::ZERO)
+        .build();
+    let ctx = el.context();
+    let start = Arc::new(std::sync::Barrier::new(PRODUCERS as usize));
+    let lost = Arc::new(Mutex::new(None::<String>));
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|seed| {
+            let (ctx, start, lost) = (ctx.clone(), start.clone(), lost.clone());
+            let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel::<()>();
+            let (reply, replies) = mpsc::channel();
+            ctx.spawn(async move {
+                while woken.recv().await.is_some() {
+                    reply.send(()).expect("the producer waits");
+                }
+            })
+            .expect("the loop runs");
+            thread::spawn(move || {
+                let mut jitter = Jitter(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+                for round in 0..ROUNDS {
+                    start.wait();
+                    if lost.lock().expect("lost").is_some() {
+                        continue;
+                    }
+                    jitter.spin();
+                    wake.send(()).expect("the task runs");
+                    if replies
+                        .recv_timeout(std::time::Duration::from_secs(10))
+                        .is_err()
+                    {
+                        let why = format!("producer {seed}, round {round}: not woken in 10 s");
+                        lost.lock().expect("lost").get_or_insert(why);
+                    }
+                }
+                // Dropping `wake` ends the task.
+            })
+        })
+        .collect();
+    let stopper = thread::spawn(move || {
+        for producer in producers {
+            producer.join().expect("producer");
+        }
+        ctx.shutdown();
+    });
+    within(Duration::from_secs(120), "the loop's run", el.run()).await;
+    stopper.join().expect("stopper");
+    let stats = el.stats();
+    if let Some(why) = lost.lock().expect("lost").take() {
+        panic!("a task wake was lost ({why}); {stats:?}");
+    }
+    assert!(
+        stats.sleeps >= ROUNDS / 2 && stats.wakes_issued >= ROUNDS / 2,
+        "the loop hardly parked: {stats:?}"
+    );
+    assert_eq!(stats.panics, 0, "{stats:?}");
+}
+
 /// A small xorshift generator: producers wait different, varying while between posts.
 struct Jitter(u64);
 

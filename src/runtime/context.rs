@@ -9,16 +9,19 @@
 //!   a cloneable `Arc` of it.
 //!
 //! The wake signal is *sticky and single*: the first post or remote wake after the loop last
-//! looked sets `notified` and wakes the loop; later ones see the flag and elide their wake.
-//! The loop clears the flag before it drains, so a post is never lost and never leaves the
-//! loop signalled once handled. Why that holds, and which orderings it rests on (the queue's
-//! mutex among them), is written beside the park that waits for it (`park.rs`).
+//! looked raises `NOTIFIED` in the signal word and wakes the loop; later ones find it up and
+//! elide their wake. Each cross-thread queue also has a bit in that word, raised with the
+//! push, so that the loop locks only the queues that were pushed to (a wake that brings a
+//! post leaves the task-wake queue's lock alone). The loop takes the word before it drains,
+//! so a post is never lost and never leaves the loop signalled once handled. Why that holds,
+//! and which orderings it rests on, is written beside the park that waits for it (`park.rs`).
 //!
 //! The post path is built so that a producer and the loop share as few written cache lines as
-//! possible: a producer reads `notified` before it tries to set it (while the flag is up, a
-//! burst of posts only reads that line instead of bouncing it between cores), counts nothing
-//! (posts and elided wakes are counted by the loop as it drains, see [`Core::stats`]), and
-//! everything a post touches — the queue and its lock, `closed`, `notified`, the waker — sits
+//! possible: a producer raises the signal while it holds the queue's lock, on the same line
+//! (so the raise costs no line of its own), counts nothing (posts and elided wakes are
+//! counted by the loop as it drains, see [`Core::stats`]), wakes the loop's waker by
+//! reference (no reference count moves, `wake_slot.rs`), and
+//! everything a post touches — the queue and its lock, `closed`, the signal, the waker — sits
 //! in one 128-byte block ([`Mailbox`]), apart from the flags the loop writes every iteration
 //! ([`Padded`]). A post to a parked loop then moves one block's two adjacent lines between the
 //! cores, and the woken loop finds the signal, the posts and the cross-thread task wakes on
@@ -33,10 +36,9 @@ use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::fmt;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use futures::task::AtomicWaker;
 use tokio::time::{Duration, Instant};
 
 use super::job::Job;
@@ -52,6 +54,7 @@ use super::profile::Profile;
 use super::stats::Counters;
 use super::task::Header;
 use super::telemetry::LoopStats;
+use super::wake_slot::WakeSlot;
 
 /// A closure posted to the loop, and where it was posted.
 pub(crate) type Posted = (
@@ -77,22 +80,49 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
+/// Bit of [`Mailbox::signal`]: a wake was asked for since the loop last looked. Raised by
+/// whoever wakes the loop, lowered by the loop at the start of an iteration.
+const NOTIFIED: u8 = 1;
+/// Bit of [`Mailbox::signal`]: the post queue may hold closures the loop has not taken.
+const POSTED: u8 = 1 << 1;
+/// Bit of [`Mailbox::signal`]: the remote-wake queue may hold task wakes.
+const REMOTE: u8 = 1 << 2;
+
+/// What the loop found in the signal word at the start of an iteration: which cross-thread
+/// queues to drain. A queue whose bit is down is not locked at all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Signalled(u8);
+
+impl Signalled {
+    /// Posts may be waiting in the queue.
+    pub(crate) fn posted(self) -> bool {
+        self.0 & POSTED != 0
+    }
+
+    /// Cross-thread task wakes may be waiting.
+    pub(crate) fn remote(self) -> bool {
+        self.0 & REMOTE != 0
+    }
+}
+
 /// What other threads hand the loop, with the signal that tells it: one 128-byte block
 /// ([`Padded`]), laid out in this order (`repr(C)`) so that the first line holds what every
-/// post touches (the queue's lock and buffer, `closed`, `notified`, the wake counters) and the
+/// post touches (the queue's lock and buffer, `closed`, the signal, the wake counters) and the
 /// second the waker and the cross-thread task wakes.
 #[repr(C)]
 struct Mailbox {
     posted: Mutex<VecDeque<Posted>>,
-    /// The wake signal: raised by whoever wakes the loop, lowered by the loop.
-    notified: AtomicBool,
+    /// The wake signal: [`NOTIFIED`], and a bit per cross-thread queue ([`POSTED`],
+    /// [`REMOTE`]) raised by the producer in the same critical section as its push and
+    /// lowered (all at once) by the loop at the start of an iteration.
+    signal: AtomicU8,
     /// Shut down: posts are refused (read under the queue's lock, see `push_posted`).
     closed: AtomicBool,
     /// Wakes [`Shared::notify`] sent (the rare case: the loop was not already signalled).
     issued: AtomicU64,
     /// Wakes [`Shared::notify_always`] sent.
     forced: AtomicU64,
-    waker: AtomicWaker,
+    waker: WakeSlot,
     /// Tasks woken from other threads, in wake order. `None` once the loop is dropped: a
     /// task's entry would keep its block, and the block this `Shared`, alive forever.
     remote_ready: Mutex<Option<Vec<RemoteWake>>>,
@@ -143,11 +173,11 @@ impl Shared {
             id: next_loop_id(),
             mailbox: Padded(Mailbox {
                 posted: Mutex::new(VecDeque::new()),
-                notified: AtomicBool::new(false),
+                signal: AtomicU8::new(0),
                 closed: AtomicBool::new(false),
                 issued: AtomicU64::new(0),
                 forced: AtomicU64::new(0),
-                waker: AtomicWaker::new(),
+                waker: WakeSlot::new(),
                 remote_ready: Mutex::new(Some(Vec::new())),
             }),
             side: Padded(LoopSide {
@@ -170,7 +200,7 @@ impl Shared {
     }
 
     pub(crate) fn push_posted(&self, job: Posted) -> Result<(), LoopClosed> {
-        {
+        let before = {
             let mut queue = lock(&self.mailbox.posted);
             // Checked under the lock so that a post racing with shutdown is either queued
             // before the loop's final drain or refused.
@@ -178,27 +208,33 @@ impl Shared {
                 return Err(LoopClosed);
             }
             queue.push_back(job);
-        }
-        self.notify();
+            // Under the lock: the signal shares the lock's cache line, which this thread
+            // holds for writing right now, so the raise costs no transfer of its own.
+            self.raise(POSTED)
+        };
+        self.wake_if_first(before);
         Ok(())
     }
 
-    /// Moves up to `max` posted closures into `out`, oldest first; returns how many.
-    pub(crate) fn take_posted(&self, out: &mut VecDeque<Posted>, max: usize) -> usize {
+    /// Moves up to `max` posted closures into `out`, oldest first; returns how many, and
+    /// whether more are left in the queue.
+    pub(crate) fn take_posted(&self, out: &mut VecDeque<Posted>, max: usize) -> (usize, bool) {
         let mut queue = lock(&self.mailbox.posted);
         if out.is_empty() && queue.len() <= max {
             // The usual case: swap the buffers, so the lock is held for O(1) whatever the
             // backlog, and a producer waiting on it is not put to sleep.
             std::mem::swap(&mut *queue, out);
-            return out.len();
+            return (out.len(), false);
         }
         let n = queue.len().min(max);
         out.extend(queue.drain(..n));
-        n
+        (n, !queue.is_empty())
     }
 
-    pub(crate) fn has_posted(&self) -> bool {
-        !lock(&self.mailbox.posted).is_empty()
+    /// Whether a cross-thread queue was pushed to since the loop last took the signal (one
+    /// load: no lock). For the look at the end of an iteration.
+    pub(crate) fn queues_signalled(&self) -> bool {
+        self.mailbox.signal.load(Ordering::Acquire) & (POSTED | REMOTE) != 0
     }
 
     /// Discards what is still queued (after shutdown, when the loop is dropped).
@@ -210,14 +246,15 @@ impl Shared {
         let refused = match lock(&self.mailbox.remote_ready).as_mut() {
             Some(queue) => {
                 queue.push(wake);
-                None
+                // Under the lock, as for a post (see `push_posted`).
+                Ok(self.raise(REMOTE))
             }
-            None => Some(wake),
+            None => Err(wake),
         };
         match refused {
-            None => self.notify(),
+            Ok(before) => self.wake_if_first(before),
             // The loop is gone: nothing to wake (dropped outside the lock).
-            Some(wake) => drop(wake),
+            Err(wake) => drop(wake),
         }
     }
 
@@ -270,31 +307,53 @@ impl Shared {
         n
     }
 
-    /// Wakes the loop if it may be parked. From inside an iteration this is elided: the loop
-    /// checks its queues before it parks. (Another future on the loop thread, polled by
-    /// tokio while the loop is parked, still wakes it.)
+    /// Raises `queue`'s bit and [`NOTIFIED`] (one read-modify-write, whose place in the
+    /// signal's order is what the lost-wake argument in `park.rs` rests on); returns the
+    /// signal as it was before.
+    fn raise(&self, queue: u8) -> u8 {
+        self.mailbox
+            .signal
+            .fetch_or(queue | NOTIFIED, Ordering::AcqRel)
+    }
+
+    /// After a push raised the signal from `before`: wakes the loop if this push was the
+    /// first since the loop last took the signal (the others find [`NOTIFIED`] up and leave
+    /// the wake to that first one), unless this is the loop thread inside an iteration (it
+    /// looks at the signal before it parks).
+    fn wake_if_first(&self, before: u8) {
+        if before & NOTIFIED != 0 || self.in_iteration_here() {
+            return;
+        }
+        self.mailbox.issued.fetch_add(1, Ordering::Relaxed);
+        self.mailbox.waker.wake();
+    }
+
+    /// True on the loop's own thread while it is inside an iteration.
+    fn in_iteration_here(&self) -> bool {
+        is_loop_thread(self.id) && self.side.running.load(Ordering::Relaxed)
+    }
+
+    /// Wakes the loop if it may be parked, for a reason that is no queue (shutdown, a wake of
+    /// a task on the loop thread while the loop is parked). From inside an iteration this is
+    /// elided: the loop checks its queues before it parks.
     ///
     /// Not counted when elided: the loop derives that count (see [`Core::stats`]).
     pub(crate) fn notify(&self) {
-        let in_iteration = is_loop_thread(self.id) && self.side.running.load(Ordering::Relaxed);
-        // The load first: while the flag is up, a burst of posts only reads its line.
-        // Correct because the loop clears the flag *before* it locks the queue to drain it:
-        // a producer that pushed and then sees the flag still up is drained by that pass.
-        let signal = &self.mailbox;
-        if in_iteration
-            || signal.notified.load(Ordering::Acquire)
-            || signal.notified.swap(true, Ordering::AcqRel)
-        {
+        if self.in_iteration_here() {
             return;
         }
-        signal.issued.fetch_add(1, Ordering::Relaxed);
-        signal.waker.wake();
+        // The load first: while the flag is up, a burst of notifies only reads its line.
+        let signal = &self.mailbox.signal;
+        if signal.load(Ordering::Acquire) & NOTIFIED != 0 {
+            return;
+        }
+        self.wake_if_first(signal.fetch_or(NOTIFIED, Ordering::AcqRel));
     }
 
     /// Wakes the loop even from inside an iteration: for sources that feed a phase slot,
     /// which (unlike the queues) the loop does not look at again before it parks.
     pub(crate) fn notify_always(&self) {
-        self.mailbox.notified.store(true, Ordering::Release);
+        self.mailbox.signal.fetch_or(NOTIFIED, Ordering::AcqRel);
         self.mailbox.forced.fetch_add(1, Ordering::Relaxed);
         self.mailbox.waker.wake();
     }
@@ -342,22 +401,25 @@ impl Shared {
         self.stalls.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Called by the loop before it drains the cross-thread queues: anything pushed after
-    /// this raises the signal again.
-    pub(crate) fn clear_notified(&self) {
+    /// Called by the loop at the start of an iteration, before it drains the cross-thread
+    /// queues: lowers the whole signal and says which queues were pushed to. Anything pushed
+    /// after this raises the signal again (and wakes, or finds the loop about to look).
+    pub(crate) fn take_signal(&self) -> Signalled {
+        let signal = &self.mailbox.signal;
         // Written only when set: an iteration that nobody signalled leaves the line alone,
-        // so producers reading it keep their copy. (A producer that sets it between the load
-        // and here costs one extra iteration, never a lost post.)
-        if self.mailbox.notified.load(Ordering::Relaxed) {
-            self.mailbox.notified.store(false, Ordering::Release);
+        // so producers reading it keep their copy. (A producer that raises it between the
+        // load and here is seen at the next iteration, which its raise makes happen.)
+        if signal.load(Ordering::Relaxed) == 0 {
+            return Signalled(0);
         }
+        Signalled(signal.swap(0, Ordering::AcqRel))
     }
 
     /// Registers the loop future's waker, then reports whether a wake is already pending.
     /// Registering first closes the race with a notifier that runs in between.
     pub(crate) fn register_and_check(&self, waker: &std::task::Waker) -> bool {
         self.mailbox.waker.register(waker);
-        self.mailbox.notified.load(Ordering::Acquire)
+        self.mailbox.signal.load(Ordering::Acquire) != 0
     }
 }
 

@@ -266,6 +266,8 @@ impl EventLoopBuilder {
             park: Park::default(),
             idle_part: Phase::Sleep,
             iteration_began: epoch,
+            posts_waiting: false,
+            last_sleep: None,
         }
     }
 }
@@ -292,6 +294,20 @@ pub struct EventLoop {
     /// The clock reading the current iteration began with: the park's own reading, minus
     /// this, is what the iteration worked (no clock read of its own).
     iteration_began: Instant,
+    /// The signal said the post queue was pushed to, and the loop has not emptied it since:
+    /// the Posted phase takes the queue's lock only while this is set.
+    posts_waiting: bool,
+    /// The last park, not yet given to the health record (that is done at the end of the
+    /// iteration the park's wake started).
+    last_sleep: Option<SleepRecord>,
+}
+
+/// One park, as the health record takes it.
+#[derive(Clone, Copy)]
+struct SleepRecord {
+    late: bool,
+    asked: Duration,
+    overshoot: Duration,
 }
 
 impl fmt::Debug for EventLoop {
@@ -448,8 +464,10 @@ impl EventLoop {
         let core = self.core.clone();
         core.shared.set_running(true);
         Counters::bump(&core.counters.totals.iterations);
-        // Anything pushed from now on raises the signal again, so nothing is missed.
-        core.shared.clear_notified();
+        // Anything pushed from now on raises the signal again, so nothing is missed. A queue
+        // whose bit was down is not looked at (its lock not taken) in this iteration.
+        let signalled = core.shared.take_signal();
+        self.posts_waiting |= signalled.posted();
         if PROFILING {
             core.profile
                 .iteration_start(self.idle_part, || core.stats());
@@ -477,7 +495,10 @@ impl EventLoop {
             pending |= self.guarded(Phase::Network, |this| this.run_slot(Phase::Network))?;
             end(Phase::Network, true);
         }
-        let polled = self.guarded(Phase::Tasks, |_| core.executor.run_ready(&core, poll_root))?;
+        let polled = self.guarded(Phase::Tasks, |_| {
+            core.executor
+                .run_ready(&core, poll_root, signalled.remote())
+        })?;
         end(Phase::Tasks, polled);
         let posted = self.guarded(Phase::Posted, Self::run_posted)?;
         pending |= posted.pending;
@@ -497,9 +518,17 @@ impl EventLoop {
         }
 
         self.guarded(Phase::Sleep, |this| {
-            this.core.health.borrow_mut().sample(now)
+            let mut health = this.core.health.borrow_mut();
+            // The park's record, kept until the work its wake brought was done (see `idle`).
+            if let Some(sleep) = this.last_sleep.take() {
+                health.record_sleep(sleep.late, sleep.asked, sleep.overshoot);
+            }
+            health.sample(now)
         })?;
-        Ok(pending || core.executor.has_ready() || core.shared.has_posted())
+        Ok(pending
+            || self.posts_waiting
+            || core.executor.has_ready()
+            || core.shared.queues_signalled())
     }
 
     /// Runs one phase; a panic that escapes it becomes the loop's [`Fault`], logged with its
@@ -587,11 +616,12 @@ impl EventLoop {
 
     /// Phase 4: posted closures, FIFO, at most [`POSTED_PER_ITERATION`].
     fn run_posted(&mut self) -> PostedRun {
-        if self.posted.is_empty() {
-            let taken = self
+        if self.posted.is_empty() && self.posts_waiting {
+            let (taken, more) = self
                 .core
                 .shared
                 .take_posted(&mut self.posted, POSTED_PER_ITERATION);
+            self.posts_waiting = more;
             Counters::add(&self.core.counters.totals.posts, taken);
         }
         let profile = &self.core.profile;
@@ -610,7 +640,7 @@ impl EventLoop {
         }
         PostedRun {
             ran,
-            pending: !self.posted.is_empty(),
+            pending: !self.posted.is_empty() || self.posts_waiting,
         }
     }
 
@@ -675,11 +705,13 @@ impl EventLoop {
         if PROFILING && !overshoot.is_zero() {
             core.profile.slept(overshoot);
         }
-        core.health.borrow_mut().record_sleep(
+        // Recorded at the end of the iteration this wake starts, with the health sample that
+        // reads it: the health record is cold after a park, and a post should not wait for it.
+        self.last_sleep = Some(SleepRecord {
             late,
-            deadline.saturating_duration_since(now),
+            asked: deadline.saturating_duration_since(now),
             overshoot,
-        );
+        });
         Phase::Sleep
     }
 

@@ -353,10 +353,13 @@ impl Executor {
     }
 
     /// The Tasks phase: polls what was woken before it started, in wake order, each once.
-    /// `poll_root` polls `run_until`'s future when [`ROOT`] comes up. Returns true if
-    /// anything ran.
-    pub(crate) fn run_ready(&self, core: &Core, poll_root: &mut dyn FnMut()) -> bool {
-        self.take_remote_wakes(core);
+    /// `poll_root` polls `run_until`'s future when [`ROOT`] comes up; `remote`: the signal
+    /// said tasks were woken from other threads (their queue is not locked otherwise).
+    /// Returns true if anything ran.
+    pub(crate) fn run_ready(&self, core: &Core, poll_root: &mut dyn FnMut(), remote: bool) -> bool {
+        if remote {
+            self.take_remote_wakes(core);
+        }
         let batch = self.ready.borrow().len();
         // Each poll sees the logical time of what woke it (see `Ready`), else this reading.
         let reading = core.logical_now.get();

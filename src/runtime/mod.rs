@@ -23,6 +23,7 @@ pub(crate) mod task;
 pub mod telemetry;
 mod thread_wakes;
 mod verdict;
+mod wake_slot;
 mod watch;
 mod watchdog;
 

@@ -51,33 +51,44 @@
 //! "wake latency"), so the wake stays tokio's unpark, which a paused clock needs anyway
 //! (tokio auto-advances when its driver finds nothing to do, and only an unpark stops that).
 //!
-//! **Why no wake is lost.** The signal is one flag, `notified`, beside a mutex-guarded queue
-//! (`context.rs`). A producer pushes under the mutex, then reads the flag and, only if it was
-//! down, raises it (`swap`) and wakes the waker. The loop, at the start of an iteration,
-//! lowers the flag (a plain store) and *then* takes the queue under the mutex, and looks at
-//! the queues once more at the end of the iteration; to park, it (1) registers its waker and
-//! then (2) reads the flag, returning `Pending` only if it is down.
-//! - *Push against drain.* If the loop's drain took the mutex before the producer's push, the
-//!   unlock/lock pair orders the loop's store of `false` before the producer's read of the
-//!   flag: the producer cannot read an older `true`, so it raises the flag and wakes. If the
-//!   push came first, the drain (or the look at the end of the iteration) finds the post.
-//!   The mutex is load-bearing: with a lock-free queue each side would store (the item; the
-//!   flag) and then load (the flag; the queue), and without a `SeqCst` fence between the
-//!   store and the load on *both* sides each may read the other's old value (x86 allows it
-//!   too: a store waits in the store buffer while a later load goes ahead) — the producer
-//!   sees the flag still up and skips the wake, while the loop sees an empty queue and parks.
-//! - *Raise against park.* The waker slot (`AtomicWaker`) orders a wake with (1) by
+//! **Why no wake is lost.** The signal is one word (`context.rs`, `Mailbox::signal`): a bit
+//! `NOTIFIED`, and a bit per cross-thread queue (posts, remote task wakes). A producer pushes
+//! under the queue's mutex and, still under it, raises its queue's bit and `NOTIFIED` in one
+//! read-modify-write (`fetch_or`); if `NOTIFIED` was down before, it then wakes the waker.
+//! The loop, at the start of an iteration, takes the whole word in one read-modify-write
+//! (`swap(0)`, skipped when a load finds it zero) and drains only the queues whose bits it
+//! took; it looks at the word once more at the end of the iteration; to park, it (1)
+//! registers its waker and then (2) loads the word, returning `Pending` only if it is zero.
+//! - *Push against take.* Read-modify-writes of one atomic word are totally ordered, and each
+//!   reads the value the one before it wrote. If the producer's raise comes first, the loop's
+//!   `swap` returns its bit, and (release by the raise, acquire by the swap) the push, made
+//!   before the raise, is visible to the drain that follows. If the loop's `swap` comes
+//!   first, the raise finds `NOTIFIED` down — unless another producer raised it after the
+//!   swap, and that one wakes — and the bit it leaves is taken by the next iteration, which
+//!   the wake (or that look before parking) brings. So a queue's bit is down only while the
+//!   queue is empty or the loop is between taking the bit and draining it; the loop keeps a
+//!   bit it took until the drain has emptied the queue (a bounded drain can leave some).
+//!   (Before the bits, the flag was a plain store and load on each side and the *mutex* made
+//!   it sound: the loop took the lock to drain every iteration. The bits let an empty queue's
+//!   lock alone; the read-modify-writes are what replaces the lock's ordering. With a plain
+//!   store to lower and a plain load to look, each side would store and then load, and
+//!   without a `SeqCst` fence on *both* sides each may read the other's old value — x86
+//!   allows it too: a store waits in the store buffer while a later load goes ahead.)
+//! - *Raise against park.* The waker slot (`wake_slot.rs`) orders a wake with (1) by
 //!   read-modify-writes on its one state word: either the wake finds the registered waker and
-//!   wakes it, or the registration comes after the wake and (2) reads the flag the producer
-//!   raised before waking. (2) is what closes the race; without it a wake that lands between
-//!   the end of the iteration and the park is consumed by a poll that then parks anyway.
-//! - The flag is lowered only at the start of an iteration, before the drain: a flag seen up
-//!   at (2) means work the next iteration finds, or one iteration for nothing, never a post
-//!   left behind.
+//!   wakes it, or the registration comes after the wake and (2) reads the word the producer
+//!   raised before waking, or the two meet in the slot and the registering side wakes its
+//!   own waker. (2) is what closes the race; without it a wake that lands between the end of
+//!   the iteration and the park is consumed by a poll that then parks anyway.
+//! - A word seen non-zero at (2) means work the next iteration finds, or one iteration for
+//!   nothing, never a post left behind. The loop thread's own pushes inside an iteration
+//!   raise the bits but issue no wake: the look at the end of the iteration finds them.
 //!
-//! `tests/loop_rules.rs` (`l1_no_post_is_lost_…`) hammers this: rounds of four producers
-//! posting at once while the loop parks and wakes, every post to run within 10 s of an
-//! hour-long park. With (2) removed it fails (checked by hand; see the test).
+//! `tests/loop_rules.rs` (`l1_no_post_is_lost_…`, and `l1_no_remote_task_wake_is_lost_…`
+//! for the task-wake queue) hammers this: rounds of four producers posting (or waking a
+//! task) at once while the loop parks and wakes, every one to run within 10 s of an
+//! hour-long park. With (2) removed, or with the loop lowering the word by a plain store
+//! instead of the `swap`, they fail (checked by hand; see the tests).
 //!
 //! This module must never decide *whether* to park or for how long: the loop does.
 
