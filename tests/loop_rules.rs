@@ -178,14 +178,18 @@ async fn l1_no_post_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
     assert_eq!(stats.panics, 0, "{stats:?}");
 }
 
-/// The same race for the other cross-thread queue: tasks on the loop woken from other threads
-/// (each producer wakes its own loop task through a tokio channel, whose waker is the task's:
-/// the wake goes through the remote-wake queue and its bit in the signal word). A lost wake
-/// leaves the task asleep and the producer's reply missing past the 10 s bound. Checked by
-/// hand against a loop that lowers the signal by a plain store instead of taking it with a
-/// read-modify-write (the argument in `src/runtime/park.rs`): this test then fails.
+/// The same race with both cross-thread queues at once: of the four producers, two post and
+/// two wake a task of their own on the loop (through a tokio channel, whose waker is the
+/// task's: the wake goes through the remote-wake queue). Each queue has its bit in the signal
+/// word, so a loop that took one queue's bit must not erase the other's raised meanwhile. A
+/// lost wake leaves a post or a task waiting, and its producer's reply missing past the 10 s
+/// bound. Checked by hand (the argument in `src/runtime/park.rs`): against a loop that lowers
+/// the signal with a load and a plain store instead of one `swap`, this test failed in each of
+/// three runs (a post-only race cannot show it: the drain that follows the store finds a post
+/// whose bit it erased), and against a park that does not read the signal after registering
+/// its waker it failed as `l1_no_post_is_lost_…` does.
 #[tokio::test]
-async fn l1_no_remote_task_wake_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
+async fn l1_no_post_or_task_wake_is_lost_when_both_queues_race_a_parking_loop_real_time() {
     const PRODUCERS: u64 = 4;
     const ROUNDS: u64 = 2_000;
     let mut el = EventLoop::builder()
@@ -198,14 +202,19 @@ async fn l1_no_remote_task_wake_is_lost_to_a_loop_parking_at_the_same_moment_rea
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|seed| {
             let (ctx, start, lost) = (ctx.clone(), start.clone(), lost.clone());
-            let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel::<()>();
-            let (reply, replies) = mpsc::channel();
-            ctx.spawn(async move {
-                while woken.recv().await.is_some() {
-                    reply.send(()).expect("the producer waits");
-                }
-            })
-            .expect("the loop runs");
+            let (reply, replies) = mpsc::channel::<()>();
+            // Odd producers wake a task; even ones post.
+            let wake_task = (seed % 2 == 1).then(|| {
+                let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel::<()>();
+                let reply = reply.clone();
+                ctx.spawn(async move {
+                    while woken.recv().await.is_some() {
+                        reply.send(()).expect("the producer waits");
+                    }
+                })
+                .expect("the loop runs");
+                wake
+            });
             thread::spawn(move || {
                 let mut jitter = Jitter(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
                 for round in 0..ROUNDS {
@@ -214,16 +223,29 @@ async fn l1_no_remote_task_wake_is_lost_to_a_loop_parking_at_the_same_moment_rea
                         continue;
                     }
                     jitter.spin();
-                    wake.send(()).expect("the task runs");
+                    match &wake_task {
+                        Some(wake) => wake.send(()).expect("the task runs"),
+                        None => {
+                            let reply = reply.clone();
+                            ctx.post(move || reply.send(()).expect("the producer waits"))
+                                .expect("the loop runs");
+                        }
+                    }
                     if replies
                         .recv_timeout(std::time::Duration::from_secs(10))
                         .is_err()
                     {
-                        let why = format!("producer {seed}, round {round}: not woken in 10 s");
+                        let what = if wake_task.is_some() {
+                            "task wake"
+                        } else {
+                            "post"
+                        };
+                        let why =
+                            format!("producer {seed} ({what}), round {round}: not run in 10 s");
                         lost.lock().expect("lost").get_or_insert(why);
                     }
                 }
-                // Dropping `wake` ends the task.
+                // Dropping the channel's sender ends the task.
             })
         })
         .collect();
@@ -237,7 +259,7 @@ async fn l1_no_remote_task_wake_is_lost_to_a_loop_parking_at_the_same_moment_rea
     stopper.join().expect("stopper");
     let stats = el.stats();
     if let Some(why) = lost.lock().expect("lost").take() {
-        panic!("a task wake was lost ({why}); {stats:?}");
+        panic!("a wake was lost ({why}); {stats:?}");
     }
     assert!(
         stats.sleeps >= ROUNDS / 2 && stats.wakes_issued >= ROUNDS / 2,

@@ -70,10 +70,13 @@
 //!   bit it took until the drain has emptied the queue (a bounded drain can leave some).
 //!   (Before the bits, the flag was a plain store and load on each side and the *mutex* made
 //!   it sound: the loop took the lock to drain every iteration. The bits let an empty queue's
-//!   lock alone; the read-modify-writes are what replaces the lock's ordering. With a plain
-//!   store to lower and a plain load to look, each side would store and then load, and
-//!   without a `SeqCst` fence on *both* sides each may read the other's old value — x86
-//!   allows it too: a store waits in the store buffer while a later load goes ahead.)
+//!   lock alone; the read-modify-writes are what replaces the lock's ordering. Lowered with
+//!   a load and a plain store, a raise landing between the two is erased: a post raised while
+//!   the loop takes only the task-wake bit then waits in its queue with its bit gone, and its
+//!   producer, having found `NOTIFIED` up, sent no wake. And with a plain store to lower and a
+//!   plain load to look, each side would store and then load, and without a `SeqCst` fence
+//!   on *both* sides each may read the other's old value — x86 allows it too: a store waits
+//!   in the store buffer while a later load goes ahead.)
 //! - *Raise against park.* The waker slot (`wake_slot.rs`) orders a wake with (1) by
 //!   read-modify-writes on its one state word: either the wake finds the registered waker and
 //!   wakes it, or the registration comes after the wake and (2) reads the word the producer
@@ -84,11 +87,11 @@
 //!   nothing, never a post left behind. The loop thread's own pushes inside an iteration
 //!   raise the bits but issue no wake: the look at the end of the iteration finds them.
 //!
-//! `tests/loop_rules.rs` (`l1_no_post_is_lost_…`, and `l1_no_remote_task_wake_is_lost_…`
-//! for the task-wake queue) hammers this: rounds of four producers posting (or waking a
+//! `tests/loop_rules.rs` (`l1_no_post_is_lost_…`, and `l1_no_post_or_task_wake_is_lost_…`
+//! for both queues at once) hammers this: rounds of four producers posting (or waking a
 //! task) at once while the loop parks and wakes, every one to run within 10 s of an
-//! hour-long park. With (2) removed, or with the loop lowering the word by a plain store
-//! instead of the `swap`, they fail (checked by hand; see the tests).
+//! hour-long park. With (2) removed both fail; with the word lowered by a load and a plain
+//! store instead of the `swap`, the second fails (checked by hand; see the tests).
 //!
 //! This module must never decide *whether* to park or for how long: the loop does.
 
