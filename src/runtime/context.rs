@@ -200,7 +200,7 @@ impl Shared {
     }
 
     pub(crate) fn push_posted(&self, job: Posted) -> Result<(), LoopClosed> {
-        let before = {
+        {
             let mut queue = lock(&self.mailbox.posted);
             // Checked under the lock so that a post racing with shutdown is either queued
             // before the loop's final drain or refused.
@@ -208,11 +208,8 @@ impl Shared {
                 return Err(LoopClosed);
             }
             queue.push_back(job);
-            // Under the lock: the signal shares the lock's cache line, which this thread
-            // holds for writing right now, so the raise costs no transfer of its own.
-            self.raise(POSTED)
-        };
-        self.wake_if_first(before);
+        }
+        self.raise(POSTED);
         Ok(())
     }
 
@@ -246,15 +243,14 @@ impl Shared {
         let refused = match lock(&self.mailbox.remote_ready).as_mut() {
             Some(queue) => {
                 queue.push(wake);
-                // Under the lock, as for a post (see `push_posted`).
-                Ok(self.raise(REMOTE))
+                None
             }
-            None => Err(wake),
+            None => Some(wake),
         };
         match refused {
-            Ok(before) => self.wake_if_first(before),
+            None => self.raise(REMOTE),
             // The loop is gone: nothing to wake (dropped outside the lock).
-            Err(wake) => drop(wake),
+            Some(wake) => drop(wake),
         }
     }
 
@@ -307,13 +303,19 @@ impl Shared {
         n
     }
 
-    /// Raises `queue`'s bit and [`NOTIFIED`] (one read-modify-write, whose place in the
-    /// signal's order is what the lost-wake argument in `park.rs` rests on); returns the
-    /// signal as it was before.
-    fn raise(&self, queue: u8) -> u8 {
-        self.mailbox
-            .signal
-            .fetch_or(queue | NOTIFIED, Ordering::AcqRel)
+    /// After a push to `queue` (its lock released): raises the queue's bit and [`NOTIFIED`]
+    /// in one read-modify-write, whose place in the signal's order is what the lost-wake
+    /// argument in `park.rs` rests on, and wakes the loop if this was the first raise since
+    /// the loop last took the signal. When a load finds both bits up already, nothing is
+    /// written (a burst of posts then only reads the line while the loop works); that skip
+    /// leans on the queue's mutex, as `park.rs` explains.
+    fn raise(&self, queue: u8) {
+        let signal = &self.mailbox.signal;
+        let both = queue | NOTIFIED;
+        if signal.load(Ordering::Acquire) & both == both {
+            return;
+        }
+        self.wake_if_first(signal.fetch_or(both, Ordering::AcqRel));
     }
 
     /// After a push raised the signal from `before`: wakes the loop if this push was the

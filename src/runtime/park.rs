@@ -53,30 +53,31 @@
 //!
 //! **Why no wake is lost.** The signal is one word (`context.rs`, `Mailbox::signal`): a bit
 //! `NOTIFIED`, and a bit per cross-thread queue (posts, remote task wakes). A producer pushes
-//! under the queue's mutex and, still under it, raises its queue's bit and `NOTIFIED` in one
-//! read-modify-write (`fetch_or`); if `NOTIFIED` was down before, it then wakes the waker.
-//! The loop, at the start of an iteration, takes the whole word in one read-modify-write
-//! (`swap(0)`, skipped when a load finds it zero) and drains only the queues whose bits it
-//! took; it looks at the word once more at the end of the iteration; to park, it (1)
-//! registers its waker and then (2) loads the word, returning `Pending` only if it is zero.
-//! - *Push against take.* Read-modify-writes of one atomic word are totally ordered, and each
-//!   reads the value the one before it wrote. If the producer's raise comes first, the loop's
-//!   `swap` returns its bit, and (release by the raise, acquire by the swap) the push, made
-//!   before the raise, is visible to the drain that follows. If the loop's `swap` comes
+//! under the queue's mutex and, after unlocking, raises its queue's bit and `NOTIFIED` in one
+//! read-modify-write (`fetch_or`) — or skips the raise when a load finds both already up; if
+//! `NOTIFIED` was down before its raise, it then wakes the waker. The loop, at the start of
+//! an iteration, takes the whole word in one read-modify-write (`swap(0)`, skipped when a
+//! load finds it zero) and drains only the queues whose bits it took (locking the queue);
+//! it looks at the word once more at the end of the iteration; to park, it (1) registers its
+//! waker and then (2) loads the word, returning `Pending` only if it is zero.
+//! - *Raise against take.* Read-modify-writes of one atomic word are totally ordered, and
+//!   each reads the value the one before it wrote. If the producer's raise comes first, the
+//!   loop's `swap` returns its bit, and (release by the raise, acquire by the swap) the push,
+//!   made before the raise, is visible to the drain that follows. If the loop's `swap` comes
 //!   first, the raise finds `NOTIFIED` down — unless another producer raised it after the
 //!   swap, and that one wakes — and the bit it leaves is taken by the next iteration, which
-//!   the wake (or that look before parking) brings. So a queue's bit is down only while the
-//!   queue is empty or the loop is between taking the bit and draining it; the loop keeps a
-//!   bit it took until the drain has emptied the queue (a bounded drain can leave some).
-//!   (Before the bits, the flag was a plain store and load on each side and the *mutex* made
-//!   it sound: the loop took the lock to drain every iteration. The bits let an empty queue's
-//!   lock alone; the read-modify-writes are what replaces the lock's ordering. Lowered with
-//!   a load and a plain store, a raise landing between the two is erased: a post raised while
-//!   the loop takes only the task-wake bit then waits in its queue with its bit gone, and its
-//!   producer, having found `NOTIFIED` up, sent no wake. And with a plain store to lower and a
-//!   plain load to look, each side would store and then load, and without a `SeqCst` fence
-//!   on *both* sides each may read the other's old value — x86 allows it too: a store waits
-//!   in the store buffer while a later load goes ahead.)
+//!   the wake (or the look before parking) brings. The loop keeps a bit it took until its
+//!   drain has emptied the queue (a bounded drain can leave some).
+//! - *Skipped raise against take.* A producer that skips has loaded both bits up after its
+//!   push. Had the drain that follows the `swap` which took those bits locked the queue
+//!   before this push, that `swap` would happen before the producer's load (through the
+//!   mutex: drain's unlock, producer's lock), and the load could not return the value from
+//!   before it. So the skipped producer's bits are a raise whose drain comes after its push.
+//!   (This is the one place where the mutex still orders the signal, as it did for the whole
+//!   flag before the bits.)
+//! - Lowered with a load and a plain store instead of the `swap`, a raise landing between
+//!   the two would be erased: a post raised while the loop takes only the task-wake bit
+//!   would wait in its queue with its bit gone, its producer having sent no wake.
 //! - *Raise against park.* The waker slot (`wake_slot.rs`) orders a wake with (1) by
 //!   read-modify-writes on its one state word: either the wake finds the registered waker and
 //!   wakes it, or the registration comes after the wake and (2) reads the word the producer
