@@ -184,10 +184,11 @@ async fn l1_no_post_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
 /// word, so a loop that took one queue's bit must not erase the other's raised meanwhile. A
 /// lost wake leaves a post or a task waiting, and its producer's reply missing past the 10 s
 /// bound. Checked by hand (the argument in `src/runtime/park.rs`): against a loop that lowers
-/// the signal with a load and a plain store instead of one `swap`, this test failed in each of
-/// three runs (a post-only race cannot show it: the drain that follows the store finds a post
-/// whose bit it erased), and against a park that does not read the signal after registering
-/// its waker it failed as `l1_no_post_is_lost_…` does.
+/// the signal with a load and a plain store instead of one `swap`, with ~1 µs of spin between
+/// the two, this test failed in each of two runs (without the spin the window is a few
+/// nanoseconds, and three runs passed; a post-only race cannot show it at all: the drain
+/// that follows the store finds the post whose bit it erased); against a park that does not
+/// read the signal after registering its waker it failed as `l1_no_post_is_lost_…` does.
 #[tokio::test]
 async fn l1_no_post_or_task_wake_is_lost_when_both_queues_race_a_parking_loop_real_time() {
     const PRODUCERS: u64 = 4;

@@ -92,7 +92,8 @@
 //! for both queues at once) hammers this: rounds of four producers posting (or waking a
 //! task) at once while the loop parks and wakes, every one to run within 10 s of an
 //! hour-long park. With (2) removed both fail; with the word lowered by a load and a plain
-//! store instead of the `swap`, the second fails (checked by hand; see the tests).
+//! store instead of the `swap` (the window between them widened by a spin), the second fails
+//! (checked by hand; see the tests).
 //!
 //! This module must never decide *whether* to park or for how long: the loop does.
 
