@@ -368,9 +368,10 @@ impl EventLoop {
         if let Err(fault) = ran {
             panic!("{fault}");
         }
-        // Accepted before shutdown: delivered, not lost.
-        let mut rest = self.core.shared.clear_posted();
-        rest.extend(self.posted.drain(..));
+        // Accepted before shutdown: delivered, not lost, and in the order they were posted —
+        // what the loop already took from the shared queue was posted before what is still in it.
+        let mut rest = std::mem::take(&mut self.posted);
+        rest.extend(self.core.shared.clear_posted());
         for job in rest {
             self.run_posted_job(job);
         }
