@@ -30,11 +30,13 @@
 //!
 //! Running: `cargo bench --bench broadcast` runs the criterion groups `deltas_per_move`
 //! (time per move) and `in_range_per_lookup`, then prints a summary (median of `REPS` runs
-//! per scenario and peer, interleaved, with the ratios). `-- summary` prints only the
-//! summary. `cargo test --bench broadcast` (and `cargo test --benches`) runs a quick pass on
-//! small scenarios with the same packet-count checks, plus each criterion benchmark once.
+//! per scenario and peer, interleaved, with the ratios; and, timed apart from the Deltas
+//! phase, the Flush phase of the same steps, where work the fan-out leaves for later shows).
+//! `-- summary` prints only the summary. `cargo test --bench broadcast` (and `cargo test
+//! --benches`) runs a quick pass on small scenarios with the same packet-count checks, plus
+//! each criterion benchmark once.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::hint::black_box;
@@ -293,6 +295,9 @@ struct Bed {
     /// Moves and their broadcasts in measured steps only (not the spreading walk).
     measured: Tally,
     buf: Vec<u8>,
+    /// Time spent in the loop's Flush phase so far (the slot wrapped in a clock): not part
+    /// of any Deltas figure.
+    flushing: Rc<Cell<Duration>>,
 }
 
 impl Bed {
@@ -321,11 +326,12 @@ impl Bed {
             speech: None,
         };
         let players = demo::install_packets(&net, world.clone(), no_limits);
+        let flushing: Rc<Cell<Duration>> = Rc::default();
         let event_loop = {
             let _runtime = runtime.enter();
             EventLoop::builder()
                 .slot(Phase::Network, net.network_slot())
-                .slot(Phase::Flush, net.flush_slot())
+                .slot(Phase::Flush, timed(net.flush_slot(), flushing.clone()))
                 .build()
         };
         let table: OldTable = Rc::default();
@@ -359,6 +365,7 @@ impl Bed {
             received: Tally::default(),
             measured: Tally::default(),
             buf: vec![0; 64 * 1024],
+            flushing,
         };
         bed.log_in(&names(scenario));
         if scenario.layout == Layout::Spread {
@@ -581,6 +588,19 @@ impl Bed {
     }
 }
 
+/// `slot`, adding the time each call takes to `spent`.
+fn timed(
+    mut slot: impl FnMut() -> bool + 'static,
+    spent: Rc<Cell<Duration>>,
+) -> impl FnMut() -> bool + 'static {
+    move || {
+        let began = Instant::now();
+        let pending = slot();
+        spent.set(spent.get() + began.elapsed());
+        pending
+    }
+}
+
 /// Login names for a scenario: for a crowd, names whose start spot is in the crowd's square.
 fn names(scenario: Scenario) -> Vec<String> {
     let prefix = scenario.name();
@@ -675,16 +695,18 @@ fn quick_pass(beds: &mut [(Scenario, Bed)]) {
     println!("broadcast: quick pass ok (packet counts and layouts checked)");
 }
 
-/// Median ns per move (Deltas phase) and per lookup of `REPS` runs per scenario and peer,
-/// runs interleaved.
+/// Median ns per move (Deltas phase, and apart the Flush phase of the same steps) and per
+/// lookup of `REPS` runs per scenario and peer, runs interleaved.
 fn summary(beds: &mut [(Scenario, Bed)]) {
     let mut ns: HashMap<(String, Peer, &str), Vec<f64>> = HashMap::new();
     for _ in 0..REPS {
         for (scenario, bed) in beds.iter_mut() {
             for peer in PEERS {
+                let flushed = bed.flushing.get();
                 let moves = bed.run(peer, SUMMARY_MOVES);
+                let flush = bed.flushing.get() - flushed;
                 let lookups = bed.look_up(peer, SUMMARY_MOVES);
-                for (what, spent) in [("move", moves), ("lookup", lookups)] {
+                for (what, spent) in [("move", moves), ("flush", flush), ("lookup", lookups)] {
                     let per = spent.as_secs_f64() * 1e9 / SUMMARY_MOVES as f64;
                     ns.entry((scenario.name(), peer, what))
                         .or_default()
@@ -722,6 +744,19 @@ fn summary(beds: &mut [(Scenario, Bed)]) {
             },
             med(scenario, Peer::SectorIndex, "lookup"),
             med(scenario, Peer::LinearScan, "lookup"),
+        );
+    }
+    println!();
+    println!("Flush phase of the same steps (not in the figures above): median ns per move");
+    println!();
+    println!("| scenario | sector_index: Flush per move | linear_scan: Flush per move |");
+    println!("|---|---:|---:|");
+    for (scenario, _) in beds.iter() {
+        println!(
+            "| {} | {:.0} | {:.0} |",
+            scenario.name(),
+            med(scenario, Peer::SectorIndex, "flush"),
+            med(scenario, Peer::LinearScan, "flush"),
         );
     }
     let [few, many, _] = [beds[0].0, beds[1].0, beds[2].0];

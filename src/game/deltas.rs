@@ -241,6 +241,7 @@ struct Group {
 struct MoverBits([u64; 16]);
 
 impl MoverBits {
+    #[inline]
     fn bit(serial: Serial) -> (usize, u64) {
         // Fibonacci hashing: the top 10 bits of the product spread neighbouring serials.
         let h = (serial.0.wrapping_mul(0x9E37_79B9) >> 22) as usize;
@@ -252,6 +253,7 @@ impl MoverBits {
         self.0[word] |= bit;
     }
 
+    #[inline]
     fn may_hold(&self, serial: Serial) -> bool {
         let (word, bit) = Self::bit(serial);
         self.0[word] & bit != 0
@@ -673,8 +675,34 @@ impl Sink<'_> {
     }
 
     /// Queues the whole of `part` (`packets` packets or records) for `conn`: the common case
-    /// in a crowd, checked once per group and queued the sessions' short way.
+    /// in a crowd, checked once per group and queued the sessions' short way (recorded once
+    /// for the group, the recipient's connection touched only where its limits are kept).
+    /// Once the part is prepared this is the one call per recipient, inlined into the
+    /// area's walk; the first recipient of a part goes through [`Sink::push_whole_first`].
+    #[inline(always)]
     fn push_whole(&mut self, sessions: &mut Sessions, conn: ConnId, part: Part, packets: u64) {
+        let at = match part {
+            Part::Moves => 0,
+            Part::Said => 1,
+        };
+        if let Some(prepared) = &self.whole[at] {
+            self.entries += 1;
+            sessions.send_prepared(conn, prepared);
+        } else {
+            self.push_whole_first(sessions, conn, part, packets);
+        }
+    }
+
+    /// [`Sink::push_whole`] while the part is not prepared: its first recipient (which
+    /// prepares it), or every recipient when it is batched or empty.
+    #[inline(never)]
+    fn push_whole_first(
+        &mut self,
+        sessions: &mut Sessions,
+        conn: ConnId,
+        part: Part,
+        packets: u64,
+    ) {
         let (at, all) = match part {
             Part::Moves => (0, self.moves.len()),
             Part::Said => (1, self.said.len()),
@@ -683,13 +711,10 @@ impl Sink<'_> {
             return self.push(sessions, conn, part, 0..all, packets);
         }
         self.entries += 1;
-        if self.whole[at].is_none() {
-            let g = self.group(sessions, part);
-            self.whole[at] = Some(sessions.prepare(g, 0..all, packets));
-        }
-        if let Some(prepared) = &self.whole[at] {
-            sessions.send_prepared(conn, prepared);
-        }
+        let g = self.group(sessions, part);
+        let prepared = sessions.prepare(g, 0..all, packets);
+        sessions.send_prepared(conn, &prepared);
+        self.whole[at] = Some(prepared);
     }
 
     /// Queues all the group's moves but `own` (the player's own move) for `conn`: the

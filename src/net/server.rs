@@ -1099,8 +1099,14 @@ impl Server {
                 continue;
             };
             if state.closing.is_some() || state.write_blocked {
+                let blocked = state.closing.is_none();
                 state.queued_flush = false;
                 self.sessions.unlist_flush(conn);
+                if blocked {
+                    // Not written now; the ranges deferred for it join its queue all the
+                    // same, so a reader that is not reading holds no deferral open.
+                    self.sessions.spill(conn);
+                }
                 continue;
             }
             if writes == FLUSH_PER_ITERATION {
@@ -1117,8 +1123,8 @@ impl Server {
             writes += 1;
             state.queued_flush = false;
             self.sessions.unlist_flush(conn);
-            // The ranges the fan-out left on the connection's hot line join its output queue
-            // here, where the write reads that queue anyway.
+            // The ranges the fan-out left on the connection's line or deferred for it join its
+            // output queue here, where the write reads that queue anyway.
             self.sessions.spill(conn);
             let Some(state) = self.sessions.conns.get_mut(conn.0) else {
                 continue;

@@ -19,9 +19,13 @@
 //! the server writes at the next tick boundary, so a connection with only broadcast output is
 //! written at most once per tick. Queuing output to go now sends what was queued at the tick
 //! too, in order. The fan-out's ranges of a group's shared frames ([`Sessions::send_group`])
-//! wait on the connection's hot line (`hot`: one dense cache line per connection slot, with
-//! the counts the limits need) until the connection is written or queued anything else, so a
-//! crowd's recipient costs that line and not its connection's state.
+//! wait on the connection's line (`hot`: one dense cache line per connection slot), and the
+//! whole of a group, for everyone who sees all of it ([`Sessions::send_prepared`]), is
+//! recorded once for the group with one bit on each recipient's gate (16 dense bytes per
+//! slot, with the counts the limits need). Both join the connection's output queue, in the
+//! order queued, when it is written or queued anything else. The limits are decided when
+//! output is queued, whichever way it waits, so a crowd's recipient costs its gate and not
+//! its line or its connection's state.
 //!
 //! This module must never touch a socket's readiness or parse packets: the server does that.
 
@@ -47,7 +51,7 @@ mod hot;
 mod output;
 
 pub(crate) use hot::GroupId;
-use hot::{FLUSH, Groups, Hot, LIVE, OVER_SOFT, TICK};
+use hot::{DeferralId, Deferrals, FLUSH, Gate, Groups, Hot, LINED, LIVE, OVER_SOFT, TICK};
 pub(super) use output::Output;
 
 /// One open connection.
@@ -143,8 +147,8 @@ impl NetState {
         self.closing.is_none() && self.linger.is_none()
     }
 
-    /// Bytes in its output queue, not yet written (ranges still on its line in
-    /// [`Sessions`]' hot lines not counted: [`Sessions::pending_output`] counts them).
+    /// Bytes in its output queue, not yet written (ranges still on its line or deferred in
+    /// [`Sessions`] not counted: [`Sessions::pending_output`] counts them).
     pub(crate) fn pending_output(&self) -> usize {
         self.out.len()
     }
@@ -167,10 +171,13 @@ pub(crate) struct Prepared {
     range: std::ops::Range<usize>,
     len: usize,
     packets: u64,
-    /// The short way of [`Sessions::send_prepared`] takes a line holding fewer unsent bytes
-    /// than this: `len` more then stay within the send limit and the soft limit. 0: never
-    /// (an empty range, or ends past a line's u32s).
+    /// The short way of [`Sessions::send_prepared`] takes a connection holding fewer unsent
+    /// bytes than this: `len` more then stay within the send limit and the soft limit. 0:
+    /// never (an empty range, or ends past a line's u32s).
     below: usize,
+    /// Where the range is recorded once for every connection it is deferred to (`None`:
+    /// every deferral was in use, and the short way puts it on the connection's line).
+    deferral: Option<DeferralId>,
 }
 
 /// Every open connection. Packet handlers get `&mut Sessions` to answer, broadcast, log a
@@ -202,12 +209,17 @@ pub struct Sessions {
     pub(super) to_flush: Vec<ConnId>,
     /// Connections with output queued to go at the next tick ([`Sessions::release_tick`]).
     pub(super) at_tick: Vec<ConnId>,
-    /// One line per connection slot: what queuing a broadcast looks at, and the last ranges
-    /// queued ([`hot`]); a line is filled the first time its connection is queued output
-    /// the long way, and again whenever the slot's generation changes.
+    /// One gate per connection slot: what queuing a broadcast checks, and the deferred
+    /// ranges the connection is owed ([`hot`]); filled the first time its connection is
+    /// queued output the long way, and again whenever the slot's generation changes.
+    gates: Vec<Gate>,
+    /// One line per connection slot: the last ranges queued for it ([`hot`]), as long as
+    /// `gates`.
     hot: Vec<Hot>,
-    /// The groups of shared frames the hot lines' ranges refer to.
+    /// The groups of shared frames the lines' and the deferrals' ranges refer to.
     groups: Groups,
+    /// Ranges of groups owed to many connections, recorded once ([`hot`]).
+    deferrals: Deferrals,
     /// Connections condemned since they were last reaped.
     pub(super) to_close: Vec<ConnId>,
     /// Open connections that have not logged in (condemned ones until they are reaped).
@@ -236,8 +248,10 @@ impl Sessions {
             packets_out: 0,
             to_flush: Vec::new(),
             at_tick: Vec::new(),
+            gates: Vec::new(),
             hot: Vec::new(),
             groups: Groups::default(),
+            deferrals: Deferrals::default(),
             to_close: Vec::new(),
             prelogin: 0,
             arrivals: VecDeque::new(),
@@ -408,8 +422,10 @@ impl Sessions {
         self.groups.share(frames)
     }
 
-    /// The fan-out is done queuing group `g` ([`Sessions::share`]).
+    /// The fan-out is done queuing group `g` ([`Sessions::share`]): its ranges prepared
+    /// with [`Sessions::prepare`] take no more connections.
     pub(crate) fn unshare(&mut self, g: GroupId) {
+        self.deferrals.close_group(g, &mut self.groups);
         self.groups.release(g);
     }
 
@@ -451,9 +467,10 @@ impl Sessions {
 
     /// `range` of group `g`'s frames (`packets` packets), checked once, to queue on many
     /// connections with [`Sessions::send_prepared`]: what the fan-out hands everyone who
-    /// sees a whole group.
+    /// sees a whole group. The range is recorded once, in a deferral that connections join
+    /// (until the group is let go, [`Sessions::unshare`]).
     pub(crate) fn prepare(
-        &self,
+        &mut self,
         g: GroupId,
         range: std::ops::Range<usize>,
         packets: u64,
@@ -467,11 +484,18 @@ impl Sessions {
             0 => self.send_limit,
             soft => self.send_limit.min(soft),
         };
-        // The short way needs the range's ends in a line's u32s, and a range to queue.
+        // The short way needs the range's ends in u32s, and a range to queue.
         let short = u32::try_from(range.end).is_ok() && len > 0;
         let below = match cap.checked_sub(len) {
             Some(room) if short => room.saturating_add(1),
             _ => 0,
+        };
+        let deferral = if below > 0 {
+            // Both ends fit in a u32: `short`.
+            let (start, end) = (range.start as u32, range.end as u32);
+            self.deferrals.open(&mut self.groups, g, start, end)
+        } else {
+            None
         };
         Prepared {
             g,
@@ -479,28 +503,50 @@ impl Sessions {
             len,
             packets,
             below,
+            deferral,
         }
     }
 
     /// [`Sessions::send_group`] of a prepared range ([`Sessions::prepare`]): the same output,
-    /// limits, order and tick. Its short way is straight-line: the connection's line, live,
-    /// its soft clock not running, holding fewer unsent bytes than the range's room under
-    /// both limits (worked out once per range), the budget's room, and a free place or a
-    /// range to continue on the line; anything else goes the way of `send_group`.
-    #[inline]
+    /// limits, order and tick. Its short way is straight-line and reads the connection's
+    /// gate only: live, its soft clock not running, holding fewer unsent bytes than the
+    /// range's room under both limits (worked out once per range), and the budget's room;
+    /// then the connection joins the range's deferral (one bit on its gate), or, when it
+    /// cannot, the range goes on its line. Anything else goes the way of `send_group`. The
+    /// limits are decided here, as for any output; only where the bytes wait differs.
+    #[inline(always)]
     pub(crate) fn send_prepared(&mut self, conn: ConnId, p: &Prepared) -> bool {
-        if let Some(hot) = self.hot.get_mut(conn.0.index() as usize)
-            && hot.generation == conn.0.generation()
-            && hot.flags & (LIVE | OVER_SOFT) == LIVE
-            && hot.pending < p.below
+        let i = conn.0.index() as usize;
+        if let Some(gate) = self.gates.get_mut(i)
+            && gate.generation == conn.0.generation()
+            && gate.flags & (LIVE | OVER_SOFT) == LIVE
+            && gate.pending < p.below
             && self.outbound + p.len <= self.outbound_budget
-            // Both ends fit in a u32 whenever `below` is not 0.
-            && let Some(added) = hot.push_one(p.g, p.range.start as u32, p.range.end as u32)
         {
-            hot.pending += p.len;
-            let list = hot.flags & (TICK | FLUSH) == 0;
-            hot.flags |= if list { TICK } else { 0 };
-            self.groups.hold(p.g, added);
+            if let Some(d) = p.deferral
+                && gate.deferred & d.bit() == 0
+            {
+                gate.deferred |= d.bit();
+                self.deferrals.join(d);
+            } else if gate.deferred == 0
+                // Both ends fit in a u32 whenever `below` is not 0.
+                && let Some(added) =
+                    self.hot[i].push_one(p.g, p.range.start as u32, p.range.end as u32)
+            {
+                gate.flags |= LINED;
+                self.groups.hold(p.g, added);
+            } else {
+                return self.queue_ranges(
+                    conn,
+                    p.g,
+                    std::slice::from_ref(&p.range),
+                    p.len,
+                    p.packets,
+                );
+            }
+            gate.pending += p.len;
+            let list = gate.flags & (TICK | FLUSH) == 0;
+            gate.flags |= if list { TICK } else { 0 };
             self.packets_out += p.packets;
             self.outbound += p.len;
             if list {
@@ -512,9 +558,9 @@ impl Sessions {
     }
 
     /// Queues `ranges` of group `g` (`len` bytes, `packets` packets) to go at the tick: on
-    /// `conn`'s hot line when it takes them with no limit in play (under the send limit, the
+    /// `conn`'s line when it takes them with no limit in play (under the send limit, the
     /// soft limit and the outbound budget, all checked as [`Sessions::queue_output`] checks
-    /// them), else the long way.
+    /// them), after the ranges deferred for it, else the long way.
     fn queue_ranges(
         &mut self,
         conn: ConnId,
@@ -525,23 +571,30 @@ impl Sessions {
     ) -> bool {
         let (send_limit, soft_limit) = (self.send_limit, self.soft_limit);
         let room = self.outbound + len <= self.outbound_budget;
-        if let Some(hot) = self.hot.get_mut(conn.0.index() as usize)
-            && hot.is_live(conn.0.generation())
+        let i = conn.0.index() as usize;
+        if let Some(gate) = self.gates.get(i)
+            && gate.is_live(conn.0.generation())
             && room
-            && hot.pending + len <= send_limit
-            && (soft_limit == 0 || hot.flags & OVER_SOFT != 0 || hot.pending + len <= soft_limit)
-            && let Some(added) = hot.push(g, ranges)
+            && gate.pending + len <= send_limit
+            && (soft_limit == 0 || gate.flags & OVER_SOFT != 0 || gate.pending + len <= soft_limit)
         {
-            hot.pending += len;
-            let list = hot.flags & (TICK | FLUSH) == 0;
-            hot.flags |= if list { TICK } else { 0 };
-            self.groups.hold(g, added);
-            self.packets_out += packets;
-            self.outbound += len;
-            if list {
-                self.at_tick.push(conn);
+            if gate.deferred != 0 {
+                self.settle(conn);
             }
-            return true;
+            let (gate, hot) = (&mut self.gates[i], &mut self.hot[i]);
+            if let Some(added) = hot.push(g, ranges) {
+                gate.flags |= if hot.is_empty() { 0 } else { LINED };
+                gate.pending += len;
+                let list = gate.flags & (TICK | FLUSH) == 0;
+                gate.flags |= if list { TICK } else { 0 };
+                self.groups.hold(g, added);
+                self.packets_out += packets;
+                self.outbound += len;
+                if list {
+                    self.at_tick.push(conn);
+                }
+                return true;
+            }
         }
         let frames = self.groups.frames(g).clone();
         self.queue_output(conn, len, packets, Due::Tick, |out| {
@@ -551,92 +604,155 @@ impl Sessions {
         })
     }
 
-    /// A hint: `conn` is about to be queued output with [`Sessions::send_group`], so its hot
-    /// line is worth bringing into cache now (the fan-out hints a few recipients ahead).
+    /// A hint: `conn` is about to be queued output with [`Sessions::send_prepared`], so its
+    /// gate is worth bringing into cache now (the fan-out hints a few recipients ahead).
+    #[inline(always)]
     pub(crate) fn prefetch(&self, conn: ConnId) {
-        if let Some(hot) = self.hot.get(conn.0.index() as usize) {
-            hot.prefetch();
+        if let Some(gate) = self.gates.get(conn.0.index() as usize) {
+            gate.prefetch();
         }
     }
 
-    /// Moves the ranges on `conn`'s hot line into its output queue, after what is there: the
-    /// connection is about to be written, or queued output the long way.
-    pub(super) fn spill(&mut self, conn: ConnId) {
-        let Some(hot) = self.hot.get_mut(conn.0.index() as usize) else {
+    /// Puts the ranges deferred for `conn` on its line, oldest first, after the line's own;
+    /// when the line runs out of places, the line's ranges and the rest go into its output
+    /// queue ([`Sessions::spill`]). Either way they stay ahead of anything queued next.
+    fn settle(&mut self, conn: ConnId) {
+        let i = conn.0.index() as usize;
+        let Some(gate) = self.gates.get_mut(i) else {
             return;
         };
-        if !hot.is_live(conn.0.generation()) || hot.is_empty() {
+        if !gate.is_live(conn.0.generation()) {
+            return;
+        }
+        while let Some(d) = self.deferrals.oldest(gate.deferred) {
+            let (g, range) = self.deferrals.range(d);
+            // Deferred ranges' ends fit in a u32 (`Sessions::prepare`).
+            let Some(added) = self.hot[i].push_one(g, range.start as u32, range.end as u32) else {
+                return self.spill(conn);
+            };
+            gate.flags |= LINED;
+            gate.deferred &= !d.bit();
+            self.groups.hold(g, added);
+            self.deferrals.leave(d, &mut self.groups);
+        }
+    }
+
+    /// Moves the ranges on `conn`'s line, then those deferred for it (oldest first), into
+    /// its output queue, after what is there: the connection is about to be written, or
+    /// queued output the long way. Reads the line only when the gate says it holds ranges.
+    pub(super) fn spill(&mut self, conn: ConnId) {
+        let i = conn.0.index() as usize;
+        let Some(gate) = self.gates.get_mut(i) else {
+            return;
+        };
+        if !gate.is_live(conn.0.generation()) || (gate.flags & LINED == 0 && gate.deferred == 0) {
             return;
         }
         let Some(state) = self.conns.get_mut(conn.0) else {
             return;
         };
-        for (g, range) in hot.take() {
+        if gate.flags & LINED != 0 {
+            for (g, range) in self.hot[i].take() {
+                state.out.push_shared(self.groups.frames(g), range);
+                self.groups.release(g);
+            }
+            gate.flags &= !LINED;
+        }
+        while let Some(d) = self.deferrals.oldest(gate.deferred) {
+            let (g, range) = self.deferrals.range(d);
             state.out.push_shared(self.groups.frames(g), range);
-            self.groups.release(g);
+            gate.deferred &= !d.bit();
+            self.deferrals.leave(d, &mut self.groups);
         }
     }
 
-    /// Fills `conn`'s hot line from its state (the first time, or after the slot changed
+    /// Fills `conn`'s gate from its state (the first time, or after the slot changed
     /// hands), or brings its counts up to date; `conn` is open and not condemned.
     fn sync_hot(&mut self, conn: ConnId) {
         let Some(state) = self.conns.get(conn.0) else {
             return;
         };
         let i = conn.0.index() as usize;
-        if self.hot.len() <= i {
+        if self.gates.len() <= i {
+            self.gates.resize(i + 1, Gate::default());
             self.hot.resize(i + 1, Hot::default());
         }
-        let hot = &mut self.hot[i];
-        if !hot.is_live(conn.0.generation()) {
-            // A line left by a connection that went without `close` may still hold ranges.
-            for (g, _) in hot.take() {
+        let gate = &mut self.gates[i];
+        if !gate.is_live(conn.0.generation()) {
+            // A gate left by a connection that went without `close` may still hold ranges.
+            for (g, _) in self.hot[i].take() {
                 self.groups.release(g);
             }
-            *hot = Hot::live(conn.0.generation());
+            while let Some(d) = self.deferrals.oldest(gate.deferred) {
+                gate.deferred &= !d.bit();
+                self.deferrals.leave(d, &mut self.groups);
+            }
+            *gate = Gate::live(conn.0.generation());
         }
-        hot.pending = state.pending_output() + hot.inline_bytes();
-        let mut flags = hot.flags & (LIVE | TICK);
+        let lined = if gate.flags & LINED != 0 {
+            self.hot[i].inline_bytes()
+        } else {
+            0
+        };
+        gate.pending = state.pending_output() + lined + self.deferrals.bytes(gate.deferred);
+        let mut flags = gate.flags & (LIVE | TICK | LINED);
         flags |= if state.queued_flush { FLUSH } else { 0 };
         flags |= if state.over_soft_since.is_some() {
             OVER_SOFT
         } else {
             0
         };
-        hot.flags = flags;
+        gate.flags = flags;
     }
 
-    /// `conn`'s hot line, if it is `conn`'s and live.
-    fn live_hot(&mut self, conn: ConnId) -> Option<&mut Hot> {
-        self.hot
+    /// `conn`'s gate, if it is `conn`'s and live.
+    fn live_gate(&mut self, conn: ConnId) -> Option<&mut Gate> {
+        self.gates
             .get_mut(conn.0.index() as usize)
-            .filter(|hot| hot.is_live(conn.0.generation()))
+            .filter(|gate| gate.is_live(conn.0.generation()))
     }
 
-    /// Bytes in the ranges on `key`'s hot line.
-    fn inline_bytes(&self, key: crate::slab::Key) -> usize {
-        self.hot
-            .get(key.index() as usize)
-            .filter(|hot| hot.is_live(key.generation()))
-            .map_or(0, Hot::inline_bytes)
-    }
-
-    /// `conn`'s hot line no longer takes output, and lets go of its ranges (dropped, not
-    /// sent); the bytes they held.
-    fn drop_hot(&mut self, conn: ConnId) -> usize {
-        let Some(hot) = self.live_hot(conn) else {
+    /// Bytes held for connection `key` outside its output queue: the ranges on its line
+    /// and those deferred for it.
+    fn held_back(&self, key: crate::slab::Key) -> usize {
+        let i = key.index() as usize;
+        let Some(gate) = self.gates.get(i).filter(|g| g.is_live(key.generation())) else {
             return 0;
         };
-        let bytes = hot.inline_bytes();
-        let ranges: Vec<GroupId> = hot.take().map(|(g, _)| g).collect();
-        *hot = Hot::default();
-        for g in ranges {
+        let lined = if gate.flags & LINED != 0 {
+            self.hot[i].inline_bytes()
+        } else {
+            0
+        };
+        lined + self.deferrals.bytes(gate.deferred)
+    }
+
+    /// `conn`'s gate no longer takes output, and its line and deferrals let go of the
+    /// ranges they held for it (dropped, not sent); the bytes those were.
+    fn drop_hot(&mut self, conn: ConnId) -> usize {
+        let i = conn.0.index() as usize;
+        let Some(gate) = self
+            .gates
+            .get_mut(i)
+            .filter(|gate| gate.is_live(conn.0.generation()))
+        else {
+            return 0;
+        };
+        let mut bytes = 0;
+        for (g, range) in self.hot[i].take() {
+            bytes += range.len();
             self.groups.release(g);
         }
+        while let Some(d) = self.deferrals.oldest(gate.deferred) {
+            bytes += self.deferrals.range(d).1.len();
+            gate.deferred &= !d.bit();
+            self.deferrals.leave(d, &mut self.groups);
+        }
+        *gate = Gate::default();
         bytes
     }
 
-    /// `conn` left the slab: its line lets go of anything it still holds.
+    /// `conn` left the slab: its gate and line let go of anything they still hold.
     pub(super) fn forget(&mut self, conn: ConnId) {
         self.drop_hot(conn);
     }
@@ -644,8 +760,8 @@ impl Sessions {
     /// `conn` leaves this iteration's Flush list (its flag in its state is cleared by the
     /// caller).
     pub(super) fn unlist_flush(&mut self, conn: ConnId) {
-        if let Some(hot) = self.live_hot(conn) {
-            hot.flags &= !FLUSH;
+        if let Some(gate) = self.live_gate(conn) {
+            gate.flags &= !FLUSH;
         }
     }
 
@@ -680,9 +796,10 @@ impl Sessions {
             .map_or(0, |state| self.unsent(conn.0, state))
     }
 
-    /// What connection `key` (`state`) holds unsent: its output queue and its hot line.
+    /// What connection `key` (`state`) holds unsent: its output queue, its line and its
+    /// deferred ranges.
     pub(super) fn unsent(&self, key: crate::slab::Key, state: &NetState) -> usize {
-        state.pending_output() + self.inline_bytes(key)
+        state.pending_output() + self.held_back(key)
     }
 
     /// The most output one connection may hold unsent (`network.send_buffer_size`).
@@ -708,7 +825,8 @@ impl Sessions {
         if state.closing.is_some() {
             return false;
         }
-        // What the hot line holds goes first: the order queued is the order sent.
+        // What the line holds and what was deferred go first: the order queued is the order
+        // sent.
         self.spill(conn);
         let Some(state) = self.conns.get(conn.0) else {
             return false;
@@ -749,9 +867,9 @@ impl Sessions {
         self.sync_hot(conn);
         // Listed for the next tick once (unless it is written in this iteration's Flush phase
         // anyway).
-        let hot = &mut self.hot[conn.0.index() as usize];
-        let tick = due == Due::Tick && !queued_flush && hot.flags & TICK == 0;
-        hot.flags |= if tick { TICK } else { 0 };
+        let gate = &mut self.gates[conn.0.index() as usize];
+        let tick = due == Due::Tick && !queued_flush && gate.flags & TICK == 0;
+        gate.flags |= if tick { TICK } else { 0 };
         self.packets_out += packets;
         self.outbound += len;
         match due {
@@ -772,9 +890,9 @@ impl Sessions {
     pub(super) fn release_tick(&mut self) {
         let waiting = std::mem::take(&mut self.at_tick);
         for &conn in &waiting {
-            if let Some(hot) = self.live_hot(conn) {
-                hot.flags &= !TICK;
-                if hot.pending > 0 {
+            if let Some(gate) = self.live_gate(conn) {
+                gate.flags &= !TICK;
+                if gate.pending > 0 {
                     self.queue_flush(conn);
                 }
             }
@@ -829,7 +947,7 @@ impl Sessions {
             }
             _ => {}
         }
-        if self.live_hot(conn).is_some() {
+        if self.live_gate(conn).is_some() {
             self.sync_hot(conn); // what the write took, and the soft clock
         }
     }
@@ -871,8 +989,8 @@ impl Sessions {
         {
             state.queued_flush = true;
             self.to_flush.push(conn);
-            if let Some(hot) = self.live_hot(conn) {
-                hot.flags |= FLUSH;
+            if let Some(gate) = self.live_gate(conn) {
+                gate.flags |= FLUSH;
             }
         }
     }
@@ -882,8 +1000,8 @@ impl Sessions {
     /// the first reason.
     pub fn close(&mut self, conn: ConnId, why: Disconnect) {
         if self.conns.get(conn.0).is_some_and(|s| s.closing.is_none()) {
-            // Nothing more is written to it: its hot line's ranges, its output, and its full
-            // socket stop counting at once, so one eviction is enough to make room.
+            // Nothing more is written to it: its line's and deferred ranges, its output, and
+            // its full socket stop counting at once, so one eviction is enough to make room.
             self.outbound -= self.drop_hot(conn);
         }
         if let Some(state) = self.conns.get_mut(conn.0)
@@ -1434,6 +1552,157 @@ mod tests {
         plain.unshare(ga);
         prepared.unshare(gb);
         assert_eq!(shared.holders(), 1, "both let go of the group");
+    }
+
+    /// Whether `conn`'s gate owes it deferred ranges and whether its line holds ranges.
+    fn waiting(sessions: &Sessions, conn: ConnId) -> (bool, bool) {
+        let i = conn.0.index() as usize;
+        (sessions.gates[i].deferred != 0, !sessions.hot[i].is_empty())
+    }
+
+    #[tokio::test]
+    async fn deferred_ranges_and_direct_sends_to_a_connection_go_out_in_the_order_queued() {
+        let mut sessions = Sessions::new(1 << 20, 1 << 20);
+        let mut frames = Vec::new();
+        for n in 0..4u8 {
+            frame::put(&mut frames, 0x20, &[&[n; 3]]);
+        }
+        let (one, two) = (SharedFrames::new(&frames), SharedFrames::new(&frames[..]));
+        let each = frames.len() / 4;
+        let (conn, wire) = open_wire(&mut sessions, usize::MAX);
+        let (other, other_wire) = open_wire(&mut sessions, usize::MAX);
+        // A first packet the long way makes the gates live.
+        for c in [conn, other] {
+            assert!(sessions.send_packet(c, 0x21, &[b"hi"]));
+            flush_line(&mut sessions, c);
+        }
+        let (g1, g2) = (sessions.share(one.clone()), sessions.share(two.clone()));
+        let whole1 = sessions.prepare(g1, 0..4 * each, 4);
+        let whole2 = sessions.prepare(g2, each..3 * each, 2);
+        // Deferred: one bit on the gate, nothing on the line.
+        assert!(sessions.send_prepared(conn, &whole1));
+        assert!(sessions.send_prepared(other, &whole1));
+        assert_eq!(waiting(&sessions, conn), (true, false));
+        assert_eq!(sessions.deferrals.len(), 2, "one per prepared range");
+        // A packet of its own comes after the deferred range.
+        assert!(sessions.send_packet(conn, 0x22, &[b"own"]));
+        assert_eq!(
+            waiting(&sessions, conn),
+            (false, false),
+            "taken into its queue"
+        );
+        // Deferred again, then a range of the first group straight to the line: the line
+        // takes the deferred range first.
+        assert!(sessions.send_prepared(conn, &whole2));
+        assert!(sessions.send_group(conn, g1, 3 * each..4 * each, 1));
+        assert_eq!(waiting(&sessions, conn), (false, true));
+        // Deferred once more after that; then the same range again, which cannot join the
+        // deferral twice and follows it on the line.
+        assert!(sessions.send_prepared(conn, &whole2));
+        assert!(sessions.send_prepared(conn, &whole2));
+        let bytes = 4 * each + (frame::HEADER_LEN + 3) + 2 * each + each + 2 * 2 * each;
+        assert_eq!(sessions.pending_output(conn), bytes);
+        assert_eq!(
+            sessions.outbound,
+            bytes + 4 * each,
+            "the other's deferred bytes too"
+        );
+        assert_eq!(sessions.packets_out, 2 + 4 + 4 + 1 + 2 + 1 + 2 + 2);
+        sessions.unshare(g1);
+        sessions.unshare(g2);
+        flush_line(&mut sessions, conn);
+        flush_line(&mut sessions, other);
+        let got: Vec<(u8, u8)> = packets(&wire.borrow().got)
+            .iter()
+            .map(|(id, payload)| (*id, payload[0]))
+            .collect();
+        let moves = |ks: &[u8]| ks.iter().map(|&k| (0x20, k)).collect::<Vec<_>>();
+        let mut expected = vec![(0x21, b'h')];
+        expected.extend(moves(&[0, 1, 2, 3]));
+        expected.push((0x22, b'o'));
+        expected.extend(moves(&[1, 2, 3, 1, 2, 1, 2]));
+        assert_eq!(got, expected);
+        let other_got: Vec<u8> = packets(&other_wire.borrow().got)
+            .iter()
+            .map(|(_, payload)| payload[0])
+            .collect();
+        assert_eq!(other_got, [b'h', 0, 1, 2, 3]);
+        assert_eq!((sessions.outbound, sessions.deferrals.len()), (0, 0));
+        assert_eq!(
+            (one.holders(), two.holders()),
+            (1, 1),
+            "written: nothing holds the groups"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_slot_closed_and_reused_before_the_flush_never_gets_the_old_connections_ranges() {
+        let mut sessions = Sessions::new(1 << 20, 1 << 20);
+        let shared = SharedFrames::new(&frame::packet(0x20, &[b"crowd"]));
+        let (old, _) = open_wire(&mut sessions, usize::MAX);
+        assert!(sessions.send_packet(old, 0x21, &[b"hi"]));
+        flush_line(&mut sessions, old);
+        let g = sessions.share(shared.clone());
+        let whole = sessions.prepare(g, 0..shared.len(), 1);
+        assert!(sessions.send_prepared(old, &whole));
+        assert_eq!(sessions.outbound, shared.len());
+        // Closed and dropped as the server reaps it; a new connection takes its slot.
+        sessions.close(old, Disconnect::normal("gone"));
+        assert_eq!(sessions.outbound, 0, "its deferred bytes left the budget");
+        sessions.forget(old);
+        sessions.conns.remove(old.0);
+        let (new, wire) = open_wire(&mut sessions, usize::MAX);
+        assert_eq!(new.0.index(), old.0.index(), "the same slot");
+        assert!(!sessions.send_prepared(old, &whole), "the old id is stale");
+        assert!(sessions.send_packet(new, 0x21, &[b"new"]));
+        assert!(sessions.send_prepared(new, &whole));
+        sessions.spill(old); // a stale flush entry: nothing moves
+        assert_eq!(sessions.pending_output(new), 6 + shared.len());
+        sessions.unshare(g);
+        flush_line(&mut sessions, new);
+        let got: Vec<(u8, Vec<u8>)> = packets(&wire.borrow().got);
+        assert_eq!(
+            got,
+            [(0x21, b"new".to_vec()), (0x20, b"crowd".to_vec())],
+            "its own packet and the range queued for it, once"
+        );
+        assert_eq!(sessions.deferrals.len(), 0);
+        assert_eq!(shared.holders(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deferred_ranges_meet_every_limit_at_the_same_send_as_ranges_on_a_line() {
+        // A fresh group each round, so every short send is deferred: the limits must close
+        // the same connections at the same sends as `send_group` does.
+        let make = || Sessions::new(10_000, 24_000).with_soft_limit(5_000);
+        let (mut plain, mut deferred) = (make(), make());
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 997]]));
+        let a: Vec<_> = (0..3).map(|_| open_wire(&mut plain, 0).0).collect();
+        let b: Vec<_> = (0..3).map(|_| open_wire(&mut deferred, 0).0).collect();
+        let mut most_owed = 0;
+        for round in 0..12 {
+            let (ga, gb) = (plain.share(shared.clone()), deferred.share(shared.clone()));
+            let range = deferred.prepare(gb, 0..1000, 1);
+            for k in 0..3 {
+                let sent = (
+                    plain.send_group(a[k], ga, 0..1000, 1),
+                    deferred.send_prepared(b[k], &range),
+                );
+                assert_eq!(sent.0, sent.1, "round {round}, connection {k}");
+                assert_eq!(seen(&plain, &a), seen(&deferred, &b), "round {round}, {k}");
+                most_owed = most_owed.max(deferred.deferrals.len());
+            }
+            plain.unshare(ga);
+            deferred.unshare(gb);
+        }
+        assert!(most_owed > 2, "the short sends were deferred");
+        assert!(plain.overflows > 0 && plain.evictions > 0 && plain.soft_overflows == 0);
+        assert!(
+            b.iter().all(|&c| !deferred.is_open(c)),
+            "every connection went"
+        );
+        assert_eq!((deferred.outbound, deferred.deferrals.len()), (0, 0));
+        assert_eq!(shared.holders(), 1, "both let go of every group");
     }
 
     #[test]

@@ -442,3 +442,42 @@ async fn shutdown_writes_every_connection_past_the_budget() {
     assert_eq!(stats.flush_budget_stops, 4);
     assert_eq!(stats.bytes_out as usize, all_bytes(&writes));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_full_socket_the_flush_skips_still_takes_its_deferred_ranges_into_its_queue() {
+    use crate::net::SharedFrames;
+    let (net, _event_loop, writes) = looped();
+    let conn = connect(&net, &writes);
+    let mut server = net.0.borrow_mut();
+    // A first reply the long way makes the connection's gate live.
+    assert!(server.sessions.send_packet(conn, 0x21, &[b"hi"]));
+    server.flush();
+    let moved = frame::packet(0x20, &[b"moved"]);
+    let shared = SharedFrames::new(&moved);
+    let s = &mut server.sessions;
+    let g = s.share(shared.clone());
+    let whole = s.prepare(g, 0..shared.len(), 1);
+    assert!(s.send_prepared(conn, &whole));
+    s.unshare(g);
+    let queued = |server: &Server| server.sessions.conns.get(conn.0).unwrap().pending_output();
+    assert_eq!(queued(&server), 0, "deferred: not in its queue yet");
+    // Its socket said "full": the Flush phase does not write it, but the deferred range
+    // joins its queue there, so the deferral does not wait for a reader that does not read.
+    server.sessions.conns.get_mut(conn.0).unwrap().write_blocked = true;
+    server.sessions.queue_flush(conn);
+    server.flush();
+    assert_eq!(queued(&server), moved.len());
+    assert_eq!(
+        server.sessions.pending_output(conn),
+        moved.len(),
+        "counted once"
+    );
+    assert_eq!(written(&writes).len(), 1, "nothing written while full");
+    // Writable again: it goes out after the reply.
+    server.sessions.conns.get_mut(conn.0).unwrap().write_blocked = false;
+    server.sessions.queue_flush(conn);
+    server.flush();
+    assert_eq!(written(&writes), [frame::packet(0x21, &[b"hi"]), moved]);
+    assert_eq!(server.sessions.outbound, 0);
+    assert_eq!(shared.holders(), 1, "nothing holds the group once written");
+}

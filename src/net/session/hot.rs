@@ -1,23 +1,31 @@
-//! The fan-out's short way onto a connection: one 64-byte line per connection slot
-//! ([`Hot`]) with what queuing a broadcast looks at — whether the connection takes output,
-//! its unsent bytes, whether it waits for the tick or is in this iteration's Flush list,
-//! whether its soft-limit clock runs — and the last few ranges of shared frames queued for
-//! it, by group; and the table of those groups ([`Groups`]), which holds one reference to a
-//! group's frames however many connections hold ranges of it.
+//! The fan-out's short way onto a connection, in three dense tables indexed by connection
+//! slot or group:
+//!
+//! - [`Gate`], 16 bytes per connection slot: what queuing a broadcast checks — the slot's
+//!   generation, whether the connection takes output, its unsent bytes, whether it waits for
+//!   the tick or is in this iteration's Flush list, whether its soft-limit clock runs — and
+//!   which deferred ranges ([`Deferrals`]) it is owed;
+//! - [`Hot`], one 64-byte line per connection slot: the last few ranges of shared frames
+//!   queued for it, by group;
+//! - [`Deferrals`]: a group's whole range, recorded once for everyone who sees the whole
+//!   group, and [`Groups`], which holds one reference to a group's frames however many
+//!   connections hold ranges of it.
 //!
 //! Why: a crowd's move goes to every other player in it. Queuing a range on each player's
-//! connection state in the session slab touched several cache lines per player, far apart
-//! (the slot's generation, the closing flag and unsent bytes, the soft-limit stamp, the
-//! output queue's ring), and at a thousand connections most were misses: they were most of
-//! the Deltas phase. The lines here are dense and indexed by slot, so a player costs one
-//! line. The ranges move into the connection's output queue (`Output`) when the connection
-//! is written, or as soon as anything else is queued for it, so the order queued is the
-//! order sent.
+//! connection state in the session slab touched several cache lines per player, far apart,
+//! and at a thousand connections most were misses. A line per connection made that one
+//! miss; but a thousand lines are 64 KB, pushed out of cache between two Deltas phases by
+//! the Flush phase's writes and the clients' reads, so a recipient still cost its line's
+//! miss. A gate is a quarter of a line: a thousand fit in 16 KB, and a recipient who sees
+//! the whole group costs its gate and one bit, its line is not touched. The deferred ranges
+//! move onto the line (or into the connection's output queue, `Output`) when anything
+//! touches the connection next — the Flush phase writing it, or anything else queued for it
+//! — oldest first, so the order queued is the order sent.
 //!
-//! Owns the lines' layout and the group table's references. Must never decide a limit or
-//! touch a connection's state or socket: `Sessions` does both, and keeps each line's
-//! `pending` equal to what the connection holds unsent (or, after a write the line did not
-//! see, above it, never below).
+//! Owns the gates', lines' and deferrals' layout and the group table's references. Must
+//! never decide a limit or touch a connection's state or socket: `Sessions` does both, and
+//! keeps each gate's `pending` equal to what the connection holds unsent, its line and its
+//! deferred ranges included (or, after a write the gate did not see, above it, never below).
 
 use std::ops::Range;
 
@@ -26,7 +34,10 @@ use super::super::shared::SharedFrames;
 /// Ranges a line holds before the next ones go to the connection's output queue.
 const INLINE: usize = 4;
 
-/// The line takes output: it belongs to the open connection of its generation.
+/// Deferrals open at once, at most: one bit each in a gate.
+const DEFERRALS: usize = 16;
+
+/// The gate takes output: it belongs to the open connection of its generation.
 pub(super) const LIVE: u8 = 1;
 /// Listed in the connections written at the next tick.
 pub(super) const TICK: u8 = 2;
@@ -34,6 +45,48 @@ pub(super) const TICK: u8 = 2;
 pub(super) const FLUSH: u8 = 4;
 /// Unsent output over the soft limit: its clock runs.
 pub(super) const OVER_SOFT: u8 = 8;
+/// The connection's line holds ranges.
+pub(super) const LINED: u8 = 16;
+
+/// What queuing output for one connection slot checks, and the deferred ranges it is owed.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Gate {
+    /// Bytes the connection holds unsent: its output queue, its line's ranges and its
+    /// deferred ranges.
+    pub(super) pending: usize,
+    /// The generation of the connection the gate belongs to while [`LIVE`].
+    pub(super) generation: u32,
+    /// A bit per deferral ([`Deferrals`]) holding a range for this connection.
+    pub(super) deferred: u16,
+    pub(super) flags: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<Gate>() == 16, "four gates a cache line");
+
+impl Gate {
+    /// A fresh gate for the connection of `generation`.
+    pub(super) fn live(generation: u32) -> Gate {
+        Gate {
+            generation,
+            flags: LIVE,
+            ..Gate::default()
+        }
+    }
+
+    /// Whether the gate is `conn`'s (by slot generation) and takes output.
+    #[inline]
+    pub(super) fn is_live(&self, generation: u32) -> bool {
+        self.generation == generation && self.flags & LIVE != 0
+    }
+
+    /// Asks the processor to bring the gate into cache (the fan-out hints a few recipients
+    /// ahead, so their misses overlap).
+    #[inline(always)]
+    pub(super) fn prefetch(&self) {
+        crate::slab::prefetch(self);
+    }
+}
 
 /// A group of shared frames in the table ([`Sessions::share`](super::Sessions::share)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,36 +100,17 @@ struct Inline {
     end: u32,
 }
 
-/// One connection slot's line.
+/// One connection slot's line: the last ranges queued for it.
 #[repr(C, align(64))]
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Hot {
-    /// The generation of the connection the line belongs to while [`LIVE`].
-    pub(super) generation: u32,
-    pub(super) flags: u8,
     used: u8,
-    /// Bytes the connection holds unsent, these ranges included.
-    pub(super) pending: usize,
     inline: [Inline; INLINE],
 }
 
 const _: () = assert!(std::mem::size_of::<Hot>() == 64, "one cache line");
 
 impl Hot {
-    /// A fresh line for the connection of `generation`.
-    pub(super) fn live(generation: u32) -> Hot {
-        Hot {
-            generation,
-            flags: LIVE,
-            ..Hot::default()
-        }
-    }
-
-    /// Whether the line is `conn`'s (by slot generation) and takes output.
-    pub(super) fn is_live(&self, generation: u32) -> bool {
-        self.generation == generation && self.flags & LIVE != 0
-    }
-
     /// Appends `ranges` of group `g` (empty ones skipped, one continuing the last range of
     /// the same group joined to it); the references taken, one per new range. `None`, and
     /// nothing appended, if they do not fit. Written in place: the line is the one thing
@@ -137,12 +171,6 @@ impl Hot {
         };
         self.used += 1;
         Some(1)
-    }
-
-    /// Asks the processor to bring the line into cache: it is queued output soon (the
-    /// fan-out hints a few recipients ahead, so their lines' misses overlap).
-    pub(super) fn prefetch(&self) {
-        crate::slab::prefetch(self);
     }
 
     /// Whether it holds no range.
@@ -223,6 +251,146 @@ impl Groups {
     }
 }
 
+/// A deferral's place in [`Deferrals`], and its bit in a [`Gate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct DeferralId(u8);
+
+impl DeferralId {
+    /// Its bit in a gate's `deferred`.
+    #[inline(always)]
+    pub(super) fn bit(self) -> u16 {
+        1 << self.0
+    }
+}
+
+/// A range of one group's frames owed to every connection whose gate has its bit, recorded
+/// once.
+#[derive(Debug, Clone, Copy, Default)]
+struct Deferral {
+    group: u32,
+    start: u32,
+    end: u32,
+    /// Connections owed the range, plus one while it is open (the fan-out may add more).
+    members: u32,
+    /// Whether the fan-out may still add connections: until its group is let go.
+    open: bool,
+    /// When it was opened: a connection owed several takes them oldest first.
+    seq: u64,
+}
+
+/// The open deferrals: the fan-out's range for everyone who sees a whole group, kept here
+/// instead of on each recipient's line until something touches that connection. Each holds
+/// one reference to its group while any connection is owed its range or it is open.
+#[derive(Debug, Default)]
+pub(super) struct Deferrals {
+    slots: [Deferral; DEFERRALS],
+    /// A bit per slot in use.
+    used: u16,
+    next_seq: u64,
+}
+
+impl Deferrals {
+    /// Opens a deferral of `start..end` of group `g`, taking a reference to the group;
+    /// `None` when all are in use (the fan-out then queues on the lines, as without them).
+    pub(super) fn open(
+        &mut self,
+        groups: &mut Groups,
+        g: GroupId,
+        start: u32,
+        end: u32,
+    ) -> Option<DeferralId> {
+        let free = (!self.used).trailing_zeros() as usize;
+        if free >= DEFERRALS {
+            return None;
+        }
+        self.used |= 1 << free;
+        self.slots[free] = Deferral {
+            group: g.0,
+            start,
+            end,
+            members: 1,
+            open: true,
+            seq: self.next_seq,
+        };
+        self.next_seq += 1;
+        groups.hold(g, 1);
+        Some(DeferralId(free as u8))
+    }
+
+    /// One more connection is owed `d`'s range.
+    #[inline(always)]
+    pub(super) fn join(&mut self, d: DeferralId) {
+        self.slots[usize::from(d.0)].members += 1;
+    }
+
+    /// One connection is done with `d` (it took the range, or dropped it); the last one
+    /// out, once `d` is closed, frees it and lets go of its group.
+    pub(super) fn leave(&mut self, d: DeferralId, groups: &mut Groups) {
+        let slot = &mut self.slots[usize::from(d.0)];
+        slot.members -= 1;
+        if slot.members == 0 {
+            self.used &= !d.bit();
+            groups.release(GroupId(slot.group));
+        }
+    }
+
+    /// The fan-out is done with group `g`: its open deferrals take no more connections.
+    pub(super) fn close_group(&mut self, g: GroupId, groups: &mut Groups) {
+        // Only the places in use: most groups (one mover seen by nobody) opened none.
+        let mut in_use = self.used;
+        while in_use != 0 {
+            let d = DeferralId(in_use.trailing_zeros() as u8);
+            in_use &= in_use - 1;
+            let slot = &mut self.slots[usize::from(d.0)];
+            if slot.open && slot.group == g.0 {
+                slot.open = false;
+                self.leave(d, groups);
+            }
+        }
+    }
+
+    /// `d`'s group and bytes.
+    #[inline]
+    pub(super) fn range(&self, d: DeferralId) -> (GroupId, Range<usize>) {
+        let slot = &self.slots[usize::from(d.0)];
+        (GroupId(slot.group), slot.start as usize..slot.end as usize)
+    }
+
+    /// The oldest of the deferrals in `mask`, if any.
+    #[inline]
+    pub(super) fn oldest(&self, mask: u16) -> Option<DeferralId> {
+        if mask == 0 {
+            return None;
+        }
+        if mask.is_power_of_two() {
+            return Some(DeferralId(mask.trailing_zeros() as u8));
+        }
+        (0..DEFERRALS as u8)
+            .filter(|&k| mask & (1 << k) != 0)
+            .min_by_key(|&k| self.slots[usize::from(k)].seq)
+            .map(DeferralId)
+    }
+
+    /// Bytes in the ranges of the deferrals in `mask`.
+    #[inline]
+    pub(super) fn bytes(&self, mask: u16) -> usize {
+        let (mut left, mut bytes) = (mask, 0);
+        while left != 0 {
+            // Most often none (every send the long way asks), else one or two.
+            let slot = &self.slots[left.trailing_zeros() as usize];
+            left &= left - 1;
+            bytes += (slot.end - slot.start) as usize;
+        }
+        bytes
+    }
+
+    /// Deferrals in use now.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.used.count_ones() as usize
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::single_range_in_vec_init)] // a slice of one range: what most pushes hand over
 mod tests {
@@ -274,6 +442,58 @@ mod tests {
         let taken: Vec<_> = one.take().collect();
         assert_eq!(taken, [(a, 0..20), (b, 20..30), (a, 20..25), (a, 0..9)]);
         assert!(one.is_empty());
+    }
+
+    #[test]
+    fn a_deferral_is_taken_oldest_first_and_lets_go_of_its_group_when_closed_and_left() {
+        let mut groups = Groups::default();
+        let mut deferrals = Deferrals::default();
+        let frames = SharedFrames::new(&[0; 100]);
+        let (a, b) = (groups.share(frames.clone()), groups.share(frames.clone()));
+        let first = deferrals.open(&mut groups, a, 0, 10).unwrap();
+        let second = deferrals.open(&mut groups, b, 10, 30).unwrap();
+        deferrals.join(first);
+        deferrals.join(second);
+        assert_eq!(deferrals.bytes(first.bit() | second.bit()), 30);
+        // The first one freed and its place reused: the newer deferral in the lower place
+        // still comes after the older one.
+        deferrals.close_group(a, &mut groups);
+        deferrals.leave(first, &mut groups);
+        assert_eq!(deferrals.len(), 1);
+        let third = deferrals.open(&mut groups, a, 30, 40).unwrap();
+        assert_eq!(third, first, "the freed place");
+        deferrals.join(third);
+        let both = second.bit() | third.bit();
+        assert_eq!(deferrals.oldest(both), Some(second));
+        assert_eq!(deferrals.oldest(third.bit()), Some(third));
+        assert_eq!(deferrals.oldest(0), None);
+        assert_eq!(deferrals.range(third), (a, 30..40));
+        // Left by its last connection but still open: it keeps its group.
+        deferrals.leave(second, &mut groups);
+        assert_eq!(deferrals.len(), 2);
+        groups.release(b);
+        assert_eq!(groups.len(), 2, "the open deferral holds group b");
+        deferrals.close_group(b, &mut groups);
+        assert_eq!((deferrals.len(), groups.len()), (1, 1));
+        deferrals.close_group(a, &mut groups);
+        deferrals.leave(third, &mut groups);
+        groups.release(a);
+        assert_eq!((deferrals.len(), groups.len()), (0, 0));
+        assert_eq!(frames.holders(), 1);
+    }
+
+    #[test]
+    fn deferrals_run_out_rather_than_grow() {
+        let mut groups = Groups::default();
+        let mut deferrals = Deferrals::default();
+        let g = groups.share(SharedFrames::new(&[0; 10]));
+        for _ in 0..DEFERRALS {
+            assert!(deferrals.open(&mut groups, g, 0, 10).is_some());
+        }
+        assert_eq!(deferrals.open(&mut groups, g, 0, 10), None, "all in use");
+        deferrals.close_group(g, &mut groups);
+        assert_eq!(deferrals.len(), 0, "no connection joined: all freed");
+        assert!(deferrals.open(&mut groups, g, 0, 10).is_some());
     }
 
     #[test]
