@@ -234,7 +234,10 @@ mod tests {
             resumed <= PROBE_EVERY as usize + 1,
             "resumed after {resumed} events"
         );
-        assert!(caught[resumed..].iter().all(|&c| c), "spinning from then on");
+        assert!(
+            caught[resumed..].iter().all(|&c| c),
+            "spinning from then on"
+        );
         assert!(spin.spinning());
     }
 
