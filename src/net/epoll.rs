@@ -204,7 +204,10 @@ impl Transport for EpollConn {
     }
 
     /// One `writev` of up to [`IOV_BATCH`] pieces: shared frames go to the kernel straight
-    /// from their one buffer.
+    /// from their one buffer. A single piece (a reply) goes with a plain `send`, as
+    /// [`Transport::write`] does: `writev` costs the kernel more around the same TCP work
+    /// (importing the vector, the generic file write path), which was 7.9 % of the loop
+    /// thread against tokio_echo's 3.2 % for its `sendto` at 1,000 ping clients.
     fn write_pieces(&mut self, pieces: &mut dyn Iterator<Item = Piece<'_>>) -> io::Result<usize> {
         // Taken until the first `None`, not `IOV_BATCH` times: the iterator is behind a `dyn`
         // call and a reply is one piece, so asking 32 times cost more than the one piece
@@ -222,8 +225,10 @@ impl Transport for EpollConn {
             slices[count] = IoSlice::new(piece.bytes());
             count += 1;
         }
-        if count == 0 {
-            return Ok(0);
+        match count {
+            0 => return Ok(0),
+            1 => return self.write(&slices[0]),
+            _ => {}
         }
         let mut cx = Context::from_waker(&self.waker);
         loop {
@@ -355,5 +360,37 @@ mod tests {
         let drained = conn.read(&mut buf, 4);
         assert!(matches!(drained, ReadOutcome::WouldBlock), "{drained:?}");
         assert_eq!(buf, [7; 10]);
+    }
+
+    /// A reply (one piece) goes out with a plain `send`, several pieces with one `writev`:
+    /// either way every byte arrives, in order, and the count returned is what was taken.
+    #[tokio::test]
+    async fn one_piece_and_several_pieces_both_arrive_whole_and_in_order() {
+        use std::io::Read;
+
+        use crate::net::shared::SharedFrames;
+
+        let (mut client, mut conn, _woken) = pair();
+        let shared = SharedFrames::new(b"SHARED");
+        let one = conn.write_pieces(&mut [Piece::Bytes(b"reply")].into_iter());
+        assert_eq!(one.expect("one piece"), 5);
+        let several = conn.write_pieces(
+            &mut [
+                Piece::Bytes(b"<"),
+                Piece::Shared(&shared, 1..5),
+                Piece::Bytes(b">"),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(several.expect("several pieces"), 6);
+        let alone = conn.write_pieces(&mut [Piece::Shared(&shared, 0..6)].into_iter());
+        assert_eq!(alone.expect("one shared piece"), 6);
+        assert_eq!(conn.write_pieces(&mut std::iter::empty()).expect("none"), 0);
+        let mut got = vec![0; 17];
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        client.read_exact(&mut got).expect("read");
+        assert_eq!(got, b"reply<HARE>SHARED");
     }
 }
