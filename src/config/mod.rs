@@ -104,8 +104,8 @@ pub struct ServerConfig {
     /// Longest idle block; zero never sleeps (spins).
     #[serde(with = "duration")]
     pub idle_wait: Duration,
-    /// After a packet, connection or post woke the loop, poll this long before parking again
-    /// (0 ..= 10 ms; zero = park at once).
+    /// After a packet, connection or post woke the loop, poll up to this long before parking
+    /// again, while such spins pay (0 ..= 10 ms; zero = park at once).
     #[serde(with = "duration")]
     pub spin_before_park: Duration,
     /// Late wakes per second tolerated before idle sleeping backs off.

@@ -204,7 +204,10 @@ impl Transport for EpollConn {
     }
 
     /// One `writev` of up to [`IOV_BATCH`] pieces: shared frames go to the kernel straight
-    /// from their one buffer.
+    /// from their one buffer. A single piece (a reply) goes with a plain `send`, as
+    /// [`Transport::write`] does: `writev` costs the kernel more around the same TCP work
+    /// (importing the vector, the generic file write path), which was 7.9 % of the loop
+    /// thread against tokio_echo's 3.2 % for its `sendto` at 1,000 ping clients.
     fn write_pieces(&mut self, pieces: &mut dyn Iterator<Item = Piece<'_>>) -> io::Result<usize> {
         // Taken until the first `None`, not `IOV_BATCH` times: the iterator is behind a `dyn`
         // call and a reply is one piece, so asking 32 times cost more than the one piece
@@ -222,8 +225,10 @@ impl Transport for EpollConn {
             slices[count] = IoSlice::new(piece.bytes());
             count += 1;
         }
-        if count == 0 {
-            return Ok(0);
+        match count {
+            0 => return Ok(0),
+            1 => return self.write(&slices[0]),
+            _ => {}
         }
         let mut cx = Context::from_waker(&self.waker);
         loop {
@@ -355,5 +360,47 @@ mod tests {
         let drained = conn.read(&mut buf, 4);
         assert!(matches!(drained, ReadOutcome::WouldBlock), "{drained:?}");
         assert_eq!(buf, [7; 10]);
+    }
+
+    /// Writes `pieces`, waiting for the connection's waker while the socket is not known to
+    /// be writable yet (a fresh registration reads as not ready until the reactor turns).
+    async fn write_woken(conn: &mut EpollConn, woken: &Woken, pieces: &[Piece<'_>]) -> usize {
+        loop {
+            match conn.write_pieces(&mut pieces.iter().cloned()) {
+                Ok(0) => tokio::time::timeout(Duration::from_secs(10), woken.0.notified())
+                    .await
+                    .expect("the waker was never raised: writability was lost"),
+                written => return written.expect("write"),
+            }
+        }
+    }
+
+    /// A reply (one piece) goes out with a plain `send`, several pieces with one `writev`:
+    /// either way every byte arrives, in order, and the count returned is what was taken.
+    #[tokio::test]
+    async fn one_piece_and_several_pieces_both_arrive_whole_and_in_order() {
+        use std::io::Read;
+
+        use crate::net::shared::SharedFrames;
+
+        let (mut client, mut conn, woken) = pair();
+        let shared = SharedFrames::new(b"SHARED");
+        let one = [Piece::Bytes(b"reply")];
+        assert_eq!(write_woken(&mut conn, &woken, &one).await, 5);
+        let several = [
+            Piece::Bytes(b"<"),
+            Piece::Shared(&shared, 1..5),
+            Piece::Bytes(b">"),
+        ];
+        assert_eq!(write_woken(&mut conn, &woken, &several).await, 6);
+        let alone = [Piece::Shared(&shared, 0..6)];
+        assert_eq!(write_woken(&mut conn, &woken, &alone).await, 6);
+        assert_eq!(conn.write_pieces(&mut std::iter::empty()).expect("none"), 0);
+        let mut got = vec![0; 17];
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        client.read_exact(&mut got).expect("read");
+        assert_eq!(got, b"reply<HARE>SHARED");
     }
 }

@@ -43,6 +43,7 @@ use super::panic::catch;
 use super::park::{Park, Woken};
 use super::phase::Phase;
 use super::profile::{ENABLED as PROFILING, Kind};
+use super::spin::Spin;
 use super::stats::{Counters, LagHistogram};
 use super::telemetry::LoopStats;
 use super::thread_wakes;
@@ -201,6 +202,10 @@ impl EventLoopBuilder {
     /// of microseconds on a VM), so spinning first costs at most twice the cheaper of the two
     /// and saves the wake-up latency whenever the next event comes soon. Timer wake-ups do not
     /// start a spin; zero turns it off. Measured in real time, so a paused test clock is fine.
+    ///
+    /// This is an upper bound: the loop spins only while recent spins paid, i.e. while most
+    /// events came within half of this after the previous one; with many clients whose
+    /// packets come at random, it parks instead and tries one spin again every 32 events.
     pub fn spin_before_park(mut self, spin: Duration) -> Self {
         self.spin_before_park = spin;
         self
@@ -258,8 +263,7 @@ impl EventLoopBuilder {
             broken: None,
             idle_wait: self.idle_wait,
             probe_host: self.probe_host,
-            spin_before_park: self.spin_before_park,
-            spin_until: None,
+            spin: Spin::new(self.spin_before_park),
             wakes_seen: 0,
             handlers: self.handlers,
             posted: VecDeque::new(),
@@ -280,9 +284,8 @@ pub struct EventLoop {
     broken: Option<Fault>,
     idle_wait: Duration,
     probe_host: Option<Probe>,
-    spin_before_park: Duration,
-    /// End of the current spin window (real time), if one is open.
-    spin_until: Option<std::time::Instant>,
+    /// The spin before parking: its window and whether it pays (see `spin.rs`).
+    spin: Spin,
     /// `wakes_issued` when the loop last looked: a change means an outside event came.
     wakes_seen: u64,
     handlers: Slots,
@@ -716,25 +719,17 @@ impl EventLoop {
         Phase::Sleep
     }
 
-    /// Opens a spin window when an outside event woke the loop since it last looked (see
-    /// [`EventLoopBuilder::spin_before_park`]); true while one is open.
+    /// Whether to keep polling instead of parking: asks the spin rule (`spin.rs`), telling it
+    /// whether an outside event woke the loop since it last looked (see
+    /// [`EventLoopBuilder::spin_before_park`]).
     fn in_spin_window(&mut self) -> bool {
-        if self.spin_before_park.is_zero() {
+        if !self.spin.configured() {
             return false;
         }
         let wakes = self.core.shared.wakes_issued_total();
-        let real_now = std::time::Instant::now();
-        if wakes != self.wakes_seen {
-            self.wakes_seen = wakes;
-            self.spin_until = Some(real_now + self.spin_before_park);
-        }
-        match self.spin_until {
-            Some(until) if real_now < until => true,
-            _ => {
-                self.spin_until = None;
-                false
-            }
-        }
+        let event = wakes != self.wakes_seen;
+        self.wakes_seen = wakes;
+        self.spin.keep_polling(std::time::Instant::now(), event)
     }
 }
 

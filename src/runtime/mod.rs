@@ -17,6 +17,7 @@ mod panic;
 pub(crate) mod park;
 mod phase;
 pub(crate) mod profile;
+mod spin;
 pub(crate) mod stamp;
 mod stats;
 pub(crate) mod task;

@@ -481,3 +481,33 @@ async fn a_full_socket_the_flush_skips_still_takes_its_deferred_ranges_into_its_
     assert_eq!(server.sessions.outbound, 0);
     assert_eq!(shared.holders(), 1, "nothing holds the group once written");
 }
+
+thread_local! {
+    /// Readings taken of [`counted_clock`] on this thread.
+    static CLOCK_READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The budget clock, counting its readings.
+fn counted_clock() -> Stamp {
+    CLOCK_READS.with(|n| n.set(n.get() + 1));
+    budget_clock()
+}
+
+/// Most iterations of a busy loop have nothing to flush: the phase then costs no clock read
+/// (it read one for its budget every iteration before).
+#[tokio::test]
+async fn a_flush_phase_with_nothing_queued_reads_no_clock() {
+    let (net, _event_loop, writes) = looped();
+    let conns = slow_connections(&net, &writes, 1, MICRO);
+    let mut server = net.0.borrow_mut();
+    server.clock = counted_clock;
+    server.flush();
+    assert_eq!(CLOCK_READS.with(std::cell::Cell::get), 0, "nothing queued");
+    server.sessions.send_packet(conns[0], 0x21, &[b"reply"]);
+    server.flush();
+    assert_eq!(written(&writes).len(), 1, "the reply went out");
+    assert!(
+        CLOCK_READS.with(std::cell::Cell::get) > 0,
+        "a phase with output reads the budget's clock"
+    );
+}
