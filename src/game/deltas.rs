@@ -1189,6 +1189,31 @@ mod tests {
         }
     }
 
+    /// A mover and a watcher; the mover moves, then speaks. The watcher must get
+    /// the move before the line, as they happened (and as they were queued for it).
+    #[test]
+    fn a_watcher_gets_a_groups_moves_before_its_lines_whoever_opened_a_deferral_first() {
+        for (mover_x, watcher_x) in [(100, 101), (101, 100)] {
+            let mut bed = Bed::new(64 << 20);
+            let mover = bed.join(1, spot(mover_x));
+            let watcher = bed.join(2, spot(watcher_x));
+            // Warm-up: one delivery the long way makes both gates live.
+            bed.iterate([Seen::Moved(Serial(1), spot(mover_x))]);
+            bed.read(mover);
+            bed.read(watcher);
+            bed.iterate([
+                Seen::Moved(Serial(1), spot(mover_x)),
+                Seen::Said(Serial(1), spot(mover_x), "hello".to_string()),
+            ]);
+            let ids: Vec<u8> = bed.read(watcher).iter().map(|(id, _)| *id).collect();
+            assert_eq!(
+                ids,
+                [MOVED, SAID],
+                "mover at {mover_x}, watcher at {watcher_x}"
+            );
+        }
+    }
+
     #[test]
     fn groups_merge_only_while_they_fit_in_the_view_range() {
         let at = |x, y| Location::new(x, y, 0, MapId::FELUCCA);

@@ -525,6 +525,9 @@ impl Sessions {
         {
             if let Some(d) = p.deferral
                 && gate.deferred & d.bit() == 0
+                // Joining an older deferral than one it holds would put this range before
+                // bytes queued earlier (ranges go out in the deferrals' opening order).
+                && self.deferrals.newer_than_all(d, gate.deferred)
             {
                 gate.deferred |= d.bit();
                 self.deferrals.join(d);
@@ -1633,6 +1636,39 @@ mod tests {
             (1, 1),
             "written: nothing holds the groups"
         );
+    }
+
+    /// Two deferrals open at once (a group's Said prepared before its Moves, as the
+    /// fan-out does when its first whole recipient is a mover), joined by one connection in
+    /// the order Moves, Said: the bytes must go out in that order.
+    #[tokio::test]
+    async fn deferrals_joined_out_of_open_order_go_out_in_join_order() {
+        let mut sessions = Sessions::new(1 << 20, 1 << 20);
+        let moves = SharedFrames::new(&frame::packet(0x20, &[b"move"]));
+        let said = SharedFrames::new(&frame::packet(0x30, &[b"said"]));
+        let (first, _) = open_wire(&mut sessions, usize::MAX);
+        let (conn, wire) = open_wire(&mut sessions, usize::MAX);
+        for c in [first, conn] {
+            assert!(sessions.send_packet(c, 0x21, &[b"hi"]));
+            flush_line(&mut sessions, c);
+        }
+        let (gm, gs) = (sessions.share(moves.clone()), sessions.share(said.clone()));
+        // The first recipient gets only the whole Said part: Said is prepared first.
+        let whole_said = sessions.prepare(gs, 0..said.len(), 1);
+        assert!(sessions.send_prepared(first, &whole_said));
+        // The next recipient: Moves (prepared now, newer), then Said.
+        let whole_moves = sessions.prepare(gm, 0..moves.len(), 1);
+        assert!(sessions.send_prepared(conn, &whole_moves));
+        assert!(sessions.send_prepared(conn, &whole_said));
+        drop((whole_said, whole_moves));
+        sessions.unshare(gm);
+        sessions.unshare(gs);
+        flush_line(&mut sessions, conn);
+        let got: Vec<u8> = packets(&wire.borrow().got)
+            .iter()
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(got, [0x21, 0x20, 0x30], "queued: hi, move, said");
     }
 
     #[tokio::test]

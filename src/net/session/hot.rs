@@ -371,6 +371,21 @@ impl Deferrals {
             .map(DeferralId)
     }
 
+    /// Whether `d` was opened after every deferral in `mask` (joining it then keeps the
+    /// connection's ranges in the order queued).
+    #[inline]
+    pub(super) fn newer_than_all(&self, d: DeferralId, mask: u16) -> bool {
+        let seq = self.slots[usize::from(d.0)].seq;
+        let mut left = mask;
+        while left != 0 {
+            if self.slots[left.trailing_zeros() as usize].seq > seq {
+                return false;
+            }
+            left &= left - 1;
+        }
+        true
+    }
+
     /// Bytes in the ranges of the deferrals in `mask`.
     #[inline]
     pub(super) fn bytes(&self, mask: u16) -> usize {
