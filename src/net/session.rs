@@ -1660,7 +1660,6 @@ mod tests {
         let whole_moves = sessions.prepare(gm, 0..moves.len(), 1);
         assert!(sessions.send_prepared(conn, &whole_moves));
         assert!(sessions.send_prepared(conn, &whole_said));
-        drop((whole_said, whole_moves));
         sessions.unshare(gm);
         sessions.unshare(gs);
         flush_line(&mut sessions, conn);
