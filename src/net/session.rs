@@ -530,7 +530,7 @@ impl Sessions {
                 && self.deferrals.newer_than_all(d, gate.deferred)
             {
                 gate.deferred |= d.bit();
-                self.deferrals.join(d);
+                self.deferrals.join(d, p.g);
             } else if gate.deferred == 0
                 // Both ends fit in a u32 whenever `below` is not 0.
                 && let Some(added) =

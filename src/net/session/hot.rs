@@ -317,10 +317,17 @@ impl Deferrals {
         Some(DeferralId(free as u8))
     }
 
-    /// One more connection is owed `d`'s range.
+    /// One more connection is owed `d`'s range, which `d` must still hold for group `g`: a
+    /// deferral id kept past its group's `unshare` could name a slot reopened for another
+    /// group, so a debug build checks both.
     #[inline(always)]
-    pub(super) fn join(&mut self, d: DeferralId) {
-        self.slots[usize::from(d.0)].members += 1;
+    pub(super) fn join(&mut self, d: DeferralId, g: GroupId) {
+        let slot = &mut self.slots[usize::from(d.0)];
+        debug_assert!(
+            slot.open && slot.group == g.0,
+            "a deferral joined after its group was let go"
+        );
+        slot.members += 1;
     }
 
     /// One connection is done with `d` (it took the range, or dropped it); the last one
@@ -459,6 +466,23 @@ mod tests {
         assert!(one.is_empty());
     }
 
+    /// A deferral id kept past its group's `unshare` names a slot that may be reopened for
+    /// another group; a debug build refuses to join it rather than owe someone the wrong bytes.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a deferral joined after its group was let go")]
+    fn joining_a_deferral_its_group_let_go_of_is_caught_in_a_debug_build() {
+        let mut groups = Groups::default();
+        let mut deferrals = Deferrals::default();
+        let frames = SharedFrames::new(&[0; 100]);
+        let (a, b) = (groups.share(frames.clone()), groups.share(frames));
+        let stale = deferrals.open(&mut groups, a, 0, 10).unwrap();
+        deferrals.close_group(a, &mut groups);
+        let reopened = deferrals.open(&mut groups, b, 0, 20).unwrap();
+        assert_eq!(reopened, stale, "the same place, now b's");
+        deferrals.join(stale, a);
+    }
+
     #[test]
     fn a_deferral_is_taken_oldest_first_and_lets_go_of_its_group_when_closed_and_left() {
         let mut groups = Groups::default();
@@ -467,8 +491,8 @@ mod tests {
         let (a, b) = (groups.share(frames.clone()), groups.share(frames.clone()));
         let first = deferrals.open(&mut groups, a, 0, 10).unwrap();
         let second = deferrals.open(&mut groups, b, 10, 30).unwrap();
-        deferrals.join(first);
-        deferrals.join(second);
+        deferrals.join(first, a);
+        deferrals.join(second, b);
         assert_eq!(deferrals.bytes(first.bit() | second.bit()), 30);
         // The first one freed and its place reused: the newer deferral in the lower place
         // still comes after the older one.
@@ -477,7 +501,7 @@ mod tests {
         assert_eq!(deferrals.len(), 1);
         let third = deferrals.open(&mut groups, a, 30, 40).unwrap();
         assert_eq!(third, first, "the freed place");
-        deferrals.join(third);
+        deferrals.join(third, a);
         let both = second.bit() | third.bit();
         assert_eq!(deferrals.oldest(both), Some(second));
         assert_eq!(deferrals.oldest(third.bit()), Some(third));
