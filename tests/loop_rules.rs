@@ -124,17 +124,7 @@ async fn l1_a_post_wakes_a_parked_loop_at_once_real_time() {
 /// argument in `src/runtime/park.rs`): this test then fails.
 #[tokio::test]
 async fn l1_no_post_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
-    const PRODUCERS: u64 = 4;
-    const ROUNDS: u64 = 2_000;
-    let el = EventLoop::builder()
-        .idle_wait(Duration::from_secs(3_600))
-        .spin_before_park(Duration::ZERO)
-        .build();
-    let ctx = el.context();
-    let start = Arc::new(std::sync::Barrier::new(PRODUCERS as usize));
-    // Set by the first producer whose post did not run in time; the others then stop posting
-    // (but keep meeting at the barrier, so none waits there forever).
-    let lost = Arc::new(Mutex::new(None::<String>));
+    let (el, ctx, start, lost) = race();
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|seed| {
             let (ctx, start, lost) = (ctx.clone(), start.clone(), lost.clone());
@@ -158,7 +148,7 @@ async fn l1_no_post_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
             })
         })
         .collect();
-    finish_race(el, ctx, producers, &lost, ROUNDS, "post").await;
+    finish_race(el, ctx, producers, &lost, "post").await;
 }
 
 /// The same race with both cross-thread queues at once: of the four producers, two post and
@@ -174,15 +164,7 @@ async fn l1_no_post_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
 /// read the signal after registering its waker it failed as `l1_no_post_is_lost_…` does.
 #[tokio::test]
 async fn l1_no_post_or_task_wake_is_lost_when_both_queues_race_a_parking_loop_real_time() {
-    const PRODUCERS: u64 = 4;
-    const ROUNDS: u64 = 2_000;
-    let el = EventLoop::builder()
-        .idle_wait(Duration::from_secs(3_600))
-        .spin_before_park(Duration::ZERO)
-        .build();
-    let ctx = el.context();
-    let start = Arc::new(std::sync::Barrier::new(PRODUCERS as usize));
-    let lost = Arc::new(Mutex::new(None::<String>));
+    let (el, ctx, start, lost) = race();
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|seed| {
             let (ctx, start, lost) = (ctx.clone(), start.clone(), lost.clone());
@@ -233,7 +215,31 @@ async fn l1_no_post_or_task_wake_is_lost_when_both_queues_race_a_parking_loop_re
             })
         })
         .collect();
-    finish_race(el, ctx, producers, &lost, ROUNDS, "wake").await;
+    finish_race(el, ctx, producers, &lost, "wake").await;
+}
+
+/// Producers in a lost-wake race.
+const PRODUCERS: u64 = 4;
+/// Rounds of a lost-wake race: in each, every producer posts (or wakes) once and waits.
+const ROUNDS: u64 = 2_000;
+
+/// The start of a lost-wake race: a loop that nothing but a wake can end a park of (an
+/// hour's `idle_wait`, no spin before parking), its context, the producers' barrier, and the
+/// slot for the first producer's complaint (the others then stop posting, but keep meeting at
+/// the barrier, so none waits there forever).
+fn race() -> (
+    EventLoop,
+    LoopContext,
+    Arc<std::sync::Barrier>,
+    Arc<Mutex<Option<String>>>,
+) {
+    let el = EventLoop::builder()
+        .idle_wait(Duration::from_secs(3_600))
+        .spin_before_park(Duration::ZERO)
+        .build();
+    let ctx = el.context();
+    let start = Arc::new(std::sync::Barrier::new(PRODUCERS as usize));
+    (el, ctx, start, Arc::new(Mutex::new(None)))
 }
 
 /// The end of a lost-wake race: runs the loop until every producer is done, then fails with
@@ -244,7 +250,6 @@ async fn finish_race(
     ctx: LoopContext,
     producers: Vec<thread::JoinHandle<()>>,
     lost: &Mutex<Option<String>>,
-    rounds: u64,
     what: &str,
 ) {
     let stopper = thread::spawn(move || {
@@ -260,7 +265,7 @@ async fn finish_race(
         panic!("a {what} was lost ({why}); {stats:?}");
     }
     assert!(
-        stats.sleeps >= rounds / 2 && stats.wakes_issued >= rounds / 2,
+        stats.sleeps >= ROUNDS / 2 && stats.wakes_issued >= ROUNDS / 2,
         "the loop hardly parked: {stats:?}"
     );
     assert_eq!(stats.panics, 0, "{stats:?}");
