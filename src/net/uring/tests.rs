@@ -770,14 +770,8 @@ impl Wake for OnFirstWake {
 #[test]
 fn completions_a_handler_moves_aside_on_a_full_queue_are_not_lost() {
     run(async {
-        // A cooperative ring: the kernel completes operations on the way out of any system
-        // call of this thread, so the client calls below complete them in the middle of a
-        // handler (a deferred ring completes them only inside its own `io_uring_enter`).
-        REFUSE_DEFERRED.with(|r| r.set(true));
         // The second listener and a connection of its: their completions are moved aside.
         let (mut second, second_wakes) = listen();
-        REFUSE_DEFERRED.with(|r| r.set(false));
-        assert!(with_ring(|r| r.eventfd.is_none()), "a cooperative ring");
         let second_addr = second.local_addr().unwrap();
         let sender = std::net::TcpStream::connect(second_addr).unwrap();
         let (accepted, _) = accept(&mut *second, &second_wakes).await;
@@ -1162,64 +1156,5 @@ fn a_kernel_refusing_multishot_receives_falls_back_for_every_connection() {
             assert!(r.conns.iter().all(|(_, c)| c.recv.len() == RECV_BUFFER));
         });
         REFUSE_MULTISHOT.with(|r| r.set(false));
-    });
-}
-
-// The deferred ring
-
-#[test]
-fn a_kernel_refusing_the_deferred_ring_gets_a_cooperative_one_that_works() {
-    run(async {
-        REFUSE_DEFERRED.with(|r| r.set(true));
-        let mut pair = connected().await;
-        REFUSE_DEFERRED.with(|r| r.set(false));
-        assert!(
-            with_ring(|r| r.eventfd.is_none()),
-            "refused: the ring's own descriptor is watched"
-        );
-        assert!(!with_ring(Ring::work_pending));
-        send(&pair.client, b"ping").await;
-        assert_eq!(read_exactly(&mut *pair.conn, &pair.wakes, 4).await, b"ping");
-        assert_eq!(pair.conn.write(b"pong").unwrap(), 4);
-        assert_eq!(receive_up_to(&pair.client, 4).await, b"pong");
-    });
-}
-
-#[test]
-fn deferred_completions_beyond_what_one_enter_runs_all_arrive() {
-    // The kernel runs about 20 items of deferred work per `io_uring_enter`, and signals the
-    // eventfd only when its queue was empty: the rest must be asked for while it says so.
-    const CONNS: usize = 64;
-    run(async {
-        let (mut acceptor, accept_wakes) = listen();
-        assert!(
-            with_ring(|r| r.eventfd.is_some()),
-            "this kernel (6.1 or later) takes the deferred ring"
-        );
-        let addr = acceptor.local_addr().unwrap();
-        let mut conns = Vec::new();
-        for _ in 0..CONNS {
-            let client = std::net::TcpStream::connect(addr).unwrap();
-            let (accepted, _) = accept(&mut *acceptor, &accept_wakes).await;
-            let (waker, wakes) = counting_waker();
-            conns.push((client, accepted.attach(waker), wakes));
-        }
-        eventually("every receive submitted", || {
-            with_ring(|r| r.uring.submission().is_empty()).then_some(())
-        })
-        .await;
-        // No await between the writes: nothing enters the ring while the kernel queues the
-        // work that completes each receive.
-        for (i, (client, _, _)) in conns.iter_mut().enumerate() {
-            io::Write::write_all(client, &[i as u8; 8]).unwrap();
-        }
-        assert!(
-            with_ring(Ring::work_pending),
-            "the receives' work waits for the ring to be entered"
-        );
-        for (i, (_, conn, wakes)) in conns.iter_mut().enumerate() {
-            assert_eq!(read_exactly(&mut **conn, wakes, 8).await, [i as u8; 8]);
-        }
-        assert!(!with_ring(Ring::work_pending));
     });
 }
