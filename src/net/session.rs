@@ -180,6 +180,73 @@ pub(crate) struct Prepared {
     deferral: Option<DeferralId>,
 }
 
+/// [`Sessions::send_prepared`] for a run of connections, each joining the prepared range's
+/// deferral, with what is the same for all of them worked out once: the budget's room as a
+/// count of joins, the deferrals a gate may already hold, the range's bounds. Its one
+/// per-connection call, [`JoinRun::join`], takes exactly the connections `send_prepared`
+/// would defer, with the same effects on each (its gate, the tick's list, in the same
+/// order); it refuses any other, which the caller then sends with `send_prepared` after
+/// [`JoinRun::finish`]. Why: in a crowd this is most of the fan-out's work per recipient,
+/// and the run's state stays in registers.
+pub(crate) struct JoinRun<'s> {
+    gates: &'s mut [Gate],
+    at_tick: &'s mut Vec<ConnId>,
+    /// Filed by [`JoinRun::finish`]: the budget's count, the packets queued, the deferral's
+    /// members.
+    outbound: &'s mut usize,
+    packets_out: &'s mut u64,
+    deferrals: &'s mut Deferrals,
+    /// `Deferrals::joinable_with` the deferral.
+    joinable: u16,
+    bit: u16,
+    d: DeferralId,
+    g: GroupId,
+    below: usize,
+    len: usize,
+    packets: u64,
+    /// How many joins the budget has room for.
+    room: usize,
+    joined: usize,
+}
+
+impl JoinRun<'_> {
+    /// [`Sessions::send_prepared`] of the run's range to `conn` if it would join the
+    /// deferral (true: done); false, and nothing changed, if it would do anything else.
+    #[inline(always)]
+    pub(crate) fn join(&mut self, conn: ConnId) -> bool {
+        let Some(gate) = self.gates.get_mut(conn.0.index() as usize) else {
+            return false;
+        };
+        // `send_prepared`'s short way and its deferral's branch, tested at once.
+        if gate.generation != conn.0.generation()
+            || gate.flags & (LIVE | OVER_SOFT) != LIVE
+            || gate.pending >= self.below
+            || self.joined >= self.room
+            || gate.deferred & !self.joinable != 0
+        {
+            return false;
+        }
+        gate.deferred |= self.bit;
+        gate.pending += self.len;
+        if gate.flags & (TICK | FLUSH) == 0 {
+            gate.flags |= TICK;
+            self.at_tick.push(conn);
+        }
+        self.joined += 1;
+        true
+    }
+
+    /// Files the run's joins with the sessions; how many there were.
+    pub(crate) fn finish(self) -> usize {
+        let n = self.joined;
+        // At most one join per connection slot: fewer than 2^32.
+        self.deferrals.join_many(self.d, self.g, n as u32);
+        *self.outbound += n * self.len;
+        *self.packets_out += n as u64 * self.packets;
+        n
+    }
+}
+
 /// Every open connection. Packet handlers get `&mut Sessions` to answer, broadcast, log a
 /// client in or throw it out.
 pub struct Sessions {
@@ -558,6 +625,36 @@ impl Sessions {
             return true;
         }
         self.queue_ranges(conn, p.g, std::slice::from_ref(&p.range), p.len, p.packets)
+    }
+
+    /// A run of [`Sessions::send_prepared`]s of `p` in one go, for the fan-out's tight loop
+    /// over the players who see a whole group: `None` when `p` has no deferral (its short
+    /// way is then the lines'). See [`JoinRun`].
+    pub(crate) fn join_run(&mut self, p: &Prepared) -> Option<JoinRun<'_>> {
+        let d = p.deferral?;
+        // `outbound + len <= budget` for the k-th join (from 0) of the run is
+        // `outbound + (k + 1)·len <= budget`: k below this. `len` > 0 with a deferral.
+        let room = self
+            .outbound_budget
+            .checked_sub(self.outbound)
+            .map_or(0, |room| room / p.len);
+        let joinable = self.deferrals.joinable_with(d);
+        Some(JoinRun {
+            gates: &mut self.gates,
+            at_tick: &mut self.at_tick,
+            outbound: &mut self.outbound,
+            packets_out: &mut self.packets_out,
+            deferrals: &mut self.deferrals,
+            joinable,
+            bit: d.bit(),
+            d,
+            g: p.g,
+            below: p.below,
+            len: p.len,
+            packets: p.packets,
+            room,
+            joined: 0,
+        })
     }
 
     /// Queues `ranges` of group `g` (`len` bytes, `packets` packets) to go at the tick: on
