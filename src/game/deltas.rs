@@ -201,6 +201,13 @@ struct FanOut {
     payload: Vec<u8>,
     /// Runs so far, for [`RELEASE_EVERY`].
     runs: u32,
+    /// Tests: every player through [`Walk::one`], the tight loop off — the reference it is
+    /// checked against.
+    #[cfg(test)]
+    exact: bool,
+    /// Tests: players the tight loop queued.
+    #[cfg(test)]
+    tight: usize,
 }
 
 /// Held speech is looked at every this many runs of the fan-out.
@@ -427,6 +434,8 @@ impl FanOut {
         sessions: &mut Sessions,
     ) -> usize {
         let batch = packets.batch.is_some();
+        #[cfg(test)]
+        let exact = self.exact;
         let FanOut {
             queue,
             groups,
@@ -511,11 +520,17 @@ impl FanOut {
             // Work counts what costs: a change encoded, a player reached, an entry queued.
             work: group.changes.len(),
             chatter: (0, 0),
+            #[cfg(test)]
+            exact,
+            #[cfg(test)]
+            tight: 0,
         };
         players.visit_area_runs(map, xs, ys, PREFETCH_AHEAD, |seen| match seen {
             Visit::One(serial, conn, at, ahead) => walk.one(serial, conn, at, ahead),
             Visit::Run(run) => walk.run(run),
         });
+        #[cfg(test)]
+        let tight = walk.tight;
         let Walk {
             mut sink,
             sessions,
@@ -527,6 +542,10 @@ impl FanOut {
         let work = work + sink.entries;
         out.held += chatter.0;
         out.dropped += chatter.1;
+        #[cfg(test)]
+        {
+            self.tight += tight;
+        }
         work
     }
 
@@ -586,6 +605,11 @@ struct Walk<'a> {
     work: usize,
     /// Lines held and dropped.
     chatter: (u64, u64),
+    /// Tests: [`FanOut::exact`], and the players the tight loop queued.
+    #[cfg(test)]
+    exact: bool,
+    #[cfg(test)]
+    tight: usize,
 }
 
 impl Walk<'_> {
@@ -673,6 +697,15 @@ impl Walk<'_> {
     /// [`Walk::one`] — so each player gets what [`Walk::one`] would give it, at the same
     /// point of the walk, and every limit trips at the same send.
     fn run(&mut self, run: Run<'_, ConnId>) {
+        #[cfg(test)]
+        if self.exact {
+            for k in 0..run.len() {
+                if let Some((serial, conn, at)) = run.get(k) {
+                    self.one(serial, conn, at, run.who(k + PREFETCH_AHEAD));
+                }
+            }
+            return;
+        }
         let mut k = 0;
         while k < run.len() {
             k += self.join_whole(run, k);
@@ -712,6 +745,10 @@ impl Walk<'_> {
         let n = joins.finish();
         self.work += n;
         self.sink.entries += n;
+        #[cfg(test)]
+        {
+            self.tight += n;
+        }
         n
     }
 }
@@ -1309,6 +1346,84 @@ mod tests {
                 "mover at {mover_x}, watcher at {watcher_x}"
             );
         }
+    }
+
+    /// The tight loop against the walk player by player ([`FanOut::exact`]), on two beds
+    /// driven alike: a crowd across a sector corner, different movers each iteration, a
+    /// third of the players never reading, so the soft limit, the budget and the send limit
+    /// are met on the way. Everyone gets the same packets in the same order, and every
+    /// count is the same, after every iteration.
+    #[test]
+    fn the_tight_loop_queues_what_the_walk_player_by_player_does_under_every_limit() {
+        let make = |exact| {
+            let mut bed = Bed::new(0);
+            bed.sessions = Sessions::new(6_000, 50_000).with_soft_limit(3_000);
+            bed.fan.exact = exact;
+            bed
+        };
+        let (mut walk, mut tight) = (make(true), make(false));
+        // 48 players on an 8 × 6 grid, 2 tiles apart, across the corner at (112, 112).
+        let at = |x, y| Location::new(x, y, 0, MapId::FELUCCA);
+        let spots: Vec<Location> = (0..48u16)
+            .map(|k| at(104 + 2 * (k % 8), 106 + 2 * (k / 8)))
+            .collect();
+        let mut conns = Vec::new();
+        for (k, &spot) in spots.iter().enumerate() {
+            let serial = k as u32 + 1;
+            let conn = walk.join(serial, spot);
+            assert_eq!(
+                conn,
+                tight.join(serial, spot),
+                "the same slots on both beds"
+            );
+            conns.push(conn);
+        }
+        let moves = |round: usize| -> Vec<Seen> {
+            (0..12)
+                .map(|i| (round * 7 + i * 11) % 48)
+                .map(|k| Seen::Moved(Serial(k as u32 + 1), spots[k]))
+                .collect()
+        };
+        for round in 0..80 {
+            walk.iterate(moves(round));
+            tight.iterate(moves(round));
+            assert_eq!(
+                walk.sessions.counts(),
+                tight.sessions.counts(),
+                "round {round}"
+            );
+            for (k, &conn) in conns.iter().enumerate() {
+                let (w, t) = (&walk.sessions, &tight.sessions);
+                assert_eq!(
+                    w.is_open(conn),
+                    t.is_open(conn),
+                    "round {round}, player {k}"
+                );
+                assert_eq!(w.pending_output(conn), t.pending_output(conn));
+                if k % 3 != 0 {
+                    assert_eq!(
+                        walk.read(conn),
+                        tight.read(conn),
+                        "round {round}, player {k}"
+                    );
+                }
+            }
+        }
+        assert!(
+            tight.fan.tight > 1000 && walk.fan.tight == 0,
+            "{}",
+            tight.fan.tight
+        );
+        let closed = conns
+            .iter()
+            .filter(|&&c| !tight.sessions.is_open(c))
+            .count();
+        assert_eq!(closed, 16, "every player who never read went");
+        let counts = tight.sessions.counts();
+        assert!(
+            !counts.contains("overflows 0") && !counts.contains("evictions 0"),
+            "{counts}"
+        );
     }
 
     #[test]

@@ -1837,6 +1837,90 @@ mod tests {
         assert_eq!(shared.holders(), 1, "both let go of every group");
     }
 
+    /// Sends `range` to `conns` the way the fan-out's tight loop does: runs of
+    /// [`JoinRun::join`], and each connection a run refuses through `send_prepared`; the
+    /// answers, and how many the runs took.
+    fn send_in_runs(
+        sessions: &mut Sessions,
+        conns: &[ConnId],
+        range: &Prepared,
+    ) -> (Vec<bool>, usize) {
+        let (mut sent, mut joined) = (Vec::new(), 0);
+        let mut k = 0;
+        while k < conns.len() {
+            if let Some(mut run) = sessions.join_run(range) {
+                while k < conns.len() && run.join(conns[k]) {
+                    sent.push(true);
+                    k += 1;
+                }
+                joined += run.finish();
+            }
+            if let Some(&conn) = conns.get(k) {
+                sent.push(sessions.send_prepared(conn, range));
+                k += 1;
+            }
+        }
+        (sent, joined)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn runs_of_joins_meet_every_limit_at_the_same_send_as_send_prepared() {
+        // Four connections meet the soft limit, the budget's eviction and the send limit in
+        // turn; each round opens two deferrals and sends the newer one first, so a gate
+        // holding it must not join the older one (it goes on the line instead).
+        let make = || Sessions::new(12_000, 16_000).with_soft_limit(5_000);
+        let (mut exact, mut runs) = (make(), make());
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 797]]));
+        let a: Vec<_> = (0..4).map(|_| open_wire(&mut exact, 0).0).collect();
+        let b: Vec<_> = (0..4).map(|_| open_wire(&mut runs, 0).0).collect();
+        // A first packet the long way makes the gates live (the fan-out's runs need them).
+        for (s, conns) in [(&mut exact, &a), (&mut runs, &b)] {
+            for &c in conns {
+                assert!(s.send_packet(c, 0x21, &[b"hi"]));
+            }
+        }
+        let (mut joined, mut refused) = (0, 0);
+        for round in 0..12 {
+            let shares = |s: &mut Sessions| (s.share(shared.clone()), s.share(shared.clone()));
+            let ((ea, eb), (ra, rb)) = (shares(&mut exact), shares(&mut runs));
+            let older = (exact.prepare(ea, 0..800, 1), runs.prepare(ra, 0..800, 1));
+            let newer = (
+                exact.prepare(eb, 400..800, 1),
+                runs.prepare(rb, 400..800, 1),
+            );
+            for (step, (e, r)) in [newer, older].into_iter().enumerate() {
+                let want: Vec<bool> = a.iter().map(|&c| exact.send_prepared(c, &e)).collect();
+                let (got, n) = send_in_runs(&mut runs, &b, &r);
+                joined += n;
+                refused += got.len() - n;
+                assert_eq!(want, got, "round {round}, step {step}");
+                assert_eq!(
+                    seen(&exact, &a),
+                    seen(&runs, &b),
+                    "round {round}, step {step}"
+                );
+                assert_eq!(exact.deferrals.len(), runs.deferrals.len());
+            }
+            for g in [ea, eb] {
+                exact.unshare(g);
+            }
+            for g in [ra, rb] {
+                runs.unshare(g);
+            }
+        }
+        assert!(
+            joined > 8 && refused > 8,
+            "both ways taken: {joined} joined, {refused} not"
+        );
+        assert!(
+            exact.overflows > 0 && exact.evictions > 0,
+            "the limits were met"
+        );
+        assert!(b.iter().all(|&c| !runs.is_open(c)), "every connection went");
+        assert_eq!((runs.outbound, runs.deferrals.len()), (0, 0));
+        assert_eq!(shared.holders(), 1, "both let go of every group");
+    }
+
     #[test]
     fn a_prepared_range_past_a_lines_reach_still_goes_the_long_way() {
         let mut sessions = Sessions::new(1 << 20, 1 << 20);
