@@ -487,7 +487,6 @@ impl FanOut {
             }
         }
         let Some(map) = map else { return 0 };
-        let sessions_send_limit = sessions.send_limit();
         group.by_mover.sort_unstable();
         // Who sees every change of the group: within range of both corners of its box.
         let whole_lo = (
@@ -500,6 +499,7 @@ impl FanOut {
         );
         let xs = lo.0.saturating_sub(VIEW_RANGE)..=hi.0.saturating_add(VIEW_RANGE);
         let ys = lo.1.saturating_sub(VIEW_RANGE)..=hi.1.saturating_add(VIEW_RANGE);
+        let chatter_limit = sessions.send_limit() / 2;
         let group = &*group;
         let mut walk = Walk {
             group,
@@ -516,7 +516,7 @@ impl FanOut {
             held,
             whole_lo,
             whole_hi,
-            chatter_limit: sessions_send_limit / 2,
+            chatter_limit,
             // Work counts what costs: a change encoded, a player reached, an entry queued.
             work: group.changes.len(),
             chatter: (0, 0),

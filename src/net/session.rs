@@ -25,7 +25,9 @@
 //! slot, with the counts the limits need). Both join the connection's output queue, in the
 //! order queued, when it is written or queued anything else. The limits are decided when
 //! output is queued, whichever way it waits, so a crowd's recipient costs its gate and not
-//! its line or its connection's state.
+//! its line or its connection's state. For a run of such recipients the fan-out works the
+//! per-group part of those decisions out once ([`Sessions::join_run`]) and each recipient
+//! costs one [`JoinRun::join`].
 //!
 //! This module must never touch a socket's readiness or parse packets: the server does that.
 
