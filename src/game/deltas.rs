@@ -25,7 +25,7 @@ use crate::world::{
 };
 
 use super::players::Players;
-use super::visibility::VIEW_RANGE;
+use super::visibility::{Run, VIEW_RANGE, Visit};
 
 /// Writes a moved mobile's packet payload: its serial and where it now stands.
 pub type EncodeMoved = fn(Serial, Location, &mut Vec<u8>);
@@ -201,6 +201,13 @@ struct FanOut {
     payload: Vec<u8>,
     /// Runs so far, for [`RELEASE_EVERY`].
     runs: u32,
+    /// Tests: every player through [`Walk::one`], the tight loop off — the reference it is
+    /// checked against.
+    #[cfg(test)]
+    exact: bool,
+    /// Tests: players the tight loop queued.
+    #[cfg(test)]
+    tight: usize,
 }
 
 /// Held speech is looked at every this many runs of the fan-out.
@@ -427,6 +434,8 @@ impl FanOut {
         sessions: &mut Sessions,
     ) -> usize {
         let batch = packets.batch.is_some();
+        #[cfg(test)]
+        let exact = self.exact;
         let FanOut {
             queue,
             groups,
@@ -491,89 +500,52 @@ impl FanOut {
         let xs = lo.0.saturating_sub(VIEW_RANGE)..=hi.0.saturating_add(VIEW_RANGE);
         let ys = lo.1.saturating_sub(VIEW_RANGE)..=hi.1.saturating_add(VIEW_RANGE);
         let chatter_limit = sessions.send_limit() / 2;
-        let mut sink = Sink {
-            batched: batch.then_some(&mut *out),
-            g,
-            moves: &group.moves,
-            said: &group.said,
-            shared: [None, None],
-            whole: [None, None],
-            entries: 0,
+        let group = &*group;
+        let mut walk = Walk {
+            group,
+            sink: Sink {
+                batched: batch.then_some(&mut *out),
+                g,
+                moves: &group.moves,
+                said: &group.said,
+                shared: [None, None],
+                whole: [None, None],
+                entries: 0,
+            },
+            sessions,
+            held,
+            whole_lo,
+            whole_hi,
+            chatter_limit,
+            // Work counts what costs: a change encoded, a player reached, an entry queued.
+            work: group.changes.len(),
+            chatter: (0, 0),
+            #[cfg(test)]
+            exact,
+            #[cfg(test)]
+            tight: 0,
         };
-        // Work counts what costs: a change encoded, a player reached, an entry queued.
-        let (mut work, mut chatter) = (group.changes.len(), (0, 0));
-        players.visit_area(map, xs, ys, PREFETCH_AHEAD, |serial, conn, at, ahead| {
-            if let Some(ahead) = ahead {
-                sessions.prefetch(ahead);
-            }
-            work += 1;
-            // The area query answers on `map` only.
-            let whole = whole_lo.0 <= at.x
-                && at.x <= whole_hi.0
-                && whole_lo.1 <= at.y
-                && at.y <= whole_hi.1;
-            let own = group
-                .mover_bits
-                .may_hold(serial)
-                .then(|| group.by_mover.binary_search_by_key(&serial, |&(s, _)| s))
-                .and_then(Result::ok)
-                .map(|k| group.by_mover[k].1);
-            if whole {
-                let (all, n) = (group.moves.len(), group.movers.len());
-                match own {
-                    // All but its own move: the moves before it and after it.
-                    Some(k) => {
-                        let r = group.movers[k].2.clone();
-                        sink.moves_around(sessions, conn, r, all, (k as u64, (n - k - 1) as u64));
-                    }
-                    None => sink.push_whole(sessions, conn, Part::Moves, n as u64),
-                }
-            } else {
-                for (k, (_, spot, r)) in group.movers.iter().enumerate() {
-                    if Some(k) != own && sees(&at, spot) {
-                        sink.push(sessions, conn, Part::Moves, r.clone(), 1);
-                    }
-                }
-            }
-            if group.lines.is_empty() {
-                return;
-            }
-            let backlog = sessions.pending_output(conn) + sink.unsent(conn);
-            let ring = held.get_mut(&conn);
-            let slow = ring.as_ref().is_some_and(|r| !r.is_empty())
-                || backlog + group.said.len() > chatter_limit;
-            if !slow && whole {
-                let lines = group.lines.len() as u64;
-                sink.push_whole(sessions, conn, Part::Said, lines);
-                return;
-            }
-            let visible = group
-                .lines
-                .iter()
-                .filter(|(spot, _)| whole || sees(&at, spot));
-            if !slow {
-                for (_, r) in visible {
-                    sink.push(sessions, conn, Part::Said, r.clone(), 1);
-                }
-                return;
-            }
-            let ring = match ring {
-                Some(ring) => ring,
-                None => held.entry(conn).or_default(),
-            };
-            let stats = hold(
-                ring,
-                visible.map(|(_, r)| &group.said[r.clone()]),
-                chatter_limit,
-            );
-            work += (stats.0 + stats.1) as usize;
-            chatter.0 += stats.0;
-            chatter.1 += stats.1;
+        players.visit_area_runs(map, xs, ys, PREFETCH_AHEAD, |seen| match seen {
+            Visit::One(serial, conn, at, ahead) => walk.one(serial, conn, at, ahead),
+            Visit::Run(run) => walk.run(run),
         });
+        #[cfg(test)]
+        let tight = walk.tight;
+        let Walk {
+            mut sink,
+            sessions,
+            work,
+            chatter,
+            ..
+        } = walk;
         sink.finish(sessions);
         let work = work + sink.entries;
         out.held += chatter.0;
         out.dropped += chatter.1;
+        #[cfg(test)]
+        {
+            self.tight += tight;
+        }
         work
     }
 
@@ -616,6 +588,168 @@ impl FanOut {
             }
             !ring.is_empty()
         });
+    }
+}
+
+/// One group's walk of the area around it: what each player there is queued.
+struct Walk<'a> {
+    group: &'a Group,
+    sink: Sink<'a>,
+    sessions: &'a mut Sessions,
+    held: &'a mut IdMap<ConnId, VecDeque<Vec<u8>>>,
+    /// The box of the players who see every change of the group.
+    whole_lo: (u16, u16),
+    whole_hi: (u16, u16),
+    chatter_limit: usize,
+    /// Units of work so far (see [`FANOUT_PER_ITERATION`]), less the sink's entries.
+    work: usize,
+    /// Lines held and dropped.
+    chatter: (u64, u64),
+    /// Tests: [`FanOut::exact`], and the players the tight loop queued.
+    #[cfg(test)]
+    exact: bool,
+    #[cfg(test)]
+    tight: usize,
+}
+
+impl Walk<'_> {
+    /// Queues player `serial` (on `conn`, standing at `at`) what it sees of the group;
+    /// `ahead` is a player coming soon, whose connection is hinted into cache.
+    fn one(&mut self, serial: Serial, conn: ConnId, at: Location, ahead: Option<ConnId>) {
+        let Walk {
+            group,
+            sink,
+            sessions,
+            held,
+            ..
+        } = self;
+        if let Some(ahead) = ahead {
+            sessions.prefetch(ahead);
+        }
+        self.work += 1;
+        // The area query answers on the group's map only.
+        let whole = self.whole_lo.0 <= at.x
+            && at.x <= self.whole_hi.0
+            && self.whole_lo.1 <= at.y
+            && at.y <= self.whole_hi.1;
+        let own = group
+            .mover_bits
+            .may_hold(serial)
+            .then(|| group.by_mover.binary_search_by_key(&serial, |&(s, _)| s))
+            .and_then(Result::ok)
+            .map(|k| group.by_mover[k].1);
+        if whole {
+            let (all, n) = (group.moves.len(), group.movers.len());
+            match own {
+                // All but its own move: the moves before it and after it.
+                Some(k) => {
+                    let r = group.movers[k].2.clone();
+                    sink.moves_around(sessions, conn, r, all, (k as u64, (n - k - 1) as u64));
+                }
+                None => sink.push_whole(sessions, conn, Part::Moves, n as u64),
+            }
+        } else {
+            for (k, (_, spot, r)) in group.movers.iter().enumerate() {
+                if Some(k) != own && sees(&at, spot) {
+                    sink.push(sessions, conn, Part::Moves, r.clone(), 1);
+                }
+            }
+        }
+        if group.lines.is_empty() {
+            return;
+        }
+        let chatter_limit = self.chatter_limit;
+        let backlog = sessions.pending_output(conn) + sink.unsent(conn);
+        let ring = held.get_mut(&conn);
+        let slow = ring.as_ref().is_some_and(|r| !r.is_empty())
+            || backlog + group.said.len() > chatter_limit;
+        if !slow && whole {
+            let lines = group.lines.len() as u64;
+            sink.push_whole(sessions, conn, Part::Said, lines);
+            return;
+        }
+        let visible = group
+            .lines
+            .iter()
+            .filter(|(spot, _)| whole || sees(&at, spot));
+        if !slow {
+            for (_, r) in visible {
+                sink.push(sessions, conn, Part::Said, r.clone(), 1);
+            }
+            return;
+        }
+        let ring = match ring {
+            Some(ring) => ring,
+            None => held.entry(conn).or_default(),
+        };
+        let stats = hold(
+            ring,
+            visible.map(|(_, r)| &group.said[r.clone()]),
+            chatter_limit,
+        );
+        self.work += (stats.0 + stats.1) as usize;
+        self.chatter.0 += stats.0;
+        self.chatter.1 += stats.1;
+    }
+
+    /// Every player of one sector wholly inside the area, in the sector's order: runs of
+    /// them in the tight loop of [`Walk::join_whole`], and each one it stops at as
+    /// [`Walk::one`] — so each player gets what [`Walk::one`] would give it, at the same
+    /// point of the walk, and every limit trips at the same send.
+    fn run(&mut self, run: Run<'_, ConnId>) {
+        #[cfg(test)]
+        if self.exact {
+            for k in 0..run.len() {
+                if let Some((serial, conn, at)) = run.get(k) {
+                    self.one(serial, conn, at, run.who(k + PREFETCH_AHEAD));
+                }
+            }
+            return;
+        }
+        let mut k = 0;
+        while k < run.len() {
+            k += self.join_whole(run, k);
+            if let Some((serial, conn, at)) = run.get(k) {
+                self.one(serial, conn, at, run.who(k + PREFETCH_AHEAD));
+                k += 1;
+            }
+        }
+    }
+
+    /// From the `from`th player of `run` on, while the player takes only the whole of the
+    /// group's moves the short way, queues them to it: the group has no lines, the moves
+    /// are prepared (by their first recipient) with a deferral, the player sees the whole
+    /// group (stands in its box), made none of its moves (by the group's filter: a "maybe"
+    /// stops the loop), and its connection joins the
+    /// deferral ([`Sessions::join_run`]: every limit checked as `send_prepared` checks it). How
+    /// many players it queued. What [`Walk::one`] does for each of them, with the
+    /// per-group tests hoisted out of the loop and its state in registers.
+    #[inline(always)]
+    fn join_whole(&mut self, run: Run<'_, ConnId>, from: usize) -> usize {
+        if !self.group.lines.is_empty() {
+            return 0;
+        }
+        let Some(prepared) = &self.sink.whole[0] else {
+            return 0;
+        };
+        let Some(mut joins) = self.sessions.join_run(prepared) else {
+            return 0;
+        };
+        let (bits, lo, hi) = (&self.group.mover_bits, self.whole_lo, self.whole_hi);
+        for (serial, conn, at) in run.from(from) {
+            let whole = lo.0 <= at.x && at.x <= hi.0 && lo.1 <= at.y && at.y <= hi.1;
+            if !whole || bits.may_hold(serial) || !joins.join(conn) {
+                break;
+            }
+        }
+        let n = joins.finish();
+        self.work += n;
+        self.sink.entries += n;
+        #[cfg(test)]
+        {
+            self.tight += n;
+        }
+        n
     }
 }
 
@@ -1212,6 +1346,84 @@ mod tests {
                 "mover at {mover_x}, watcher at {watcher_x}"
             );
         }
+    }
+
+    /// The tight loop against the walk player by player ([`FanOut::exact`]), on two beds
+    /// driven alike: a crowd across a sector corner, different movers each iteration, a
+    /// third of the players never reading, so the soft limit, the budget and the send limit
+    /// are met on the way. Everyone gets the same packets in the same order, and every
+    /// count is the same, after every iteration.
+    #[test]
+    fn the_tight_loop_queues_what_the_walk_player_by_player_does_under_every_limit() {
+        let make = |exact| {
+            let mut bed = Bed::new(0);
+            bed.sessions = Sessions::new(6_000, 50_000).with_soft_limit(3_000);
+            bed.fan.exact = exact;
+            bed
+        };
+        let (mut walk, mut tight) = (make(true), make(false));
+        // 48 players on an 8 × 6 grid, 2 tiles apart, across the corner at (112, 112).
+        let at = |x, y| Location::new(x, y, 0, MapId::FELUCCA);
+        let spots: Vec<Location> = (0..48u16)
+            .map(|k| at(104 + 2 * (k % 8), 106 + 2 * (k / 8)))
+            .collect();
+        let mut conns = Vec::new();
+        for (k, &spot) in spots.iter().enumerate() {
+            let serial = k as u32 + 1;
+            let conn = walk.join(serial, spot);
+            assert_eq!(
+                conn,
+                tight.join(serial, spot),
+                "the same slots on both beds"
+            );
+            conns.push(conn);
+        }
+        let moves = |round: usize| -> Vec<Seen> {
+            (0..12)
+                .map(|i| (round * 7 + i * 11) % 48)
+                .map(|k| Seen::Moved(Serial(k as u32 + 1), spots[k]))
+                .collect()
+        };
+        for round in 0..80 {
+            walk.iterate(moves(round));
+            tight.iterate(moves(round));
+            assert_eq!(
+                walk.sessions.counts(),
+                tight.sessions.counts(),
+                "round {round}"
+            );
+            for (k, &conn) in conns.iter().enumerate() {
+                let (w, t) = (&walk.sessions, &tight.sessions);
+                assert_eq!(
+                    w.is_open(conn),
+                    t.is_open(conn),
+                    "round {round}, player {k}"
+                );
+                assert_eq!(w.pending_output(conn), t.pending_output(conn));
+                if k % 3 != 0 {
+                    assert_eq!(
+                        walk.read(conn),
+                        tight.read(conn),
+                        "round {round}, player {k}"
+                    );
+                }
+            }
+        }
+        assert!(
+            tight.fan.tight > 1000 && walk.fan.tight == 0,
+            "{}",
+            tight.fan.tight
+        );
+        let closed = conns
+            .iter()
+            .filter(|&&c| !tight.sessions.is_open(c))
+            .count();
+        assert_eq!(closed, 16, "every player who never read went");
+        let counts = tight.sessions.counts();
+        assert!(
+            !counts.contains("overflows 0") && !counts.contains("evictions 0"),
+            "{counts}"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::world::{Location, MapId, Serial};
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
-use super::visibility::Visibility;
+use super::visibility::{Visibility, Visit};
 
 /// Who is logged in on which connection, and where they stand. Ordered by serial wherever
 /// it is walked: broadcasts go out in the same order on every run.
@@ -135,16 +135,17 @@ impl Players {
 
     /// Hands `visit` each player standing on `map` within `xs` × `ys`, with its connection
     /// and spot, and the connection of the player `ahead` places further in the same sector
-    /// (if any, to hint into cache), sector by sector (see `visibility.rs`).
-    pub(super) fn visit_area(
+    /// (if any, to hint into cache), sector by sector; a sector lying wholly inside the area
+    /// in one piece (see `visibility.rs`).
+    pub(super) fn visit_area_runs(
         &self,
         map: MapId,
         xs: RangeInclusive<u16>,
         ys: RangeInclusive<u16>,
         ahead: usize,
-        visit: impl FnMut(Serial, ConnId, Location, Option<ConnId>),
+        visit: impl FnMut(Visit<'_, ConnId>),
     ) {
-        self.by_sector.visit_area(map, xs, ys, ahead, visit);
+        self.by_sector.visit_area_runs(map, xs, ys, ahead, visit);
     }
 
     /// What the fan-out of world changes has counted since start.

@@ -25,7 +25,9 @@
 //! slot, with the counts the limits need). Both join the connection's output queue, in the
 //! order queued, when it is written or queued anything else. The limits are decided when
 //! output is queued, whichever way it waits, so a crowd's recipient costs its gate and not
-//! its line or its connection's state.
+//! its line or its connection's state. For a run of such recipients the fan-out works the
+//! per-group part of those decisions out once ([`Sessions::join_run`]) and each recipient
+//! costs one [`JoinRun::join`].
 //!
 //! This module must never touch a socket's readiness or parse packets: the server does that.
 
@@ -178,6 +180,73 @@ pub(crate) struct Prepared {
     /// Where the range is recorded once for every connection it is deferred to (`None`:
     /// every deferral was in use, and the short way puts it on the connection's line).
     deferral: Option<DeferralId>,
+}
+
+/// [`Sessions::send_prepared`] for a run of connections, each joining the prepared range's
+/// deferral, with what is the same for all of them worked out once: the budget's room as a
+/// count of joins, the deferrals a gate may already hold, the range's bounds. Its one
+/// per-connection call, [`JoinRun::join`], takes exactly the connections `send_prepared`
+/// would defer, with the same effects on each (its gate, the tick's list, in the same
+/// order); it refuses any other, which the caller then sends with `send_prepared` after
+/// [`JoinRun::finish`]. Why: in a crowd this is most of the fan-out's work per recipient,
+/// and the run's state stays in registers.
+pub(crate) struct JoinRun<'s> {
+    gates: &'s mut [Gate],
+    at_tick: &'s mut Vec<ConnId>,
+    /// Filed by [`JoinRun::finish`]: the budget's count, the packets queued, the deferral's
+    /// members.
+    outbound: &'s mut usize,
+    packets_out: &'s mut u64,
+    deferrals: &'s mut Deferrals,
+    /// `Deferrals::joinable_with` the deferral.
+    joinable: u16,
+    bit: u16,
+    d: DeferralId,
+    g: GroupId,
+    below: usize,
+    len: usize,
+    packets: u64,
+    /// How many joins the budget has room for.
+    room: usize,
+    joined: usize,
+}
+
+impl JoinRun<'_> {
+    /// [`Sessions::send_prepared`] of the run's range to `conn` if it would join the
+    /// deferral (true: done); false, and nothing changed, if it would do anything else.
+    #[inline(always)]
+    pub(crate) fn join(&mut self, conn: ConnId) -> bool {
+        let Some(gate) = self.gates.get_mut(conn.0.index() as usize) else {
+            return false;
+        };
+        // `send_prepared`'s short way and its deferral's branch, tested at once.
+        if gate.generation != conn.0.generation()
+            || gate.flags & (LIVE | OVER_SOFT) != LIVE
+            || gate.pending >= self.below
+            || self.joined >= self.room
+            || gate.deferred & !self.joinable != 0
+        {
+            return false;
+        }
+        gate.deferred |= self.bit;
+        gate.pending += self.len;
+        if gate.flags & (TICK | FLUSH) == 0 {
+            gate.flags |= TICK;
+            self.at_tick.push(conn);
+        }
+        self.joined += 1;
+        true
+    }
+
+    /// Files the run's joins with the sessions; how many there were.
+    pub(crate) fn finish(self) -> usize {
+        let n = self.joined;
+        // At most one join per connection slot: fewer than 2^32.
+        self.deferrals.join_many(self.d, self.g, n as u32);
+        *self.outbound += n * self.len;
+        *self.packets_out += n as u64 * self.packets;
+        n
+    }
 }
 
 /// Every open connection. Packet handlers get `&mut Sessions` to answer, broadcast, log a
@@ -558,6 +627,36 @@ impl Sessions {
             return true;
         }
         self.queue_ranges(conn, p.g, std::slice::from_ref(&p.range), p.len, p.packets)
+    }
+
+    /// A run of [`Sessions::send_prepared`]s of `p` in one go, for the fan-out's tight loop
+    /// over the players who see a whole group: `None` when `p` has no deferral (its short
+    /// way is then the lines'). See [`JoinRun`].
+    pub(crate) fn join_run(&mut self, p: &Prepared) -> Option<JoinRun<'_>> {
+        let d = p.deferral?;
+        // `outbound + len <= budget` for the k-th join (from 0) of the run is
+        // `outbound + (k + 1)·len <= budget`: k below this. `len` > 0 with a deferral.
+        let room = self
+            .outbound_budget
+            .checked_sub(self.outbound)
+            .map_or(0, |room| room / p.len);
+        let joinable = self.deferrals.joinable_with(d);
+        Some(JoinRun {
+            gates: &mut self.gates,
+            at_tick: &mut self.at_tick,
+            outbound: &mut self.outbound,
+            packets_out: &mut self.packets_out,
+            deferrals: &mut self.deferrals,
+            joinable,
+            bit: d.bit(),
+            d,
+            g: p.g,
+            below: p.below,
+            len: p.len,
+            packets: p.packets,
+            room,
+            joined: 0,
+        })
     }
 
     /// Queues `ranges` of group `g` (`len` bytes, `packets` packets) to go at the tick: on
@@ -1737,6 +1836,90 @@ mod tests {
             "every connection went"
         );
         assert_eq!((deferred.outbound, deferred.deferrals.len()), (0, 0));
+        assert_eq!(shared.holders(), 1, "both let go of every group");
+    }
+
+    /// Sends `range` to `conns` the way the fan-out's tight loop does: runs of
+    /// [`JoinRun::join`], and each connection a run refuses through `send_prepared`; the
+    /// answers, and how many the runs took.
+    fn send_in_runs(
+        sessions: &mut Sessions,
+        conns: &[ConnId],
+        range: &Prepared,
+    ) -> (Vec<bool>, usize) {
+        let (mut sent, mut joined) = (Vec::new(), 0);
+        let mut k = 0;
+        while k < conns.len() {
+            if let Some(mut run) = sessions.join_run(range) {
+                while k < conns.len() && run.join(conns[k]) {
+                    sent.push(true);
+                    k += 1;
+                }
+                joined += run.finish();
+            }
+            if let Some(&conn) = conns.get(k) {
+                sent.push(sessions.send_prepared(conn, range));
+                k += 1;
+            }
+        }
+        (sent, joined)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn runs_of_joins_meet_every_limit_at_the_same_send_as_send_prepared() {
+        // Four connections meet the soft limit, the budget's eviction and the send limit in
+        // turn; each round opens two deferrals and sends the newer one first, so a gate
+        // holding it must not join the older one (it goes on the line instead).
+        let make = || Sessions::new(12_000, 16_000).with_soft_limit(5_000);
+        let (mut exact, mut runs) = (make(), make());
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 797]]));
+        let a: Vec<_> = (0..4).map(|_| open_wire(&mut exact, 0).0).collect();
+        let b: Vec<_> = (0..4).map(|_| open_wire(&mut runs, 0).0).collect();
+        // A first packet the long way makes the gates live (the fan-out's runs need them).
+        for (s, conns) in [(&mut exact, &a), (&mut runs, &b)] {
+            for &c in conns {
+                assert!(s.send_packet(c, 0x21, &[b"hi"]));
+            }
+        }
+        let (mut joined, mut refused) = (0, 0);
+        for round in 0..12 {
+            let shares = |s: &mut Sessions| (s.share(shared.clone()), s.share(shared.clone()));
+            let ((ea, eb), (ra, rb)) = (shares(&mut exact), shares(&mut runs));
+            let older = (exact.prepare(ea, 0..800, 1), runs.prepare(ra, 0..800, 1));
+            let newer = (
+                exact.prepare(eb, 400..800, 1),
+                runs.prepare(rb, 400..800, 1),
+            );
+            for (step, (e, r)) in [newer, older].into_iter().enumerate() {
+                let want: Vec<bool> = a.iter().map(|&c| exact.send_prepared(c, &e)).collect();
+                let (got, n) = send_in_runs(&mut runs, &b, &r);
+                joined += n;
+                refused += got.len() - n;
+                assert_eq!(want, got, "round {round}, step {step}");
+                assert_eq!(
+                    seen(&exact, &a),
+                    seen(&runs, &b),
+                    "round {round}, step {step}"
+                );
+                assert_eq!(exact.deferrals.len(), runs.deferrals.len());
+            }
+            for g in [ea, eb] {
+                exact.unshare(g);
+            }
+            for g in [ra, rb] {
+                runs.unshare(g);
+            }
+        }
+        assert!(
+            joined > 8 && refused > 8,
+            "both ways taken: {joined} joined, {refused} not"
+        );
+        assert!(
+            exact.overflows > 0 && exact.evictions > 0,
+            "the limits were met"
+        );
+        assert!(b.iter().all(|&c| !runs.is_open(c)), "every connection went");
+        assert_eq!((runs.outbound, runs.deferrals.len()), (0, 0));
         assert_eq!(shared.holders(), 1, "both let go of every group");
     }
 

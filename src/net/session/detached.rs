@@ -23,6 +23,17 @@ impl Sessions {
         conn
     }
 
+    /// Every count the limits and the tick read, for a test comparing two sessions driven
+    /// alike: the outbound budget's count, the packets queued, the connections closed for
+    /// their send limit and for the budget, and the connections listed for the tick.
+    #[cfg(test)]
+    pub(crate) fn counts(&self) -> String {
+        format!(
+            "outbound {} packets {} overflows {} evictions {} at tick {:?}",
+            self.outbound, self.packets_out, self.overflows, self.evictions, self.at_tick
+        )
+    }
+
     /// The bytes queued for `conn` and not yet written, taken out (a detached connection's
     /// output, for the test kit).
     pub(crate) fn take_output(&mut self, conn: ConnId) -> Vec<u8> {

@@ -330,6 +330,32 @@ impl Deferrals {
         slot.members += 1;
     }
 
+    /// `n` more connections are owed `d`'s range: [`Deferrals::join`] for a run of them
+    /// (the fan-out's tight loop counts its joins and files them once).
+    #[inline]
+    pub(super) fn join_many(&mut self, d: DeferralId, g: GroupId, n: u32) {
+        let slot = &mut self.slots[usize::from(d.0)];
+        debug_assert!(
+            n == 0 || (slot.open && slot.group == g.0),
+            "a deferral joined after its group was let go"
+        );
+        slot.members += n;
+    }
+
+    /// The deferrals a connection may hold and still join `d`: every other slot opened no
+    /// later than `d`. A gate's `deferred & !mask == 0` is then [`Deferrals::newer_than_all`]
+    /// and "not already joined" in one test, worked out once for a run of connections.
+    pub(super) fn joinable_with(&self, d: DeferralId) -> u16 {
+        let seq = self.slots[usize::from(d.0)].seq;
+        let mut mask = 0;
+        for (k, slot) in self.slots.iter().enumerate() {
+            if k != usize::from(d.0) && slot.seq <= seq {
+                mask |= 1 << k;
+            }
+        }
+        mask
+    }
+
     /// One connection is done with `d` (it took the range, or dropped it); the last one
     /// out, once `d` is closed, frees it and lets go of its group.
     pub(super) fn leave(&mut self, d: DeferralId, groups: &mut Groups) {
