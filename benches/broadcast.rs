@@ -231,6 +231,41 @@ impl Shard {
     }
 }
 
+/// Bytes of the login answer: its header and the serial and spot it carries.
+const LOGIN_ANSWER: usize = frame::HEADER_LEN + 8;
+
+/// A client's login answer, read a piece at a time without blocking.
+#[derive(Clone, Copy)]
+struct Answer {
+    bytes: [u8; LOGIN_ANSWER],
+    filled: usize,
+}
+
+impl Default for Answer {
+    fn default() -> Self {
+        Answer {
+            bytes: [0; LOGIN_ANSWER],
+            filled: 0,
+        }
+    }
+}
+
+impl Answer {
+    /// Reads what `stream` has of the answer so far; whether it is whole.
+    fn read_from(&mut self, stream: &mut TcpStream) -> bool {
+        while self.filled < LOGIN_ANSWER {
+            match stream.read(&mut self.bytes[self.filled..]) {
+                Ok(0) => panic!("the shard closed a client before its login answer"),
+                Ok(n) => self.filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => panic!("a login answer: {e}"),
+            }
+        }
+        true
+    }
+}
+
 /// Packets the clients were sent (or should have been), by kind.
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 struct Tally {
@@ -389,27 +424,35 @@ impl Bed {
             for name in chunk {
                 let mut stream = TcpStream::connect(addr).expect("connects");
                 stream.set_nodelay(true).unwrap();
-                stream.set_read_timeout(Some(DELIVERY)).unwrap();
                 stream
                     .write_all(&frame::packet(client::LOGIN, &[name.as_bytes()]))
                     .unwrap();
+                stream.set_nonblocking(true).unwrap();
                 streams.push(stream);
             }
             let want = self.clients.len() + chunk.len();
             let players = &self.players;
             self.shard.pump(|| players.borrow().len() == want);
-            for stream in streams {
-                self.welcome(stream);
+            // The answers are read while the loop keeps running: a Flush phase that meets its
+            // time budget (a loaded host) leaves some of them for the next iteration, which a
+            // blocking read after the pump would wait for in vain.
+            let mut answers = vec![Answer::default(); streams.len()];
+            self.shard.pump(|| {
+                streams
+                    .iter_mut()
+                    .zip(&mut answers)
+                    .all(|(stream, answer)| answer.read_from(stream))
+            });
+            for (stream, answer) in streams.into_iter().zip(answers) {
+                self.welcome(stream, answer.bytes);
             }
         }
         // Logging in queued an `ADDED` change per player: not part of any measured phase.
         self.world.borrow_mut().drain_deltas(usize::MAX);
     }
 
-    /// Reads a client's login answer and files its player in the old table.
-    fn welcome(&mut self, mut stream: TcpStream) {
-        let mut ok = [0; frame::HEADER_LEN + 8];
-        stream.read_exact(&mut ok).expect("a login answer");
+    /// Files a client's player, from its login answer `ok`, in the old table.
+    fn welcome(&mut self, stream: TcpStream, ok: [u8; LOGIN_ANSWER]) {
         assert_eq!(ok[0], server::LOGIN_OK);
         let serial = Serial(u32::from_be_bytes([ok[3], ok[4], ok[5], ok[6]]));
         let x = u16::from_be_bytes([ok[7], ok[8]]);
@@ -423,7 +466,6 @@ impl Bed {
                 _speech: (0, tokio::time::Instant::now()),
             },
         );
-        stream.set_nonblocking(true).unwrap();
         self.clients.push(Client {
             stream,
             partial: Vec::new(),
