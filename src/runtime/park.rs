@@ -185,9 +185,6 @@ impl Park {
         if self.own.is_none() {
             self.ensure_timerfd(); // sets the thread's timer slack too
             self.own = Some(OwnWait::new().ok());
-            // The timerfd in tokio's reactor may be armed from an earlier park; it must not
-            // end a later tokio park early for nothing.
-            self.disarm();
         }
         self.own.as_mut().and_then(Option::as_mut)
     }
