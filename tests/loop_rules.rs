@@ -124,8 +124,41 @@ async fn l1_a_post_wakes_a_parked_loop_at_once_real_time() {
 /// argument in `src/runtime/park.rs`): this test then fails.
 #[tokio::test]
 async fn l1_no_post_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
-    let (el, ctx, start, lost) = race();
-    let producers: Vec<_> = (0..PRODUCERS)
+    let (el, ctx, start, lost) = race(false);
+    let producers = post_producers(&ctx, &start, &lost);
+    finish_race(el, ctx, producers, &lost, "post").await;
+}
+
+/// The same race against a loop that parks in its own `epoll_wait`
+/// (`EventLoopBuilder::park_outside_tokio`: it has a runtime of its own here, on a thread
+/// of its own), whose wake is the doorbell the waker slot rings instead of tokio's unpark.
+/// The bound is the thread's: a lost wake would leave that loop blocked outside tokio, where
+/// no tokio timeout can end it.
+#[test]
+fn l1_no_post_is_lost_to_a_loop_parking_outside_tokio_real_time() {
+    let (done, finished) = mpsc::channel();
+    thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (el, ctx, start, lost) = race(true);
+        let producers = post_producers(&ctx, &start, &lost);
+        rt.block_on(finish_race(el, ctx, producers, &lost, "post"));
+        done.send(()).expect("the test waits");
+    });
+    finished
+        .recv_timeout(std::time::Duration::from_secs(150))
+        .expect("the race ended (and passed) within 150 s");
+}
+
+/// The producers of a post race: each posts once a round and waits for its post to run.
+fn post_producers(
+    ctx: &LoopContext,
+    start: &Arc<std::sync::Barrier>,
+    lost: &Arc<Mutex<Option<String>>>,
+) -> Vec<thread::JoinHandle<()>> {
+    (0..PRODUCERS)
         .map(|seed| {
             let (ctx, start, lost) = (ctx.clone(), start.clone(), lost.clone());
             thread::spawn(move || {
@@ -147,8 +180,7 @@ async fn l1_no_post_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
                 }
             })
         })
-        .collect();
-    finish_race(el, ctx, producers, &lost, "post").await;
+        .collect()
 }
 
 /// The same race with both cross-thread queues at once: of the four producers, two post and
@@ -164,7 +196,7 @@ async fn l1_no_post_is_lost_to_a_loop_parking_at_the_same_moment_real_time() {
 /// read the signal after registering its waker it failed as `l1_no_post_is_lost_…` does.
 #[tokio::test]
 async fn l1_no_post_or_task_wake_is_lost_when_both_queues_race_a_parking_loop_real_time() {
-    let (el, ctx, start, lost) = race();
+    let (el, ctx, start, lost) = race(false);
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|seed| {
             let (ctx, start, lost) = (ctx.clone(), start.clone(), lost.clone());
@@ -224,10 +256,13 @@ const PRODUCERS: u64 = 4;
 const ROUNDS: u64 = 2_000;
 
 /// The start of a lost-wake race: a loop that nothing but a wake can end a park of (an
-/// hour's `idle_wait`, no spin before parking), its context, the producers' barrier, and the
-/// slot for the first producer's complaint (the others then stop posting, but keep meeting at
-/// the barrier, so none waits there forever).
-fn race() -> (
+/// hour's `idle_wait`, no spin before parking; parking outside tokio when it can with
+/// `outside_tokio`), its context, the producers' barrier, and the slot for the first
+/// producer's complaint (the others then stop posting, but keep meeting at the barrier, so
+/// none waits there forever).
+fn race(
+    outside_tokio: bool,
+) -> (
     EventLoop,
     LoopContext,
     Arc<std::sync::Barrier>,
@@ -236,6 +271,7 @@ fn race() -> (
     let el = EventLoop::builder()
         .idle_wait(Duration::from_secs(3_600))
         .spin_before_park(Duration::ZERO)
+        .park_outside_tokio(outside_tokio)
         .build();
     let ctx = el.context();
     let start = Arc::new(std::sync::Barrier::new(PRODUCERS as usize));

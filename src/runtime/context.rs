@@ -36,7 +36,7 @@ use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::fmt;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::time::{Duration, Instant};
@@ -153,6 +153,10 @@ pub(crate) struct Shared {
     awaiters: Mutex<HashMap<usize, std::task::Waker>>,
     /// Times a watchdog found this loop stuck (written by the watchdog's thread).
     stalls: AtomicU64,
+    /// Clones of loop tasks' wakers alive now (`task.rs`): held by something outside the
+    /// loop that may wake a task through tokio's reactor (a timer, a socket), so while it is
+    /// not zero the park does not block outside tokio.
+    task_wakers: AtomicUsize,
 }
 
 /// A posted job could not be delivered: the loop has shut down (or was dropped).
@@ -187,6 +191,7 @@ impl Shared {
             }),
             awaiters: Mutex::new(HashMap::new()),
             stalls: AtomicU64::new(0),
+            task_wakers: AtomicUsize::new(0),
         }
     }
 
@@ -415,6 +420,22 @@ impl Shared {
             return Signalled(0);
         }
         Signalled(signal.swap(0, Ordering::AcqRel))
+    }
+
+    /// A clone of a loop task's waker was made (`+1`) or dropped (`-1`).
+    pub(crate) fn count_task_waker(&self, made: bool) {
+        if made {
+            self.task_wakers.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.task_wakers.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Clones of loop tasks' wakers alive now. Read on the loop thread before it parks: a
+    /// clone it made itself (in a poll) is seen; one made elsewhere is made from a clone
+    /// that is still counted, so the count cannot read zero while either is alive.
+    pub(crate) fn task_wakers_out(&self) -> usize {
+        self.task_wakers.load(Ordering::Relaxed)
     }
 
     /// Registers the loop future's waker, then reports whether a wake is already pending.

@@ -28,6 +28,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::pin::pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use tokio::task::coop::unconstrained;
@@ -127,6 +128,7 @@ pub struct EventLoopBuilder {
     tick: Duration,
     probe_host: Option<Probe>,
     spin_before_park: Duration,
+    park_outside_tokio: bool,
     handlers: Slots,
 }
 
@@ -138,6 +140,7 @@ impl fmt::Debug for EventLoopBuilder {
             .field("late_wake_percent", &self.late_wake_percent)
             .field("tick", &self.tick)
             .field("probe_host", &self.probe_host.is_some())
+            .field("park_outside_tokio", &self.park_outside_tokio)
             .field("handlers", &self.handlers.len())
             .finish()
     }
@@ -152,6 +155,7 @@ impl Default for EventLoopBuilder {
             tick: DEFAULT_TICK,
             probe_host: None,
             spin_before_park: DEFAULT_SPIN_BEFORE_PARK,
+            park_outside_tokio: false,
             handlers: Slots::default(),
         }
     }
@@ -211,6 +215,28 @@ impl EventLoopBuilder {
         self
     }
 
+    /// Lets the idle park block in an `epoll_wait` of the loop's own (a timerfd and a doorbell
+    /// `eventfd`) instead of returning to tokio's park, whenever the loop can see that nothing
+    /// of its own needs tokio's reactor meanwhile: tokio's clock runs in real time, the loop
+    /// has no slot handlers (their sources are tokio's), no waker of `run_until`'s future or
+    /// of a loop task is held outside the loop (a tokio timer, socket or channel a task
+    /// awaits holds one), and the thread's runtime is a current-thread one with no task of
+    /// its own. Otherwise that park goes through tokio as usual. A post then wakes the loop
+    /// with one `eventfd` write and nothing of tokio's on either side (docs/performance.md,
+    /// "wake latency"). Off by default.
+    ///
+    /// Turn it on only for a loop that has its thread's runtime to itself, because what
+    /// shares the runtime with the loop future is out of the loop's sight: nothing may be
+    /// combined with the loop's future in its `block_on` (no `select!` with a signal, no
+    /// `tokio::time::timeout` around it), run beside it on a `LocalSet`, or be spawned onto
+    /// the runtime from another thread, and loop code must not hand tokio a waker made by
+    /// hand (a source of that kind belongs in a slot, which turns this off). Any of those
+    /// would wait for the park's deadline, up to `idle_wait`.
+    pub fn park_outside_tokio(mut self, on: bool) -> Self {
+        self.park_outside_tokio = on;
+        self
+    }
+
     /// Adds a handler to a phase that takes them ([`Phase::has_slot`]: Network, Deltas,
     /// Flush); handlers of one phase run in the order added.
     ///
@@ -264,6 +290,7 @@ impl EventLoopBuilder {
             idle_wait: self.idle_wait,
             probe_host: self.probe_host,
             spin: Spin::new(self.spin_before_park),
+            park_outside_tokio: self.park_outside_tokio,
             wakes_seen: 0,
             handlers: self.handlers,
             posted: VecDeque::new(),
@@ -286,6 +313,8 @@ pub struct EventLoop {
     probe_host: Option<Probe>,
     /// The spin before parking: its window and whether it pays (see `spin.rs`).
     spin: Spin,
+    /// [`EventLoopBuilder::park_outside_tokio`].
+    park_outside_tokio: bool,
     /// `wakes_issued` when the loop last looked: a change means an outside event came.
     wakes_seen: u64,
     handlers: Slots,
@@ -458,7 +487,9 @@ impl EventLoop {
                 self.park.disarm();
                 return Ok(output);
             }
-            self.idle_part = self.idle(pending).await;
+            // The root's own count and `root_waker`'s: a third is a clone held elsewhere.
+            let root_lent = Arc::strong_count(&root) > 2;
+            self.idle_part = self.idle(pending, root_lent).await;
         }
     }
 
@@ -664,7 +695,7 @@ impl EventLoop {
     /// Phase 7: park until the next due boundary (capped by `idle_wait`) or a notify — or,
     /// with work pending or sleeping off, just let tokio run its reactor once. Returns which
     /// of the two it was, as a profile part.
-    async fn idle(&mut self, pending: bool) -> Phase {
+    async fn idle(&mut self, pending: bool, root_lent: bool) -> Phase {
         let core = self.core.clone();
         let now = Instant::now();
         let worked = now.saturating_duration_since(self.iteration_began);
@@ -696,7 +727,8 @@ impl EventLoop {
         }
         Counters::bump(&core.counters.totals.sleeps);
         core.shared.set_running(false);
-        let woken = self.park.wait(&core.shared, deadline).await;
+        let outside_tokio = self.park_outside_tokio && !root_lent && self.tokio_not_needed();
+        let woken = self.park.wait(&core.shared, deadline, outside_tokio).await;
         let overshoot = match woken {
             Woken::Deadline => Instant::now().saturating_duration_since(deadline),
             Woken::Notified => Duration::ZERO,
@@ -717,6 +749,19 @@ impl EventLoop {
             overshoot,
         });
         Phase::Sleep
+    }
+
+    /// Whether nothing the loop can see needs tokio's reactor while it parks (with
+    /// `run_until`'s waker held by nobody else, which the caller checks): no slot handlers, no
+    /// task waker held outside the loop, and no task of tokio's own on this thread's
+    /// current-thread runtime. See [`EventLoopBuilder::park_outside_tokio`].
+    fn tokio_not_needed(&self) -> bool {
+        self.handlers.len() == 0
+            && self.core.shared.task_wakers_out() == 0
+            && tokio::runtime::Handle::try_current().is_ok_and(|rt| {
+                rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
+                    && rt.metrics().num_alive_tasks() == 0
+            })
     }
 
     /// Whether to keep polling instead of parking: asks the spin rule (`spin.rs`), telling it
@@ -743,5 +788,143 @@ impl Drop for EventLoop {
         self.core.executor.clear();
         self.core.shared.close_remote_wakes();
         uninstall(&self.core);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// Runs `run` on a thread of its own, on a current-thread runtime of its own with nothing
+    /// else on it (what `park_outside_tokio` asks for), and fails if it takes over 30 s: a
+    /// loop parked in its own wait when it should not be would sleep through what it awaits
+    /// (an hour's `idle_wait` in these tests). A tokio timeout around the loop could not
+    /// tell: its timer is tokio's.
+    fn alone<R, Fut>(run: impl FnOnce() -> Fut + Send + 'static) -> R
+    where
+        R: Send + 'static,
+        Fut: Future<Output = R>,
+    {
+        let (done, result) = mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let _ = done.send(rt.block_on(run()));
+        });
+        result
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the loop ended within 30 s")
+    }
+
+    fn outside(on: bool) -> EventLoopBuilder {
+        EventLoop::builder()
+            .idle_wait(Duration::from_secs(3_600))
+            .spin_before_park(Duration::ZERO)
+            .park_outside_tokio(on)
+    }
+
+    /// Five posts to a bare loop that may park outside tokio: each wakes it from its own
+    /// wait; with the option off, no park is its own.
+    #[test]
+    fn posts_wake_a_loop_parked_in_its_own_wait() {
+        for on in [true, false] {
+            let (ran, own_parks) = alone(move || async move {
+                let mut el = outside(on).build();
+                let ctx = el.context();
+                let poster = std::thread::spawn(move || {
+                    let (tx, rx) = mpsc::channel();
+                    for _ in 0..5 {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        let tx = tx.clone();
+                        ctx.post(move || tx.send(()).expect("waiting"))
+                            .expect("running");
+                        rx.recv().expect("the post ran");
+                    }
+                    ctx.shutdown();
+                });
+                el.run().await;
+                poster.join().expect("poster");
+                (el.stats().posts, el.park.own_parks)
+            });
+            assert_eq!(ran, 5);
+            if on {
+                assert!(own_parks >= 5, "parked outside tokio {own_parks} times");
+            } else {
+                assert_eq!(own_parks, 0);
+            }
+        }
+    }
+
+    /// What the loop can see needs tokio keeps the park in tokio, and what it awaits wakes it
+    /// (else each would sleep for the hour and fail the 30 s bound): a task's waker held by a
+    /// tokio timer, `run_until`'s own waker held by one, and a task of tokio's own on the
+    /// runtime (which ends the loop when its timer fires).
+    #[test]
+    fn the_park_stays_in_tokio_while_tokio_holds_a_loop_waker_or_runs_a_task() {
+        let own_parks = alone(|| async {
+            let mut parks = Vec::new();
+            // A task's waker, held by a tokio timer.
+            let mut el = outside(true).build();
+            let ctx = el.context();
+            drop(crate::runtime::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                ctx.shutdown();
+            }));
+            el.run().await;
+            parks.push(el.park.own_parks);
+            drop(el);
+            // `run_until`'s waker, held by a tokio timer.
+            let mut el = outside(true).build();
+            el.run_until(tokio::time::sleep(Duration::from_millis(50)))
+                .await;
+            parks.push(el.park.own_parks);
+            drop(el);
+            // A task of tokio's own.
+            let mut el = outside(true).build();
+            let ctx = el.context();
+            let tokio_task = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                ctx.shutdown();
+            });
+            el.run().await;
+            tokio_task.await.expect("tokio's task");
+            parks.push(el.park.own_parks);
+            parks
+        });
+        assert_eq!(own_parks, [0, 0, 0]);
+    }
+
+    /// A slot handler's sources are tokio's (sockets, the ring): a loop with one never parks
+    /// outside tokio.
+    #[test]
+    fn a_loop_with_a_slot_handler_parks_in_tokio() {
+        let own_parks = alone(|| async {
+            let mut el = outside(true).slot(Phase::Network, || false).build();
+            let ctx = el.context();
+            let poster = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                ctx.post(|| {}).expect("running");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                ctx.shutdown();
+            });
+            el.run().await;
+            poster.join().expect("poster");
+            el.park.own_parks
+        });
+        assert_eq!(own_parks, 0);
+    }
+
+    /// Only tokio's park advances a paused clock: with it paused, the loop parks in tokio
+    /// (and the hour-long park ends at once, auto-advanced, at its due timer).
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_clock_keeps_the_park_in_tokio() {
+        let mut el = outside(true).build();
+        el.run_until(crate::timer::pause_for(Duration::from_secs(600)))
+            .await;
+        assert!(el.stats().sleeps >= 1);
+        assert_eq!(el.park.own_parks, 0);
     }
 }

@@ -34,22 +34,33 @@
 //! **Waking a parked loop** (a post, a cross-thread task wake, a shutdown) goes through the
 //! loop future's waker ([`Shared::notify`]): the loop future is tokio's `block_on` future, so
 //! the waker is tokio's unpark, one `eventfd` write that ends tokio's `epoll_wait` (no task
-//! hop). The park cannot block outside tokio: the sockets of both network backends (and the
-//! io_uring ring), and any tokio timer or socket a game awaits on the loop thread, are
-//! registered with tokio's reactor, whose epoll descriptor tokio does not expose. Nor can it
-//! do so only when tokio has nothing registered: tokio's timers are not descriptors at all
-//! (its driver turns its own wheel into the `epoll_wait` timeout), and no stable tokio API
-//! says whether a timer is pending, so a loop task awaiting `tokio::time::sleep` would sleep
-//! through it (`l2_a_task_awaiting_a_tokio_timer_wakes_…` in `tests/loop_rules.rs`); parking
-//! on the io_uring ring with a poll on tokio's descriptor fails the same way, besides needing
-//! a descriptor tokio keeps to itself. The most it could save is tokio's own wake path,
-//! which `examples/wake_latency` sizes as its `Notify` floor over the `eventfd` floor
-//! (docs/performance.md, "wake latency"). A doorbell
-//! of the loop's own (an `eventfd` in tokio's reactor, rung directly by the posting thread)
-//! was built and measured against this path in the same runs: no faster (the time above the
-//! `eventfd` floor is spent on the loop thread after the wake, see docs/performance.md,
-//! "wake latency"), so the wake stays tokio's unpark, which a paused clock needs anyway
-//! (tokio auto-advances when its driver finds nothing to do, and only an unpark stops that).
+//! hop). In general the park cannot block outside tokio: the sockets of both network backends
+//! (and the io_uring ring), and any tokio timer or socket a game awaits on the loop thread, are
+//! registered with tokio's reactor, whose epoll descriptor tokio does not expose; tokio's
+//! timers are not descriptors at all (its driver turns its own wheel into the `epoll_wait`
+//! timeout), and no stable tokio API says whether a timer is pending, so a loop task awaiting
+//! `tokio::time::sleep` would sleep through it (`l2_a_task_awaiting_a_tokio_timer_wakes_…` in
+//! `tests/loop_rules.rs`). A doorbell of the loop's own *in* tokio's reactor (an `eventfd`
+//! rung directly by the posting thread) was built and measured: no faster, since tokio's
+//! wake path is still all there (docs/performance.md, "wake latency").
+//!
+//! **The own wait** (`EventLoopBuilder::park_outside_tokio`, off by default) is the narrow
+//! case where blocking outside tokio is safe: the loop's own `epoll` with a timerfd for the
+//! deadline and a doorbell `eventfd` that the waker slot rings (the slot holds the doorbell's
+//! waker instead of tokio's). A post then costs the producer one `eventfd` write and the loop
+//! one return from `epoll_wait`, the `eventfd` floor's whole path. It is taken only when
+//! (a) tokio's clock runs in real time (a paused clock advances only in tokio's park), and the
+//! loop sees nothing that needs tokio's reactor: (b) no slot handlers (their sources are
+//! tokio's), (c) no waker of `run_until`'s future and (d) no clone of a loop task's waker held
+//! outside the loop — whatever a tokio timer, socket or channel would wake, it holds such a
+//! waker; the task wakers' clones are counted (`Shared::task_wakers_out`), the root's is
+//! its `Arc`'s count — and (e) no task of tokio's own on the thread's current-thread runtime.
+//! What it cannot see is whatever shares the runtime with the loop's future from outside: a
+//! `select!` or a `timeout` around it, a `LocalSet` beside it, a task spawned onto the
+//! runtime from another thread while it blocks, a waker made by hand and handed to tokio.
+//! Those hold tokio's own waker, not one of the loop's, and would wait for the park's
+//! deadline; hence the opt-in, for a loop that has its runtime to itself. A park that is not
+//! outside tokio goes through tokio as below, whatever the option.
 //!
 //! **Why no wake is lost.** The signal is one word (`context.rs`, `Mailbox::signal`): a bit
 //! `NOTIFIED`, and a bit per cross-thread queue (posts, remote task wakes). A producer pushes
@@ -84,6 +95,12 @@
 //!   raised before waking, or the two meet in the slot and the registering side wakes its
 //!   own waker. (2) is what closes the race; without it a wake that lands between the end of
 //!   the iteration and the park is consumed by a poll that then parks anyway.
+//! - The own wait keeps (1) and (2), with the doorbell's waker in the slot: a wake after (2)
+//!   finds the doorbell and rings it, and the ring's count stays in the `eventfd` until read,
+//!   so `epoll_wait` returns whether the ring lands before the call or during it. The count
+//!   is read (reset) only at the start of the next own wait, before (1): a ring read there
+//!   came from a raise that is either already taken or visible to (2), since the raise comes
+//!   before the ring and the ring before the read.
 //! - A word seen non-zero at (2) means work the next iteration finds, or one iteration for
 //!   nothing, never a post left behind. The loop thread's own pushes inside an iteration
 //!   raise the bits but issue no wake: the look at the end of the iteration finds them.
@@ -101,7 +118,8 @@ use std::future::poll_fn;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::pin;
-use std::task::Poll;
+use std::sync::Arc;
+use std::task::{Poll, Wake, Waker};
 
 use tokio::io::unix::AsyncFd;
 use tokio::time::{Duration, Instant};
@@ -123,11 +141,56 @@ pub(crate) struct Park {
     timerfd_tried: bool,
     /// The deadline the timerfd is armed for, while its expiry is not yet consumed.
     armed_for: Option<Instant>,
+    /// The loop's own wait, outside tokio's reactor, once it has been asked for (`None`
+    /// inside if it could not be set up: then every park goes through tokio).
+    own: Option<Option<OwnWait>>,
+    /// Parks that blocked in the own wait (for tests).
+    #[cfg(test)]
+    pub(crate) own_parks: u64,
 }
 
 impl Park {
+    /// Blocks until `deadline` or a notify, whichever comes first: in the loop's own
+    /// `epoll_wait` when `outside_tokio` says nothing on this thread needs tokio's reactor
+    /// meanwhile (the loop decides that, see `EventLoopBuilder::park_outside_tokio`) and
+    /// tokio's clock runs in real time; as a future through tokio's park otherwise.
+    pub(crate) async fn wait(
+        &mut self,
+        shared: &Shared,
+        deadline: Instant,
+        outside_tokio: bool,
+    ) -> Woken {
+        if outside_tokio && let Some(own) = self.own_wait() {
+            let woken = own.wait(shared, deadline);
+            #[cfg(test)]
+            {
+                self.own_parks += 1;
+            }
+            return woken;
+        }
+        if let Some(Some(own)) = &mut self.own {
+            // The slot may hold the doorbell's waker now; a ring it takes from here on only
+            // ends the next own wait at once, so that wait reads the doorbell first.
+            own.rung = true;
+        }
+        self.wait_in_tokio(shared, deadline).await
+    }
+
+    /// The own wait, set up on first use; `None` if it cannot be (or the clock may be
+    /// paused: only tokio's park advances a paused clock).
+    fn own_wait(&mut self) -> Option<&mut OwnWait> {
+        if clock_may_be_paused() {
+            return None;
+        }
+        if self.own.is_none() {
+            self.ensure_timerfd(); // sets the thread's timer slack too
+            self.own = Some(OwnWait::new().ok());
+        }
+        self.own.as_mut().and_then(Option::as_mut)
+    }
+
     /// Blocks (as a future) until `deadline` or a notify, whichever comes first.
-    pub(crate) async fn wait(&mut self, shared: &Shared, deadline: Instant) -> Woken {
+    async fn wait_in_tokio(&mut self, shared: &Shared, deadline: Instant) -> Woken {
         self.ensure_timerfd();
         let with_sleep = self.timerfd.is_none() || clock_may_be_paused();
         let mut sleep = pin!(with_sleep.then(|| tokio::time::sleep_until(deadline)));
@@ -184,6 +247,9 @@ impl Park {
             let _ = fd.get_ref().arm(Duration::ZERO);
             self.armed_for = None;
         }
+        if let Some(Some(own)) = &mut self.own {
+            own.disarm();
+        }
     }
 
     fn ensure_timerfd(&mut self) {
@@ -197,6 +263,160 @@ impl Park {
             // always returns that same descriptor.
             unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
         });
+    }
+}
+
+/// `epoll` data of the own wait's timerfd.
+const OWN_TIMER: u64 = 1;
+/// `epoll` data of the own wait's doorbell.
+const OWN_DOORBELL: u64 = 2;
+
+/// The park outside tokio: an `epoll` of the loop's own holding a timerfd for the deadline
+/// and a doorbell `eventfd` that the waker slot rings (the same wait as the `eventfd` floor
+/// of `examples/wake_latency`). Both are level-triggered and neither is read on the way out:
+/// the wake goes straight back to the loop, and the next wait reads the doorbell if it rang
+/// (and re-arms the timerfd, which resets its count, if it fired).
+struct OwnWait {
+    epoll: OwnedFd,
+    timer: TimerFd,
+    /// The deadline the timerfd is armed for, while its expiry is not yet consumed.
+    armed_for: Option<Instant>,
+    doorbell: Arc<Doorbell>,
+    /// The doorbell as a waker, registered in the loop's waker slot at each own wait.
+    waker: Waker,
+    /// The doorbell may hold a count that no wait has read yet.
+    rung: bool,
+}
+
+impl OwnWait {
+    fn new() -> io::Result<Self> {
+        // SAFETY: epoll_create1 has no memory-safety preconditions; the result is checked.
+        let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epoll < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor that nothing else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
+        let timer = TimerFd::new()?;
+        let doorbell = Arc::new(Doorbell::new()?);
+        watch(&epoll, timer.as_raw_fd(), OWN_TIMER)?;
+        watch(&epoll, doorbell.fd.as_raw_fd(), OWN_DOORBELL)?;
+        Ok(OwnWait {
+            epoll,
+            timer,
+            armed_for: None,
+            waker: Waker::from(doorbell.clone()),
+            doorbell,
+            rung: false,
+        })
+    }
+
+    /// Blocks the thread until `deadline` or a ring of the doorbell. The lost-wake argument
+    /// is the tokio park's (module doc): (1) register the waker — here the doorbell's — then
+    /// (2) look at the signal; a wake after (2) finds the doorbell in the slot and rings it,
+    /// and the ring's count stays until read, so `epoll_wait` returns whether it comes before
+    /// the call or during it.
+    fn wait(&mut self, shared: &Shared, deadline: Instant) -> Woken {
+        if self.rung {
+            self.doorbell.read();
+            self.rung = false;
+        }
+        if self.armed_for != Some(deadline) {
+            // At least 1 ns, as in the tokio park: zero would disarm.
+            let after = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_nanos(1));
+            self.armed_for = self.timer.arm(after).is_ok().then_some(deadline);
+        }
+        if shared.register_and_check(&self.waker) {
+            return Woken::Notified;
+        }
+        let mut ready = [libc::epoll_event { events: 0, u64: 0 }; 2];
+        let n = loop {
+            // SAFETY: `ready` has room for the two events asked for; the descriptor is ours.
+            let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), ready.as_mut_ptr(), 2, -1) };
+            if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                break n;
+            }
+        };
+        let mut fired = false;
+        for event in &ready[..usize::try_from(n).unwrap_or(0)] {
+            match event.u64 {
+                OWN_TIMER => fired = true,
+                _ => self.rung = true,
+            }
+        }
+        if fired {
+            self.armed_for = None;
+            return Woken::Deadline;
+        }
+        // A ring, or (never seen) an epoll error: the loop looks at its queues and comes back.
+        Woken::Notified
+    }
+
+    fn disarm(&mut self) {
+        if self.armed_for.take().is_some() {
+            let _ = self.timer.arm(Duration::ZERO);
+        }
+    }
+}
+
+/// Adds `fd` to `epoll`, readable, level-triggered, with `data`.
+fn watch(epoll: &OwnedFd, fd: RawFd, data: u64) -> io::Result<()> {
+    let mut event = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: data,
+    };
+    // SAFETY: both descriptors are live; `event` is a valid epoll_event.
+    let rc = unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The own wait's doorbell: an `eventfd` that a wake writes to. Owned by the waker (an
+/// `Arc`), so a wake from a thread that still holds the waker after the loop is gone writes
+/// to a live descriptor.
+struct Doorbell {
+    fd: OwnedFd,
+}
+
+impl Doorbell {
+    fn new() -> io::Result<Self> {
+        // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Doorbell {
+            // SAFETY: a fresh descriptor that nothing else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn ring(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to a descriptor this doorbell owns. It can
+        // only fail on a counter at its maximum, which still reads as rung.
+        let _ = unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Resets the count (non-blocking: an unrung doorbell reads nothing).
+    fn read(&self) {
+        let mut count: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from a descriptor this doorbell owns.
+        let _ = unsafe { libc::read(self.fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+    }
+}
+
+impl Wake for Doorbell {
+    fn wake(self: Arc<Self>) {
+        self.ring();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.ring();
     }
 }
 
@@ -329,8 +549,47 @@ mod tests {
         let shared = el.context().shared;
         let mut park = Park::default();
         let passed = Instant::now() - Duration::from_millis(1);
-        let woken = tokio::time::timeout(Duration::from_secs(5), park.wait(&shared, passed)).await;
+        let woken =
+            tokio::time::timeout(Duration::from_secs(5), park.wait(&shared, passed, false)).await;
         assert_eq!(woken, Ok(Woken::Deadline), "the park must not hang");
+    }
+
+    /// The own wait ends at its deadline (at once if it has passed: a zero delay would
+    /// disarm the timerfd and hang), or at once when the doorbell rings — before the thread
+    /// blocked, or while it blocks (from another thread, through the waker).
+    #[test]
+    fn the_own_wait_ends_at_its_deadline_or_at_a_ring_before_or_during_the_block() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let el = crate::EventLoop::builder().build();
+            let shared = el.context().shared;
+            let mut own = OwnWait::new().expect("epoll, timerfd, eventfd");
+            let passed = Instant::now() - Duration::from_millis(1);
+            assert_eq!(
+                own.wait(&shared, passed),
+                Woken::Deadline,
+                "a passed deadline"
+            );
+            let soon = Instant::now() + Duration::from_millis(5);
+            assert_eq!(own.wait(&shared, soon), Woken::Deadline);
+            assert!(Instant::now() >= soon);
+
+            let hour = Instant::now() + Duration::from_secs(3_600);
+            own.doorbell.ring(); // as a wake that found the doorbell in the slot
+            assert_eq!(own.wait(&shared, hour), Woken::Notified, "a ring before");
+            let waker = own.waker.clone();
+            let ringer = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                waker.wake();
+            });
+            // A missed ring would end this wait at its deadline instead.
+            let later = Instant::now() + Duration::from_secs(10);
+            assert_eq!(own.wait(&shared, later), Woken::Notified, "a ring during");
+            ringer.join().expect("ringer");
+        });
     }
 
     /// The park gives the loop thread a 1 ns timer slack (the kernel would otherwise let its
@@ -356,7 +615,7 @@ mod tests {
             let shared = el.context().shared;
             let mut park = Park::default();
             let soon = Instant::now() + Duration::from_millis(1);
-            assert_eq!(park.wait(&shared, soon).await, Woken::Deadline);
+            assert_eq!(park.wait(&shared, soon, false).await, Woken::Deadline);
         });
         assert_eq!(slack(), 1, "the loop thread's slack after its first park");
         assert_eq!(

@@ -553,7 +553,12 @@ pub(super) fn waker_task(waker: &Waker) -> Option<NonNull<Header>> {
 
 unsafe fn clone_waker(data: *const ()) -> RawWaker {
     // SAFETY: a waker's data is a live header while the waker exists.
-    unsafe { acquire(NonNull::new_unchecked(data.cast_mut().cast())) };
+    let ptr = unsafe { NonNull::new_unchecked(data.cast_mut().cast::<Header>()) };
+    // SAFETY: as above.
+    unsafe {
+        acquire(ptr);
+        ptr.as_ref().shared().count_task_waker(true);
+    }
     RawWaker::new(data, &WAKER_VTABLE)
 }
 
@@ -572,8 +577,12 @@ unsafe fn wake_by_ref_waker(data: *const ()) {
 }
 
 unsafe fn drop_waker(data: *const ()) {
-    // SAFETY: the waker holds one count, given up here.
-    unsafe { release(NonNull::new_unchecked(data.cast_mut().cast())) };
+    // SAFETY: the waker holds one count, given up here; until then the header is live.
+    unsafe {
+        let ptr = NonNull::new_unchecked(data.cast_mut().cast::<Header>());
+        ptr.as_ref().shared().count_task_waker(false);
+        release(ptr);
+    }
 }
 
 /// Wakes the live task `ptr`: straight into the ready FIFO on its loop's thread, else through
