@@ -23,6 +23,10 @@ use super::Printer;
 #[derive(Debug, Clone, Default)]
 pub(in crate::shard) struct CsvWriter {
     busy: Arc<AtomicBool>,
+    /// Tests: how long the writing thread lingers after showing its answer (a thread the
+    /// host preempts right there), so the flag's order against the answer can be seen.
+    #[cfg(test)]
+    linger: Duration,
 }
 
 /// Clears the busy flag when the write ends, however it ends.
@@ -53,8 +57,10 @@ impl CsvWriter {
         let took = began.elapsed();
         let rows = history.len();
         let (csv_shown, svg_shown) = (csv.display().to_string(), svg.display().to_string());
+        #[cfg(test)]
+        let linger = self.linger;
         tokio::task::spawn_blocking(move || {
-            let _done = done;
+            let done = done;
             let answer = match write_both(&history, &csv, &svg) {
                 Ok(()) => format!(
                     "loopstats csv: wrote {rows} seconds to {} and the chart to {}",
@@ -63,8 +69,13 @@ impl CsvWriter {
                 ),
                 Err(e) => format!("error: loopstats csv: {e}"),
             };
+            // Free before the answer is shown: an operator who acts on it at once must not
+            // be told "busy" by the write it reports as done.
+            drop(done);
             tracing::info!("{answer}");
             printer.say(answer);
+            #[cfg(test)]
+            std::thread::sleep(linger);
         });
         Ok(format!(
             "loopstats csv: copied {rows} seconds on the loop in {}; writing {csv_shown} and \
@@ -160,5 +171,45 @@ mod tests {
             writer.busy.load(Ordering::Acquire),
             "the running write keeps the flag"
         );
+    }
+
+    /// An operator who acts on the answer at once is not told "busy" by the write it
+    /// reports (it was, in a race the shard's console test met on a loaded host).
+    #[tokio::test]
+    async fn the_writer_is_free_before_its_answer_is_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = CsvWriter {
+            linger: Duration::from_millis(300),
+            ..CsvWriter::default()
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let csv = dir.path().join("episode.csv");
+        writer
+            .start(
+                || {
+                    let mut history = History::new();
+                    history.push(LoopSecond {
+                        unix_second: 1_700_000_000,
+                        wall: Duration::from_secs(1),
+                        ..LoopSecond::default()
+                    });
+                    history
+                },
+                csv.clone(),
+                Printer { tx },
+            )
+            .expect("the write starts");
+        let answer = tokio::task::spawn_blocking(move || {
+            rx.recv_timeout(Duration::from_secs(30)).expect("an answer")
+        })
+        .await
+        .unwrap();
+        let busy = writer.busy.load(Ordering::Acquire);
+        assert!(
+            matches!(&answer, super::super::Print::Answer(text) if text.contains("wrote")),
+            "{answer:?}"
+        );
+        assert!(!busy, "the flag is down once the answer is out");
+        assert!(csv.exists());
     }
 }
