@@ -1426,6 +1426,79 @@ mod tests {
         );
     }
 
+    /// The tight loop's work against [`FANOUT_PER_ITERATION`]: a crowd's group, then a
+    /// group nobody sees sized so the two end 5 units past the budget, then one more change.
+    /// The last waits for the next iteration, whichever way the crowd was queued: a player
+    /// the tight loop queues costs a unit reached and a unit queued, as in the walk.
+    #[test]
+    fn the_tight_loop_counts_the_work_the_walk_player_by_player_counts() {
+        let at = |x, y| Location::new(x, y, 0, MapId::FELUCCA);
+        for exact in [true, false] {
+            let mut bed = Bed::new(64 << 20);
+            bed.fan.exact = exact;
+            // 10 watchers in a sector wholly inside the crowd's area, seeing all of it.
+            let watchers: Vec<ConnId> = (1..=10).map(|s| bed.join(s, at(100, 100))).collect();
+            // Warm-up: one delivery the long way makes the gates live.
+            bed.iterate([Seen::Moved(Serial(999), at(97, 97))]);
+            for &w in &watchers {
+                bed.read(w);
+            }
+            // The crowd: 10 moves + 10 reached + 10 queued = 30 units.
+            let mut changes: Vec<Seen> = (0..10)
+                .map(|k| Seen::Moved(Serial(1000 + k), at(97, 97)))
+                .collect();
+            // Nobody sees these: a unit each, to 5 past the budget.
+            let far = FANOUT_PER_ITERATION + 5 - 30;
+            changes.extend((0..far).map(|k| Seen::Moved(Serial(100_000 + k as u32), at(300, 300))));
+            // A third group, which must wait.
+            changes.push(Seen::Moved(Serial(900), at(97, 200)));
+            bed.iterate(changes);
+            assert_eq!(bed.fan.groups.len(), 3, "three groups");
+            assert_eq!(bed.players.fan_out().deferred, 1, "exact {exact}");
+            assert!(exact || bed.fan.tight >= 9, "tight {}", bed.fan.tight);
+            for &w in &watchers {
+                assert_eq!(bed.read(w).len(), 10, "exact {exact}");
+            }
+        }
+    }
+
+    /// A sector wholly inside a group's area holds players who see only part of it: the
+    /// tight loop must stop at them (they get the moves they see, not the whole group).
+    #[test]
+    fn the_tight_loop_stops_at_a_player_in_a_whole_sector_who_sees_only_part_of_the_group() {
+        let at = |x, y| Location::new(x, y, 0, MapId::FELUCCA);
+        let mut bed = Bed::new(64 << 20);
+        // Movers at x 100 and 116, one group: who sees both stands at x 98..=118; the area
+        // is x 82..=134, so the sector x 96..=111 lies wholly inside it.
+        let xs = [103, 104, 97, 105, 106];
+        let conns: Vec<ConnId> = xs
+            .iter()
+            .enumerate()
+            .map(|(k, &x)| bed.join(k as u32 + 1, at(x, 100)))
+            .collect();
+        // Warm-up: one delivery the long way makes the gates live.
+        bed.iterate([Seen::Moved(Serial(999), at(101, 100))]);
+        for &c in &conns {
+            bed.read(c);
+        }
+        bed.iterate([
+            Seen::Moved(Serial(1000), at(100, 100)),
+            Seen::Moved(Serial(1001), at(116, 100)),
+        ]);
+        assert_eq!(bed.fan.groups.len(), 1, "one group");
+        assert!(bed.fan.tight > 0, "the tight loop ran");
+        for (k, &c) in conns.iter().enumerate() {
+            let got: Vec<u32> = bed
+                .read(c)
+                .iter()
+                .map(|(_, p)| u32::from_be_bytes(p[..4].try_into().unwrap()))
+                .collect();
+            // x 97 is 19 tiles from the mover at 116: out of view.
+            let want: &[u32] = if xs[k] == 97 { &[1000] } else { &[1000, 1001] };
+            assert_eq!(got, want, "player at x {}", xs[k]);
+        }
+    }
+
     #[test]
     fn groups_merge_only_while_they_fit_in_the_view_range() {
         let at = |x, y| Location::new(x, y, 0, MapId::FELUCCA);

@@ -1923,6 +1923,46 @@ mod tests {
         assert_eq!(shared.holders(), 1, "both let go of every group");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_run_of_joins_lists_for_the_tick_and_stops_at_the_send_limit_to_the_byte() {
+        // A range of 800 bytes under a send limit of 4 000: a connection holding 3 200 bytes
+        // joins it (4 000 in all), one holding 3 201 does not (4 001, over the limit).
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 797]]));
+        let len = shared.len();
+        let below = 4_000 - len + 1;
+        let drive = |runs: bool| {
+            let mut s = Sessions::new(4_000, 1 << 20);
+            let conns: Vec<_> = (0..3).map(|_| open_wire(&mut s, usize::MAX).0).collect();
+            // The first: live, written, out of both lists (TICK and FLUSH clear).
+            assert!(s.send_packet_at_tick(conns[0], 0x21, &[b"hi"]));
+            flush(&mut s, conns[0]);
+            s.release_tick();
+            s.to_flush.clear();
+            s.conns.get_mut(conns[0].0).unwrap().queued_flush = false;
+            s.unlist_flush(conns[0]);
+            assert!(s.at_tick.is_empty());
+            // The second one byte under the range's room, the third at it.
+            for (&c, pending) in conns[1..].iter().zip([below - 1, below]) {
+                let payload = vec![2; pending - frame::HEADER_LEN];
+                assert!(s.send_packet_at_tick(c, 0x21, &[&payload]));
+                assert_eq!(s.pending_output(c), pending);
+            }
+            let g = s.share(shared.clone());
+            let p = s.prepare(g, 0..len, 1);
+            let sent = if runs {
+                send_in_runs(&mut s, &conns, &p).0
+            } else {
+                conns.iter().map(|&c| s.send_prepared(c, &p)).collect()
+            };
+            let open: Vec<bool> = conns.iter().map(|&c| s.is_open(c)).collect();
+            (sent, open, seen(&s, &conns))
+        };
+        let (exact, runs) = (drive(false), drive(true));
+        assert_eq!(exact.0, [true, true, false], "the third over the limit");
+        assert_eq!(exact.1, [true, true, false], "and closed");
+        assert_eq!(exact, runs);
+    }
+
     #[test]
     fn a_prepared_range_past_a_lines_reach_still_goes_the_long_way() {
         let mut sessions = Sessions::new(1 << 20, 1 << 20);
