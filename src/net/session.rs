@@ -190,6 +190,7 @@ pub(crate) struct Prepared {
 /// order); it refuses any other, which the caller then sends with `send_prepared` after
 /// [`JoinRun::finish`]. Why: in a crowd this is most of the fan-out's work per recipient,
 /// and the run's state stays in registers.
+#[must_use = "a run ends in `JoinRun::finish`, which files its joins"]
 pub(crate) struct JoinRun<'s> {
     gates: &'s mut [Gate],
     at_tick: &'s mut Vec<ConnId>,
