@@ -680,10 +680,11 @@ impl EventLoop {
     }
 
     /// Runs one posted closure; returns where it was posted.
-    fn run_posted_job(&self, (job, site): Posted) -> &'static std::panic::Location<'static> {
+    fn run_posted_job(&self, job: Posted) -> &'static std::panic::Location<'static> {
+        let site = job.site();
         let now = self.core.shared.now();
         now.run(Doing::Posted(site));
-        let ran = catch(job);
+        let ran = catch(|| job.run());
         now.run(Doing::Nothing);
         if let Err(why) = ran {
             self.core.counters.count_panic();
