@@ -15,25 +15,27 @@
 //! functions made for the closure's type (call-and-consume, drop), the way a hand-written
 //! vtable is.
 //!
-//! Size: 48 bytes of storage, the table pointer and the site make the entry 64 bytes, and it
-//! is aligned to 64, so a push writes one cache line of the queue's buffer. 48 bytes holds
-//! what posts capture in this crate (an `Instant` in `examples/wake_latency`, a `u64` in
-//! `benches/post`, a channel sender or an `Arc` or two in the tests, a sender plus a
-//! `String` or `Vec` for a reply), and `spawn_with`'s closure (its `make` plus the site) for
-//! a `make` of up to 40 bytes. A future passed to `spawn` is mostly bigger and takes the box
-//! (the task it becomes allocates anyway).
+//! Size: 32 bytes of storage (aligned to 8), the table pointer and the site make a 48-byte
+//! entry. 32 bytes holds what posts capture in this crate (an `Instant` in
+//! `examples/wake_latency`, a `u64` in `benches/post`, a channel sender or an `Arc` or two in
+//! the tests, a sender and a `String` for a reply) and `spawn_with`'s closure (its `make`
+//! plus the site) for a `make` of up to 24 bytes; a future passed to `spawn` is mostly bigger
+//! and takes the box (the task it becomes allocates anyway). Not bigger, because the loop
+//! moves entries under the queue's lock when it takes part of a backlog, and the buffer grows
+//! by copying them: a 64-byte entry aligned to 64 (48 bytes of storage) cost post throughput
+//! in `benches/post` (docs/performance.md, "wake latency", fifth pass).
 
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::panic::Location;
 
 /// Bytes of closure state stored in the entry without allocating.
-pub(crate) const INLINE_BYTES: usize = 48;
+pub(crate) const INLINE_BYTES: usize = 32;
 /// The largest alignment a closure stored in the entry may have.
-pub(crate) const INLINE_ALIGN: usize = 16;
+pub(crate) const INLINE_ALIGN: usize = 8;
 
 /// Room for one closure: [`INLINE_BYTES`] bytes aligned to [`INLINE_ALIGN`].
-#[repr(C, align(16))]
+#[repr(C, align(8))]
 struct Storage(MaybeUninit<[u8; INLINE_BYTES]>);
 
 const _: () = assert!(std::mem::align_of::<Storage>() == INLINE_ALIGN);
@@ -78,7 +80,7 @@ unsafe fn drop_in_place<F>(storage: *mut Storage) {
 
 /// A closure posted to the loop, and where it was posted. Runs once ([`PostedJob::run`]) or
 /// is dropped unrun; either way its captures are dropped exactly once.
-#[repr(C, align(64))]
+#[repr(C)]
 pub(crate) struct PostedJob {
     /// The closure (or, for one that does not fit, a `Box` of it). Always initialised while
     /// the entry lives: only `run` and `drop` end it, and each consumes the entry.
@@ -87,7 +89,7 @@ pub(crate) struct PostedJob {
     site: &'static Location<'static>,
 }
 
-const _: () = assert!(std::mem::size_of::<PostedJob>() == 64);
+const _: () = assert!(std::mem::size_of::<PostedJob>() == 48);
 
 // SAFETY (of the auto traits, no `unsafe` here): `PostedJob` is `Send` and `Sync` by its
 // fields (bytes, a `&'static` table, a location). `Send` is right because the only
@@ -203,7 +205,7 @@ mod tests {
     }
 
     /// A capture more aligned than the storage.
-    #[repr(align(32))]
+    #[repr(align(16))]
     struct Aligned {
         value: u64,
         _dropped: Dropped,
@@ -237,14 +239,14 @@ mod tests {
     fn a_closure_of_exactly_the_storage_is_in_place() {
         let sum = Arc::new(AtomicUsize::new(0));
         let s = sum.clone();
-        let words = [1usize, 2, 3, 4, 5];
+        let words = [1usize, 2, 3];
         let job = move || {
             s.fetch_add(words.iter().sum(), Ordering::SeqCst);
         };
         assert_eq!(std::mem::size_of_val(&job), INLINE_BYTES);
         assert!(inline_of(&job));
         PostedJob::new(job, here()).run();
-        assert_eq!(sum.load(Ordering::SeqCst), 15);
+        assert_eq!(sum.load(Ordering::SeqCst), 6);
     }
 
     #[test]
@@ -302,7 +304,7 @@ mod tests {
         let r = ran.clone();
         let job = move || {
             let address = (&raw const aligned).addr();
-            assert_eq!(address % 32, 0, "the box keeps the alignment");
+            assert_eq!(address % 16, 0, "the box keeps the alignment");
             r.fetch_add(aligned.value as usize, Ordering::SeqCst);
         };
         assert!(!inline_of(&job));
