@@ -56,11 +56,9 @@ use super::task::Header;
 use super::telemetry::LoopStats;
 use super::wake_slot::WakeSlot;
 
-/// A closure posted to the loop, and where it was posted.
-pub(crate) type Posted = (
-    Box<dyn FnOnce() + Send + 'static>,
-    &'static std::panic::Location<'static>,
-);
+/// A closure posted to the loop, and where it was posted: stored in the queue's entry itself
+/// when it is small, so a post does not allocate (`posted_job.rs`).
+pub(crate) type Posted = super::posted_job::PostedJob;
 
 /// Identifies one loop for the lifetime of the process (32 bits: it sits in every `Pause`
 /// and `TimerToken`, and so in every task that holds one).
@@ -704,7 +702,7 @@ impl LoopContext {
     #[track_caller]
     pub fn post(&self, job: impl FnOnce() + Send + 'static) -> Result<(), LoopClosed> {
         self.shared
-            .push_posted((Box::new(job), std::panic::Location::caller()))
+            .push_posted(Posted::new(job, std::panic::Location::caller()))
     }
 
     /// Runs a `Send` future as a task on the loop.
@@ -714,8 +712,8 @@ impl LoopContext {
         future: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), LoopClosed> {
         let site = std::panic::Location::caller();
-        self.shared.push_posted((
-            Box::new(move || super::executor::spawn_detached(future, site)),
+        self.shared.push_posted(Posted::new(
+            move || super::executor::spawn_detached(future, site),
             site,
         ))
     }
@@ -729,8 +727,8 @@ impl LoopContext {
         Fut: Future<Output = ()> + 'static,
     {
         let site = std::panic::Location::caller();
-        self.shared.push_posted((
-            Box::new(move || super::executor::spawn_detached(make(), site)),
+        self.shared.push_posted(Posted::new(
+            move || super::executor::spawn_detached(make(), site),
             site,
         ))
     }

@@ -680,10 +680,11 @@ impl EventLoop {
     }
 
     /// Runs one posted closure; returns where it was posted.
-    fn run_posted_job(&self, (job, site): Posted) -> &'static std::panic::Location<'static> {
+    fn run_posted_job(&self, job: Posted) -> &'static std::panic::Location<'static> {
+        let site = job.site();
         let now = self.core.shared.now();
         now.run(Doing::Posted(site));
-        let ran = catch(job);
+        let ran = catch(|| job.run());
         now.run(Doing::Nothing);
         if let Err(why) = ran {
             self.core.counters.count_panic();
@@ -824,6 +825,40 @@ mod tests {
             .idle_wait(Duration::from_secs(3_600))
             .spin_before_park(Duration::ZERO)
             .park_outside_tokio(on)
+    }
+
+    /// Posts a loop never ran — it was dropped with them queued — drop their captures once
+    /// each, whether stored in the queue's entry or boxed (too big for it), and never run.
+    #[tokio::test(start_paused = true)]
+    async fn posts_never_run_are_dropped_once_with_the_loop() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        struct Counted(Arc<AtomicUsize>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let (ran, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let el = EventLoop::new();
+        let ctx = el.context();
+        let (r, counted) = (ran.clone(), Counted(dropped.clone()));
+        ctx.post(move || {
+            let _keep = &counted;
+            r.fetch_add(1, Ordering::SeqCst);
+        })
+        .expect("the loop is alive");
+        let (r, counted, ballast) = (ran.clone(), Counted(dropped.clone()), [1u8; 64]);
+        ctx.post(move || {
+            let _keep = &counted;
+            r.fetch_add(ballast.len(), Ordering::SeqCst);
+        })
+        .expect("the loop is alive");
+        assert_eq!(dropped.load(Ordering::SeqCst), 0, "queued, not dropped");
+        drop(el);
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "never run");
+        assert_eq!(dropped.load(Ordering::SeqCst), 2, "each dropped once");
+        assert_eq!(ctx.post(|| {}), Err(super::super::LoopClosed));
     }
 
     /// Five posts to a bare loop that may park outside tokio: each wakes it from its own

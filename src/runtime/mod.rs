@@ -16,6 +16,7 @@ mod keyed;
 mod panic;
 pub(crate) mod park;
 mod phase;
+mod posted_job;
 pub(crate) mod profile;
 mod spin;
 pub(crate) mod stamp;
