@@ -189,12 +189,13 @@ pub(crate) struct Prepared {
 /// would defer, with the same effects on each (its gate, the tick's list, in the same
 /// order); it refuses any other, which the caller then sends with `send_prepared` after
 /// [`JoinRun::finish`]. Why: in a crowd this is most of the fan-out's work per recipient,
-/// and the run's state stays in registers.
-#[must_use = "a run ends in `JoinRun::finish`, which files its joins"]
+/// and the run's state stays in registers. The joins are filed with the sessions when the
+/// run ends, however it ends (`finish`, or a drop on an early return or a panic), so the
+/// budget and the deferral's count never miss a join whose gate was already marked.
 pub(crate) struct JoinRun<'s> {
     gates: &'s mut [Gate],
     at_tick: &'s mut Vec<ConnId>,
-    /// Filed by [`JoinRun::finish`]: the budget's count, the packets queued, the deferral's
+    /// Filed when the run ends: the budget's count, the packets queued, the deferral's
     /// members.
     outbound: &'s mut usize,
     packets_out: &'s mut u64,
@@ -239,14 +240,20 @@ impl JoinRun<'_> {
         true
     }
 
-    /// Files the run's joins with the sessions; how many there were.
+    /// Ends the run, filing its joins with the sessions (as its drop does); how many there
+    /// were.
     pub(crate) fn finish(self) -> usize {
+        self.joined
+    }
+}
+
+impl Drop for JoinRun<'_> {
+    fn drop(&mut self) {
         let n = self.joined;
         // At most one join per connection slot: fewer than 2^32.
         self.deferrals.join_many(self.d, self.g, n as u32);
         *self.outbound += n * self.len;
         *self.packets_out += n as u64 * self.packets;
-        n
     }
 }
 
@@ -1922,6 +1929,39 @@ mod tests {
         assert!(b.iter().all(|&c| !runs.is_open(c)), "every connection went");
         assert_eq!((runs.outbound, runs.deferrals.len()), (0, 0));
         assert_eq!(shared.holders(), 1, "both let go of every group");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_dropped_without_finish_still_files_its_joins() {
+        // An early return (or a panic) between the joins and `finish` must leave the budget,
+        // the packet count and the deferral's members as `finish` would: the gates were
+        // already marked, so a join left unfiled would free the range while they point at it.
+        let shared = SharedFrames::new(&frame::packet(0x20, &[&[1; 97]]));
+        let mut states = Vec::new();
+        for finish in [true, false] {
+            let mut s = Sessions::new(1 << 20, 1 << 22);
+            let conns: Vec<_> = (0..3).map(|_| open_wire(&mut s, 0).0).collect();
+            for &c in &conns {
+                assert!(s.send_packet(c, 0x21, &[b"hi"]));
+            }
+            let g = s.share(shared.clone());
+            let range = s.prepare(g, 0..100, 1);
+            let mut run = s.join_run(&range).expect("room for a run");
+            assert!(conns.iter().all(|&c| run.join(c)), "every connection joins");
+            if finish {
+                assert_eq!(run.finish(), 3);
+            } else {
+                drop(run);
+            }
+            states.push(seen(&s, &conns));
+            s.unshare(g);
+            for &c in &conns {
+                s.close(c, Disconnect::normal("bye"));
+            }
+            assert_eq!((s.outbound, s.deferrals.len()), (0, 0), "finish {finish}");
+        }
+        assert_eq!(states[0], states[1]);
+        assert_eq!(shared.holders(), 1, "both let go of the group");
     }
 
     #[tokio::test(start_paused = true)]
