@@ -153,8 +153,14 @@ pub(crate) struct Shared {
     stalls: AtomicU64,
     /// Clones of loop tasks' wakers alive now (`task.rs`): held by something outside the
     /// loop that may wake a task through tokio's reactor (a timer, a socket), so while it is
-    /// not zero the park does not block outside tokio.
+    /// not zero the park does not block outside tokio. Kept only when [`Shared::counts_wakers`].
     task_wakers: AtomicUsize,
+    /// The loop may park outside tokio (`EventLoopBuilder::park_outside_tokio`), so clones
+    /// of task wakers are counted. Fixed when the loop is built and never changed, which is
+    /// what keeps the count whole: a clone made uncounted and dropped counted (or the other
+    /// way round) would throw it off for good. A plain field: every clone and drop of a task
+    /// waker reads it, and with the option off (the default) that read is all they pay.
+    counts_wakers: bool,
 }
 
 /// A posted job could not be delivered: the loop has shut down (or was dropped).
@@ -170,7 +176,8 @@ impl fmt::Display for LoopClosed {
 impl std::error::Error for LoopClosed {}
 
 impl Shared {
-    fn new() -> Self {
+    /// `counts_wakers`: see the field.
+    fn new(counts_wakers: bool) -> Self {
         Shared {
             id: next_loop_id(),
             mailbox: Padded(Mailbox {
@@ -190,6 +197,7 @@ impl Shared {
             awaiters: Mutex::new(HashMap::new()),
             stalls: AtomicU64::new(0),
             task_wakers: AtomicUsize::new(0),
+            counts_wakers,
         }
     }
 
@@ -420,8 +428,13 @@ impl Shared {
         Signalled(signal.swap(0, Ordering::AcqRel))
     }
 
-    /// A clone of a loop task's waker was made (`+1`) or dropped (`-1`).
+    /// A clone of a loop task's waker was made (`+1`) or dropped (`-1`); nothing unless the
+    /// loop may park outside tokio (the count's only reader).
+    #[inline]
     pub(crate) fn count_task_waker(&self, made: bool) {
+        if !self.counts_wakers {
+            return;
+        }
         if made {
             self.task_wakers.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -431,7 +444,8 @@ impl Shared {
 
     /// Clones of loop tasks' wakers alive now. Read on the loop thread before it parks: a
     /// clone it made itself (in a poll) is seen; one made elsewhere is made from a clone
-    /// that is still counted, so the count cannot read zero while either is alive.
+    /// that is still counted, so the count cannot read zero while either is alive. Always
+    /// zero on a loop built without `park_outside_tokio`, which never asks.
     pub(crate) fn task_wakers_out(&self) -> usize {
         self.task_wakers.load(Ordering::Relaxed)
     }
@@ -537,9 +551,11 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub(crate) fn new(clock: Clock, health: Health) -> Rc<Self> {
+    /// `counts_wakers`: the loop may park outside tokio, so clones of task wakers are
+    /// counted (`Shared::task_wakers_out`).
+    pub(crate) fn new(clock: Clock, health: Health, counts_wakers: bool) -> Rc<Self> {
         Rc::new(Core {
-            shared: Arc::new(Shared::new()),
+            shared: Arc::new(Shared::new(counts_wakers)),
             clock,
             wheel: RefCell::new(Wheel::new()),
             logical_now: Cell::new(clock.epoch),

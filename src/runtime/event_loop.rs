@@ -277,6 +277,7 @@ impl EventLoopBuilder {
                 tick: self.tick,
             },
             health,
+            self.park_outside_tokio,
         );
         // Thread wake-ups count from here (stats are read on this, the loop's, thread).
         core.counters
@@ -930,6 +931,41 @@ mod tests {
             parks
         });
         assert_eq!(own_parks, [0, 0, 0]);
+    }
+
+    /// Clones of task wakers are counted only by a loop that may park outside tokio (the
+    /// count's one reader): there a clone held by a tokio timer reads 1 while the task waits
+    /// and 0 once the timer has woken it and let go; a loop without the option counts nothing.
+    #[test]
+    fn task_wakers_are_counted_only_by_a_loop_that_may_park_outside_tokio() {
+        for on in [true, false] {
+            let (waiting, after) = alone(move || async move {
+                let mut el = outside(on).build();
+                let shared = el.core.shared.clone();
+                let (tx, rx) = std::sync::mpsc::channel();
+                let task = crate::runtime::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tx.send(()).expect("the root waits");
+                });
+                let seen = shared.clone();
+                let waiting = el
+                    .run_until(async move {
+                        // Loop time: parks in tokio (the clone is out), not in the task's way.
+                        crate::timer::pause_for(Duration::from_millis(30)).await;
+                        seen.task_wakers_out()
+                    })
+                    .await;
+                el.run_until(task).await.expect("the task finished");
+                rx.recv().expect("the task ran");
+                (waiting, shared.task_wakers_out())
+            });
+            assert_eq!(
+                waiting,
+                usize::from(on),
+                "clones out while the task waits (on: {on})"
+            );
+            assert_eq!(after, 0, "none once the timer let go (on: {on})");
+        }
     }
 
     /// A slot handler's sources are tokio's (sockets, the ring): a loop with one never parks
