@@ -531,11 +531,16 @@ impl EventLoop {
             pending |= self.guarded(Phase::Network, |this| this.run_slot(Phase::Network))?;
             end(Phase::Network, true);
         }
-        let polled = self.guarded(Phase::Tasks, |_| {
-            core.executor
-                .run_ready(&core, poll_root, signalled.remote())
-        })?;
-        end(Phase::Tasks, polled);
+        // No task ready and no wake from another thread: the phase would find nothing, so it
+        // is not entered (a wake that only brings a post goes straight on to Posted, without
+        // the phase's code and the profile's lines that it would touch to poll nothing).
+        if signalled.remote() || core.executor.has_ready() {
+            let polled = self.guarded(Phase::Tasks, |_| {
+                core.executor
+                    .run_ready(&core, poll_root, signalled.remote())
+            })?;
+            end(Phase::Tasks, polled);
+        }
         let posted = self.guarded(Phase::Posted, Self::run_posted)?;
         pending |= posted.pending;
         end(Phase::Posted, posted.ran > 0);
