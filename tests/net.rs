@@ -466,7 +466,10 @@ macro_rules! suite {
                 };
                 let mut times = out.value;
                 times.sort();
-                assert!(times[times.len() / 2] < Duration::from_millis(3), "{times:?}");
+                assert!(
+                    times[times.len() / 2] < Duration::from_millis(3),
+                    "{times:?}"
+                );
                 assert_eq!(out.stats.packets_in, 22);
             }
 
