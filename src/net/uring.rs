@@ -32,16 +32,12 @@
 //! to one single-shot receive per packet into a [`RECV_BUFFER`] of the connection's own.
 //!
 //! The ring belongs to the loop thread (created by the first `listen`, shared by every
-//! listener and connection on that thread, gone with the last of them, and submitted to by
-//! that thread alone). Where the kernel allows it (Linux 6.1), the ring defers the work that
-//! completes its operations until the loop thread enters it, and signals an eventfd when such
-//! work is queued (`Ring::build_uring`); that eventfd, or else the ring's own descriptor, is
-//! registered with tokio's reactor, with, for a deferred ring, an epoll set of its sockets that
-//! wakes a parked loop sooner than the kernel's signal does ([`Doorbell`]). One small local task, the *driver*, does all the
-//! talking to the kernel: when the ring has completions (or deferred work) it drains them
-//! into the connections' buffers and raises their wakers (so the loop's `Signal` sees them
-//! like epoll readiness), and whenever the loop queued work (a receive re-armed by `read`, a
-//! send queued by `write`) it submits it, `SUBMIT_BATCH` (32) entries per `io_uring_enter`. The kernel does real work inside
+//! listener and connection on that thread, gone with the last of them). Its descriptor is
+//! registered with tokio's reactor, and one small local task, the *driver*, does all the
+//! talking to the kernel: when the ring has completions it drains them into the connections'
+//! buffers and raises their wakers (so the loop's `Signal` sees them like epoll readiness), and
+//! whenever the loop queued work (a receive re-armed by `read`, a send queued by `write`) it
+//! submits it, `SUBMIT_BATCH` (32) entries per `io_uring_enter`. The kernel does real work inside
 //! that call (the sends, and the receives that completed meanwhile), so a run does one batch
 //! and, with more left, yields behind the loop: a busy loop iterates, timers first, between
 //! two batches. The driver runs when the loop future yields or parks, so the Flush phase's
@@ -172,9 +168,6 @@ thread_local! {
     /// refused, as a kernel before 5.19 refuses it). Taken by the ring it applies to.
     static NEXT_POOL: std::cell::Cell<Option<Option<(u16, u32)>>> =
         const { std::cell::Cell::new(None) };
-    /// Tests: while set, this thread's next rings are refused the deferred setup (`EINVAL`),
-    /// as a kernel before 6.1 refuses it.
-    static REFUSE_DEFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Tests: while set, every multishot receive armed on this thread is answered `EINVAL`,
     /// as a kernel before 6.0 answers it (a no-op stands in for it, its result replaced).
     static REFUSE_MULTISHOT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -474,12 +467,10 @@ impl PeerSlot {
 // ---------------------------------------------------------------------------------------------
 // The ring
 
-/// The descriptor tokio's reactor watches for the ring: the ring's own, or the eventfd the
-/// kernel signals for a ring that defers its work (see [`Ring::build_uring`]). Borrowed: the
-/// ring owns it.
-struct WakeFd(RawFd);
+/// The ring's descriptor, for tokio's reactor (the ring owns it).
+struct RingFd(RawFd);
 
-impl AsRawFd for WakeFd {
+impl AsRawFd for RingFd {
     fn as_raw_fd(&self) -> RawFd {
         self.0
     }
@@ -507,87 +498,10 @@ impl Drop for ForgetRing {
     }
 }
 
-/// An epoll set holding every socket of a deferred ring, watched by tokio's reactor beside
-/// the ring's eventfd: the prompt wake-up of a parked loop.
-///
-/// The kernel queues a deferred ring's completion work at once when a socket becomes readable,
-/// but signals the ring's eventfd for it one RCU grace period later (it hands the signal to
-/// `call_rcu_hurry`: 4 to 20 ms on Linux 6.18 at HZ 250, docs/performance.md, "The deferred
-/// ring's late wake-up"), and never wakes a poller of the ring's own descriptor for it. A
-/// socket's own readiness reaches an epoll set at once, and an epoll set is itself pollable, so
-/// this set rings tokio's reactor as soon as any of its sockets does. Each socket is added once
-/// (edge-triggered, read interest), after which the ring's poll of it is registered on the
-/// socket's wait queue ahead of the set's (the receive is armed at the next submit), so the
-/// kernel has queued the receive's work by the time the bell rings. A closed socket leaves the
-/// set by itself. The set is never waited on: tokio's poll of it drops the sockets no longer
-/// readable from its ready list.
-struct Doorbell {
-    /// Declared first, so dropped first: deregistered before `epoll` closes.
-    readable: AsyncFd<WakeFd>,
-    epoll: OwnedFd,
-}
-
-impl Doorbell {
-    fn new() -> io::Result<Doorbell> {
-        // SAFETY: plain system call; a descriptor it returns is new and ours alone.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just created and nothing else owns it.
-        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: the descriptor stays open while the `AsyncFd` exists: `readable` is dropped
-        // before `epoll`, which owns it (field order of `Doorbell`).
-        let readable =
-            unsafe { AsyncFd::register_with_interest(WakeFd(fd), tokio::io::Interest::READABLE) }?;
-        Ok(Doorbell { readable, epoll })
-    }
-
-    /// Adds `socket` to the set. A failure costs only promptness (the eventfd still comes).
-    fn watch(&self, socket: RawFd) {
-        let mut event = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
-            u64: 0,
-        };
-        // SAFETY: both descriptors are open; `event` is a valid epoll_event.
-        let added = unsafe {
-            libc::epoll_ctl(
-                self.epoll.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                socket,
-                &mut event,
-            )
-        };
-        if added != 0 {
-            tracing::warn!(
-                "io_uring: a socket could not join the ring's doorbell ({}): a loop parked \
-                 while it receives wakes late",
-                io::Error::last_os_error()
-            );
-        }
-    }
-
-    /// Whether the bell rang since the last look (and forgets it).
-    fn rang(&self, cx: &mut Context<'_>) -> bool {
-        let mut rang = false;
-        while let Poll::Ready(Ok(mut guard)) = self.readable.poll_read_ready(cx) {
-            guard.clear_ready();
-            rang = true;
-        }
-        rang
-    }
-}
-
 struct Ring {
-    /// Declared first, so dropped first: deregistered before the descriptor it watches closes.
-    readable: AsyncFd<WakeFd>,
+    /// Declared first, so dropped first: deregistered before the ring's descriptor closes.
+    readable: AsyncFd<RingFd>,
     uring: IoUring,
-    /// The eventfd the kernel signals when it queues work for a deferred ring (`None`: the
-    /// ring is not deferred, and `readable` watches the ring's own descriptor). Declared after
-    /// `uring`: closed after the ring that signals it.
-    eventfd: Option<OwnedFd>,
-    /// A deferred ring's doorbell (`None` for the others): see [`Doorbell`].
-    doorbell: Option<Doorbell>,
     conns: Slab<Conn>,
     listeners: Slab<Listener>,
     /// Receives, sends and accepts pushed and not yet completed (cancellations not counted).
@@ -654,26 +568,16 @@ impl Ring {
     }
 
     fn new() -> io::Result<Ring> {
-        let (uring, eventfd) = Ring::build_uring()?;
+        let uring = Ring::build_uring()?;
         let pool = Ring::register_pool(&uring);
-        let fd = WakeFd(
-            eventfd
-                .as_ref()
-                .map_or(uring.as_raw_fd(), AsRawFd::as_raw_fd),
-        );
+        let fd = RingFd(uring.as_raw_fd());
         // SAFETY: the descriptor stays open while the `AsyncFd` exists: `readable` is dropped
-        // before `uring` and `eventfd`, which own it (field order of `Ring`).
+        // before `uring`, which owns it (field order of `Ring`).
         let readable =
             unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }?;
-        let doorbell = match eventfd {
-            Some(_) => Some(Doorbell::new()?),
-            None => None,
-        };
         Ok(Ring {
             readable,
             uring,
-            eventfd,
-            doorbell,
             conns: Slab::new(),
             listeners: Slab::new(),
             in_flight: 0,
@@ -725,74 +629,20 @@ impl Ring {
         self.pool.is_some() && !self.multishot_refused
     }
 
-    /// A ring whose completions' work waits for the loop thread to ask for it, if the kernel
-    /// takes that; else one that does not interrupt the thread for it; else a plain ring.
-    /// With the eventfd the kernel signals, for a deferred ring.
-    ///
-    /// Deferred (`SINGLE_ISSUER | DEFER_TASKRUN | TASKRUN_FLAG`, Linux 6.1): the work that
-    /// finishes an operation (a receive on a socket that became readable) is queued on the
-    /// ring and runs only inside an `io_uring_enter` with `GETEVENTS`, in a batch, on the loop
-    /// thread, which alone submits to the ring (it is the thread's ring). Nothing interrupts
-    /// the thread in a system call for it. The kernel does not wake a poller of the ring's
-    /// descriptor when it queues such work; it signals a registered eventfd (when the queue
-    /// was empty) and sets `IORING_SQ_TASKRUN`, so tokio's reactor watches the eventfd, and
-    /// the driver enters the ring while the flag is set ([`Ring::work_pending`]). The eventfd
-    /// is never read: the reactor's registration is edge-triggered, and each signal is an
-    /// edge. That signal can come an RCU grace period late (Linux 6.18): the [`Doorbell`] is
-    /// what wakes a parked loop at once.
-    ///
-    /// Cooperative (`COOP_TASKRUN`, Linux 5.19): the kernel finishes receives when the thread
-    /// next enters it, in a batch, instead of sending it an interrupt per socket that became
+    /// A ring that does not interrupt the loop thread to complete an operation
+    /// (`COOP_TASKRUN`, Linux 5.19): the kernel finishes receives when the thread next
+    /// enters it, in a batch, instead of sending it an interrupt per socket that became
     /// readable, which cost about a fifth of the round trips in the 1000-client ping test.
-    /// Each kernel refuses what it does not know (EINVAL) and gets the next kind.
-    fn build_uring() -> io::Result<(IoUring, Option<OwnedFd>)> {
+    /// Older kernels refuse the flag (EINVAL) and get a plain ring.
+    fn build_uring() -> io::Result<IoUring> {
         let mut builder = IoUring::builder();
         builder.setup_cqsize(CQ_ENTRIES).setup_clamp();
-        match Ring::build_deferred(&builder) {
-            Ok(deferred) => return Ok(deferred),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-            Err(e) => tracing::warn!(
-                "io_uring: a deferred ring could not be set up ({e}): the kernel completes \
-                 operations when the loop thread next enters it instead"
-            ),
-        }
         let cooperative = builder.clone().setup_coop_taskrun().build(SQ_ENTRIES);
         match cooperative {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => builder.build(SQ_ENTRIES),
             other => other,
         }
-        .map(|uring| (uring, None))
         .map_err(explain_setup_error)
-    }
-
-    /// A deferred ring and the eventfd registered with it (see [`Ring::build_uring`]).
-    fn build_deferred(builder: &io_uring::Builder) -> io::Result<(IoUring, Option<OwnedFd>)> {
-        #[cfg(test)]
-        if REFUSE_DEFERRED.with(std::cell::Cell::get) {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        let uring = builder
-            .clone()
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .setup_taskrun_flag()
-            .build(SQ_ENTRIES)?;
-        // SAFETY: plain system call; a descriptor it returns is new and ours alone.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just created and nothing else owns it.
-        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
-        uring.submitter().register_eventfd(eventfd.as_raw_fd())?;
-        Ok((uring, Some(eventfd)))
-    }
-
-    /// A deferred ring has completion work queued that only an `io_uring_enter` with
-    /// `GETEVENTS` runs (the kernel runs a bounded batch per call and sets the flag again
-    /// when it leaves some).
-    fn work_pending(&mut self) -> bool {
-        self.eventfd.is_some() && self.uring.submission().taskrun()
     }
 
     /// The driver task's body: one bounded pass (see [`Ring::run`]). `Ready(true)` when it left
@@ -848,7 +698,6 @@ impl Ring {
         while let Poll::Ready(Ok(mut guard)) = self.readable.poll_read_ready(cx) {
             guard.clear_ready();
         }
-        let rang = self.doorbell.as_ref().is_some_and(|bell| bell.rang(cx));
         if self.dead.is_some() {
             // Nothing more is submitted; the driver waits (woken only by a push) for the last
             // socket to go.
@@ -857,11 +706,10 @@ impl Ring {
         }
         self.complete_all();
         self.expire_lingering(cx);
-        if self.submit_batch(rang) {
+        if self.submit_batch() {
             self.complete_all();
         }
-        let more =
-            self.has_completions() || !self.uring.submission().is_empty() || self.work_pending();
+        let more = self.has_completions() || !self.uring.submission().is_empty();
         // With more, the task runs again without being woken: pushes need not wake it.
         self.driver_woken = more;
         more
@@ -881,12 +729,10 @@ impl Ring {
         !self.backlog.is_empty() || !self.uring.completion().is_empty()
     }
 
-    /// Hands up to [`SUBMIT_BATCH`] queued entries to the kernel, and on a deferred ring runs
-    /// the completion work it queued. True if there was either. An error that is not "try
-    /// again" kills the ring.
-    /// `rang`: the doorbell rang, so a socket has data whose work the kernel has queued.
-    fn submit_batch(&mut self, rang: bool) -> bool {
-        if self.uring.submission().is_empty() && !self.work_pending() && !rang {
+    /// Hands up to [`SUBMIT_BATCH`] queued entries to the kernel. True if there were any. An
+    /// error that is not "try again" kills the ring.
+    fn submit_batch(&mut self) -> bool {
+        if self.uring.submission().is_empty() {
             return false;
         }
         if let Err(e) = self.enter_batch_or_make_room() {
@@ -949,17 +795,15 @@ impl Ring {
     }
 
     /// `io_uring_enter` for the oldest [`SUBMIT_BATCH`] queued entries; the rest stay queued,
-    /// in order, for the next call. Asks for completions too on a deferred ring (which runs
-    /// its queued completion work only then, without waiting: none is asked for) and when
-    /// the completion queue has overflowed, so the kernel flushes its overflow list.
+    /// in order, for the next call. Asks for completions too when the completion queue has
+    /// overflowed, so the kernel flushes its overflow list.
     fn enter_batch(&mut self) -> io::Result<usize> {
         if let Some(errno) = FAIL_NEXT_ENTER.with(std::cell::Cell::take) {
             return Err(io::Error::from_raw_os_error(errno));
         }
-        let deferred = self.eventfd.is_some();
         let queue = self.uring.submission(); // reads the kernel's head: what is still queued
         let to_submit = u32::try_from(queue.len()).map_or(SUBMIT_BATCH, |n| n.min(SUBMIT_BATCH));
-        let flags = if deferred || queue.cq_overflow() {
+        let flags = if queue.cq_overflow() {
             IORING_ENTER_GETEVENTS
         } else {
             0
@@ -1199,9 +1043,6 @@ impl Ring {
 
 impl Ring {
     fn add_listener(&mut self, socket: TcpListener, waker: Waker) -> Key {
-        if let Some(bell) = &self.doorbell {
-            bell.watch(socket.as_raw_fd());
-        }
         let key = insert(
             &mut self.listeners,
             Listener {
@@ -1468,9 +1309,6 @@ impl Drop for UringAcceptor {
 fn attach(ring: SharedRing, socket: OwnedFd, waker: Waker) -> Box<dyn Transport> {
     let key = {
         let mut this = ring.borrow_mut();
-        if let Some(bell) = &this.doorbell {
-            bell.watch(socket.as_raw_fd());
-        }
         let key = insert(&mut this.conns, Conn::new(socket, waker));
         this.arm_recv(key);
         key

@@ -526,7 +526,7 @@ fn a_ring_with_operations_in_flight_gets_their_buffers_back_before_it_goes() {
         let conn = accepted.attach(waker);
         let ring = THREAD_RING.with(|r| r.borrow().upgrade()).unwrap();
         let mut ring = ring.borrow_mut();
-        ring.submit_batch(false);
+        ring.submit_batch();
         // A receive (nothing to read) and the next accept are in flight, with their buffers.
         assert_eq!(ring.in_flight, 2);
         assert!(ring.quiesce());
@@ -592,12 +592,12 @@ fn a_submit_hands_the_kernel_one_batch_and_every_entry_exactly_once() {
         let shared = THREAD_RING.with(|r| r.borrow().upgrade()).unwrap();
         let mut ring = shared.borrow_mut();
         assert_eq!(queued(&mut ring), 1, "the listener's accept");
-        ring.submit_batch(false);
+        ring.submit_batch();
         assert_eq!(queued(&mut ring), 0);
 
         let total = 2 * SUBMIT_BATCH + 5;
         queue_nops(&mut ring, total);
-        assert!(ring.submit_batch(false));
+        assert!(ring.submit_batch());
         let batch = SUBMIT_BATCH as usize;
         assert_eq!(
             queued(&mut ring),
@@ -606,8 +606,8 @@ fn a_submit_hands_the_kernel_one_batch_and_every_entry_exactly_once() {
         );
         let mut done = completed_nops(&mut ring);
         assert_eq!(done, (0..SUBMIT_BATCH).collect::<Vec<_>>(), "oldest first");
-        ring.submit_batch(false);
-        ring.submit_batch(false);
+        ring.submit_batch();
+        ring.submit_batch();
         assert_eq!(queued(&mut ring), 0);
         done.extend(completed_nops(&mut ring));
         assert_eq!(
@@ -646,7 +646,7 @@ fn a_full_submission_queue_is_flushed_by_a_submit_and_then_fails_with_an_error_n
         let (_acceptor, _) = listen();
         let shared = THREAD_RING.with(|r| r.borrow().upgrade()).unwrap();
         let mut ring = shared.borrow_mut();
-        ring.submit_batch(false); // the listener's accept
+        ring.submit_batch(); // the listener's accept
         let capacity = ring.uring.submission().capacity();
         let batch = SUBMIT_BATCH as usize;
         queue_nops(&mut ring, capacity as u32);
@@ -770,14 +770,8 @@ impl Wake for OnFirstWake {
 #[test]
 fn completions_a_handler_moves_aside_on_a_full_queue_are_not_lost() {
     run(async {
-        // A cooperative ring: the kernel completes operations on the way out of any system
-        // call of this thread, so the client calls below complete them in the middle of a
-        // handler (a deferred ring completes them only inside its own `io_uring_enter`).
-        REFUSE_DEFERRED.with(|r| r.set(true));
         // The second listener and a connection of its: their completions are moved aside.
         let (mut second, second_wakes) = listen();
-        REFUSE_DEFERRED.with(|r| r.set(false));
-        assert!(with_ring(|r| r.eventfd.is_none()), "a cooperative ring");
         let second_addr = second.local_addr().unwrap();
         let sender = std::net::TcpStream::connect(second_addr).unwrap();
         let (accepted, _) = accept(&mut *second, &second_wakes).await;
@@ -1162,116 +1156,5 @@ fn a_kernel_refusing_multishot_receives_falls_back_for_every_connection() {
             assert!(r.conns.iter().all(|(_, c)| c.recv.len() == RECV_BUFFER));
         });
         REFUSE_MULTISHOT.with(|r| r.set(false));
-    });
-}
-
-// The deferred ring
-
-#[test]
-fn a_kernel_refusing_the_deferred_ring_gets_a_cooperative_one_that_works() {
-    run(async {
-        REFUSE_DEFERRED.with(|r| r.set(true));
-        let mut pair = connected().await;
-        REFUSE_DEFERRED.with(|r| r.set(false));
-        assert!(
-            with_ring(|r| r.eventfd.is_none()),
-            "refused: the ring's own descriptor is watched"
-        );
-        assert!(!with_ring(Ring::work_pending));
-        assert!(with_ring(|r| r.doorbell.is_none()), "no doorbell either");
-        send(&pair.client, b"ping").await;
-        assert_eq!(read_exactly(&mut *pair.conn, &pair.wakes, 4).await, b"ping");
-        assert_eq!(pair.conn.write(b"pong").unwrap(), 4);
-        assert_eq!(receive_up_to(&pair.client, 4).await, b"pong");
-    });
-}
-
-#[test]
-fn deferred_completions_beyond_what_one_enter_runs_all_arrive() {
-    // The kernel runs about 20 items of deferred work per `io_uring_enter`, and signals the
-    // eventfd only when its queue was empty: the rest must be asked for while it says so.
-    const CONNS: usize = 64;
-    run(async {
-        let (mut acceptor, accept_wakes) = listen();
-        assert!(
-            with_ring(|r| r.eventfd.is_some()),
-            "this kernel (6.1 or later) takes the deferred ring"
-        );
-        let addr = acceptor.local_addr().unwrap();
-        let mut conns = Vec::new();
-        for _ in 0..CONNS {
-            let client = std::net::TcpStream::connect(addr).unwrap();
-            let (accepted, _) = accept(&mut *acceptor, &accept_wakes).await;
-            let (waker, wakes) = counting_waker();
-            conns.push((client, accepted.attach(waker), wakes));
-        }
-        eventually("every receive submitted", || {
-            with_ring(|r| r.uring.submission().is_empty()).then_some(())
-        })
-        .await;
-        // No await between the writes: nothing enters the ring while the kernel queues the
-        // work that completes each receive.
-        for (i, (client, _, _)) in conns.iter_mut().enumerate() {
-            io::Write::write_all(client, &[i as u8; 8]).unwrap();
-        }
-        assert!(
-            with_ring(Ring::work_pending),
-            "the receives' work waits for the ring to be entered"
-        );
-        for (i, (_, conn, wakes)) in conns.iter_mut().enumerate() {
-            assert_eq!(read_exactly(&mut **conn, wakes, 8).await, [i as u8; 8]);
-        }
-        assert!(!with_ring(Ring::work_pending));
-    });
-}
-
-/// Whether the deferred ring's doorbell is readable, waiting up to `timeout_ms` (blocking the
-/// thread: the driver does not run meanwhile).
-fn doorbell_rings(timeout_ms: i32) -> bool {
-    let fd = with_ring(|r| {
-        r.doorbell
-            .as_ref()
-            .expect("a deferred ring has a doorbell")
-            .epoll
-            .as_raw_fd()
-    });
-    let mut watched = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, as passed.
-    unsafe { libc::poll(&mut watched, 1, timeout_ms) == 1 }
-}
-
-#[test]
-fn a_deferred_rings_doorbell_rings_for_a_connection_and_for_data_and_is_quiet_otherwise() {
-    // The kernel signals the ring's eventfd for queued work only after an RCU grace period;
-    // the doorbell is what wakes a parked loop at once (see `Doorbell`).
-    run(async {
-        let (mut acceptor, accept_wakes) = listen();
-        assert!(
-            with_ring(|r| r.doorbell.is_some()),
-            "this kernel (6.1 or later) takes the deferred ring"
-        );
-        assert!(!doorbell_rings(0), "nothing has come yet");
-        let mut client = std::net::TcpStream::connect(acceptor.local_addr().unwrap()).unwrap();
-        assert!(doorbell_rings(5000), "a connection waits on the listener");
-        let (accepted, _) = accept(&mut *acceptor, &accept_wakes).await;
-        let (waker, wakes) = counting_waker();
-        let mut conn = accepted.attach(waker);
-        eventually("the receive submitted", || {
-            with_ring(|r| r.uring.submission().is_empty()).then_some(())
-        })
-        .await;
-        assert!(!doorbell_rings(0), "accepted: the listener is quiet");
-        io::Write::write_all(&mut client, b"ping").unwrap();
-        assert!(doorbell_rings(5000), "data waits on the connection");
-        assert!(
-            with_ring(Ring::work_pending),
-            "the ring's poll of the socket runs ahead of the doorbell's: the work is queued"
-        );
-        assert_eq!(read_exactly(&mut *conn, &wakes, 4).await, b"ping");
-        assert!(!doorbell_rings(0), "read: the connection is quiet again");
     });
 }
