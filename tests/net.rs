@@ -441,6 +441,39 @@ macro_rules! suite {
             }
 
             #[test]
+            fn a_parked_loop_is_woken_by_each_ping_not_by_a_later_event() {
+                // Each ping comes after a pause long enough for the loop to park (10 s
+                // idle_wait, no timer), so its answer waits on the backend's wake reaching
+                // tokio's reactor. A wake that lands late rather than never is what this
+                // catches: the deferred io_uring ring (commit 4256d41) had its eventfd
+                // signalled by the kernel one RCU grace period after the data came (4 to
+                // 20 ms on Linux 6.18 at HZ 250), so every ping here took that long, while
+                // either backend answers within a fraction of a millisecond. A loaded host
+                // makes some pings slow, never most: the median is the check, with room.
+                let Some(out) = serve(KIND, limits(), Duration::from_secs(10), |env| {
+                    on_thread(move || {
+                        let mut s = connect(env.addr);
+                        ping(&mut s, b"warm up");
+                        (0..21u8)
+                            .map(|n| {
+                                std::thread::sleep(Duration::from_millis(20));
+                                ping(&mut s, &[n; 8])
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                }) else {
+                    return;
+                };
+                let mut times = out.value;
+                times.sort();
+                assert!(
+                    times[times.len() / 2] < Duration::from_millis(3),
+                    "{times:?}"
+                );
+                assert_eq!(out.stats.packets_in, 22);
+            }
+
+            #[test]
             fn a_thousand_connections_ping_pong_at_once() {
                 const N: usize = 1000;
                 if !raise_fd_limit(2 * N as u64 + 200) {
