@@ -449,28 +449,34 @@ macro_rules! suite {
                 // signalled by the kernel one RCU grace period after the data came (4 to
                 // 20 ms on Linux 6.18 at HZ 250), so every ping here took that long, while
                 // either backend answers within a fraction of a millisecond. A loaded host
-                // makes some pings slow, never most: the median is the check, with room.
-                let Some(out) = serve(KIND, limits(), Duration::from_secs(10), |env| {
-                    on_thread(move || {
-                        let mut s = connect(env.addr);
-                        ping(&mut s, b"warm up");
-                        (0..21u8)
-                            .map(|n| {
-                                std::thread::sleep(Duration::from_millis(20));
-                                ping(&mut s, &[n; 8])
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                }) else {
-                    return;
-                };
-                let mut times = out.value;
-                times.sort();
-                assert!(
-                    times[times.len() / 2] < Duration::from_millis(3),
-                    "{times:?}"
-                );
-                assert_eq!(out.stats.packets_in, 22);
+                // makes some pings slow, never most: the median is the check, with room, and
+                // a whole attempt is tried again (up to three) — a late wake fails every
+                // attempt, a busy moment of the host only one.
+                let mut attempts = Vec::new();
+                for _ in 0..3 {
+                    let Some(out) = serve(KIND, limits(), Duration::from_secs(10), |env| {
+                        on_thread(move || {
+                            let mut s = connect(env.addr);
+                            ping(&mut s, b"warm up");
+                            (0..21u8)
+                                .map(|n| {
+                                    std::thread::sleep(Duration::from_millis(20));
+                                    ping(&mut s, &[n; 8])
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                    }) else {
+                        return;
+                    };
+                    assert_eq!(out.stats.packets_in, 22);
+                    let mut times = out.value;
+                    times.sort();
+                    if times[times.len() / 2] < Duration::from_millis(3) {
+                        return;
+                    }
+                    attempts.push(times);
+                }
+                panic!("every attempt's median round trip was 3 ms or more: {attempts:?}");
             }
 
             #[test]
