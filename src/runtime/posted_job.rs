@@ -24,6 +24,38 @@
 //! moves entries under the queue's lock when it takes part of a backlog, and the buffer grows
 //! by copying them: a 64-byte entry aligned to 64 (48 bytes of storage) cost post throughput
 //! in `benches/post` (docs/performance.md, "wake latency", fifth pass).
+//!
+//! Bounds: the entry erases the closure's type, so only [`PostedJob::new`]'s bounds keep
+//! out a closure that may not cross to the loop thread (`Send`) or that borrows a caller's
+//! local (`'static`); the entry itself is `Send` and `Sync` by its bytes. Both bounds are
+//! checked through the public `post`, which must refuse such a closure to compile:
+//!
+//! ```compile_fail,E0277
+//! // Not `Send`: an `Rc` would be dropped and counted on the loop thread and this one.
+//! let el = shardloop::EventLoop::new();
+//! let shared = std::rc::Rc::new(1);
+//! let _ = el.context().post(move || drop(shared));
+//! ```
+//!
+//! ```compile_fail,E0597
+//! // Not `'static`: the closure would read `local` after this frame is gone.
+//! let el = shardloop::EventLoop::new();
+//! let local = 5_u32;
+//! let borrowed = &local;
+//! let _ = el.context().post(move || assert_eq!(*borrowed, 5));
+//! ```
+//!
+//! (Stable rustdoc does not check the error codes, so the doc test below shows that the
+//! same posts with an `Arc` and with `local` moved in compile: a failure above is the
+//! bound's, not a typo's. With `Send` or `'static` taken off `new` and `post`, the crate
+//! still compiles and the matching test above fails.)
+//!
+//! ```
+//! let el = shardloop::EventLoop::new();
+//! let shared = std::sync::Arc::new(1);
+//! let local = 5_u32;
+//! let _ = el.context().post(move || assert_eq!((*shared, local), (1, 5)));
+//! ```
 
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
