@@ -127,7 +127,9 @@ async fn a_mix_of_closure_shapes_from_two_threads_runs_once_each_and_releases_ev
     let mut el = EventLoop::new();
     let ctx = el.context();
     let book = Arc::new(Book {
-        runs: (0..SENDERS * PER_SENDER).map(|_| AtomicU8::new(0)).collect(),
+        runs: (0..SENDERS * PER_SENDER)
+            .map(|_| AtomicU8::new(0))
+            .collect(),
         next: std::array::from_fn(|_| AtomicUsize::new(0)),
         out_of_order: AtomicUsize::new(0),
         done: AtomicUsize::new(0),
@@ -164,15 +166,28 @@ async fn a_mix_of_closure_shapes_from_two_threads_runs_once_each_and_releases_ev
     let (expected, zero_sized) = stopper.join().unwrap();
 
     let zero_sized_runs = ZERO_SIZED_RUNS.load(Ordering::Acquire);
-    assert_eq!(zero_sized_runs, zero_sized, "each zero-sized closure ran once");
-    assert_eq!(book.done.load(Ordering::Acquire) + zero_sized_runs, expected);
+    assert_eq!(
+        zero_sized_runs, zero_sized,
+        "each zero-sized closure ran once"
+    );
+    assert_eq!(
+        book.done.load(Ordering::Acquire) + zero_sized_runs,
+        expected
+    );
     for (id, runs) in book.runs.iter().enumerate() {
         let (sender, seq) = (id / PER_SENDER, id % PER_SENDER);
         let want = u8::from(seq % 6 != 4 || seq % PANIC_EVERY == PANIC_EVERY - 1);
         assert_eq!(runs.load(Ordering::Relaxed), want, "post {sender}/{seq}");
     }
-    assert_eq!(book.out_of_order.load(Ordering::Relaxed), 0, "FIFO per sender");
-    assert_eq!(el.stats().panics, (SENDERS * PER_SENDER / PANIC_EVERY) as u64);
+    assert_eq!(
+        book.out_of_order.load(Ordering::Relaxed),
+        0,
+        "FIFO per sender"
+    );
+    assert_eq!(
+        el.stats().panics,
+        (SENDERS * PER_SENDER / PANIC_EVERY) as u64
+    );
     drop(el);
     assert_eq!(Arc::strong_count(&book), 1, "every capture released");
 }
@@ -187,14 +202,22 @@ async fn a_refused_post_drops_its_closure_once() {
     let shared = Arc::new(());
     let small = shared.clone();
     assert_eq!(ctx.post(move || drop(small)), Err(LoopClosed));
-    assert_eq!(Arc::strong_count(&shared), 1, "the in-place closure was dropped");
+    assert_eq!(
+        Arc::strong_count(&shared),
+        1,
+        "the in-place closure was dropped"
+    );
     let (big, pad) = (shared.clone(), [0u8; 64]);
     assert_eq!(
         ctx.post(move || drop((big, pad))),
         Err(LoopClosed),
         "refused after shutdown"
     );
-    assert_eq!(Arc::strong_count(&shared), 1, "the boxed closure was dropped");
+    assert_eq!(
+        Arc::strong_count(&shared),
+        1,
+        "the boxed closure was dropped"
+    );
     drop(el);
     assert_eq!(Arc::strong_count(&shared), 1);
 }
