@@ -24,6 +24,38 @@
 //! moves entries under the queue's lock when it takes part of a backlog, and the buffer grows
 //! by copying them: a 64-byte entry aligned to 64 (48 bytes of storage) cost post throughput
 //! in `benches/post` (docs/performance.md, "wake latency", fifth pass).
+//!
+//! Bounds: the entry erases the closure's type, so only [`PostedJob::new`]'s bounds keep
+//! out a closure that may not cross to the loop thread (`Send`) or that borrows a caller's
+//! local (`'static`); the entry itself is `Send` and `Sync` by its bytes. Both bounds are
+//! checked through the public `post`, which must refuse such a closure to compile:
+//!
+//! ```compile_fail,E0277
+//! // Not `Send`: an `Rc` would be dropped and counted on the loop thread and this one.
+//! let el = shardloop::EventLoop::new();
+//! let shared = std::rc::Rc::new(1);
+//! let _ = el.context().post(move || drop(shared));
+//! ```
+//!
+//! ```compile_fail,E0597
+//! // Not `'static`: the closure would read `local` after this frame is gone.
+//! let el = shardloop::EventLoop::new();
+//! let local = 5_u32;
+//! let borrowed = &local;
+//! let _ = el.context().post(move || assert_eq!(*borrowed, 5));
+//! ```
+//!
+//! (Stable rustdoc does not check the error codes, so the doc test below shows that the
+//! same posts with an `Arc` and with `local` moved in compile: a failure above is the
+//! bound's, not a typo's. With `Send` or `'static` taken off `new` and `post`, the crate
+//! still compiles and the matching test above fails.)
+//!
+//! ```
+//! let el = shardloop::EventLoop::new();
+//! let shared = std::sync::Arc::new(1);
+//! let local = 5_u32;
+//! let _ = el.context().post(move || assert_eq!((*shared, local), (1, 5)));
+//! ```
 
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
@@ -346,6 +378,180 @@ mod tests {
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()));
         assert!(caught.is_err());
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    }
+
+    /// Counts its drops in a `'static` counter (no `Arc` that a double drop would free
+    /// twice), then panics.
+    struct PanicsOnDrop(&'static AtomicUsize);
+
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            panic!("a capture panics in its drop");
+        }
+    }
+
+    /// Counts its drops in a `'static` counter.
+    struct Counted(&'static AtomicUsize);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_capture_that_panics_in_its_drop_after_the_call_is_dropped_once_with_the_rest() {
+        static PANICKY: AtomicUsize = AtomicUsize::new(0);
+        static OTHER: AtomicUsize = AtomicUsize::new(0);
+        static RAN: AtomicUsize = AtomicUsize::new(0);
+        let (panicky, other) = (PanicsOnDrop(&PANICKY), Counted(&OTHER));
+        let job = move || {
+            let _keep = (&panicky, &other);
+            RAN.fetch_add(1, Ordering::SeqCst);
+        };
+        assert!(inline_of(&job));
+        let job = PostedJob::new(job, here());
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()));
+        assert!(caught.is_err(), "the drop's panic leaves `run`");
+        assert_eq!(RAN.load(Ordering::SeqCst), 1);
+        assert_eq!(PANICKY.load(Ordering::SeqCst), 1, "dropped once, not again");
+        assert_eq!(
+            OTHER.load(Ordering::SeqCst),
+            1,
+            "the other capture is dropped too"
+        );
+    }
+
+    #[test]
+    fn a_capture_that_panics_in_its_drop_unrun_is_dropped_once_with_the_rest() {
+        static PANICKY: AtomicUsize = AtomicUsize::new(0);
+        static OTHER: AtomicUsize = AtomicUsize::new(0);
+        for boxed in [false, true] {
+            let before = PANICKY.load(Ordering::SeqCst);
+            let (panicky, other) = (PanicsOnDrop(&PANICKY), Counted(&OTHER));
+            let ballast = [0u8; INLINE_BYTES];
+            let job = PostedJob::new(
+                move || {
+                    let _keep = (&panicky, &other);
+                    if boxed {
+                        std::hint::black_box(ballast);
+                    }
+                },
+                here(),
+            );
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(job)));
+            assert!(caught.is_err(), "the drop's panic leaves the entry's drop");
+            assert_eq!(PANICKY.load(Ordering::SeqCst), before + 1, "dropped once");
+        }
+        assert_eq!(
+            OTHER.load(Ordering::SeqCst),
+            2,
+            "the other capture too, both times"
+        );
+    }
+
+    /// 32 bytes but aligned to 16: the size fits, the alignment does not.
+    #[repr(align(16))]
+    struct Wide([u64; 4]);
+
+    #[test]
+    fn the_size_and_the_alignment_each_decide_where_a_closure_goes() {
+        static RAN: AtomicUsize = AtomicUsize::new(0);
+        let wide = Wide([1, 2, 3, 4]);
+        let aligned_32 = move || {
+            assert_eq!(
+                (&raw const wide).addr() % 16,
+                0,
+                "the box keeps the alignment"
+            );
+            RAN.fetch_add(wide.0.iter().sum::<u64>() as usize, Ordering::SeqCst);
+        };
+        assert_eq!(std::mem::size_of_val(&aligned_32), INLINE_BYTES);
+        assert!(!inline_of(&aligned_32), "32 bytes aligned to 16: boxed");
+
+        let words = [10u64, 20, 30, 40, 50];
+        let forty = move || {
+            RAN.fetch_add(words.iter().sum::<u64>() as usize, Ordering::SeqCst);
+        };
+        assert_eq!(std::mem::size_of_val(&forty), 40);
+        assert!(!inline_of(&forty), "40 bytes: boxed");
+
+        let words = [100u64, 200, 300, 400];
+        let thirty_two = move || {
+            RAN.fetch_add(words.iter().sum::<u64>() as usize, Ordering::SeqCst);
+        };
+        assert_eq!(std::mem::size_of_val(&thirty_two), INLINE_BYTES);
+        assert!(inline_of(&thirty_two), "32 bytes aligned to 8: in place");
+
+        PostedJob::new(aligned_32, here()).run();
+        PostedJob::new(forty, here()).run();
+        PostedJob::new(thirty_two, here()).run();
+        assert_eq!(RAN.load(Ordering::SeqCst), 10 + 150 + 1000);
+    }
+
+    /// What one entry of [`entries_survive_being_moved_by_a_growing_queue`] captures: its
+    /// number spread over the whole storage, so a stale read shows.
+    fn numbered(n: u64, out: Arc<std::sync::Mutex<Vec<u64>>>) -> impl FnOnce() + Send {
+        let words = [n, n ^ u64::MAX, n.wrapping_mul(0x9e37_79b9_7f4a_7c15)];
+        move || {
+            assert_eq!(words[1], words[0] ^ u64::MAX, "storage intact");
+            assert_eq!(words[2], words[0].wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            out.lock().unwrap().push(words[0]);
+        }
+    }
+
+    #[test]
+    fn entries_survive_being_moved_by_a_growing_queue() {
+        // The queue's buffer grows by copying entries bitwise, and a take moves them again:
+        // every stored closure must be whole after any number of such moves.
+        let out = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let job = numbered(0, out.clone());
+        assert!(inline_of(&job));
+        drop(job);
+        let mut queue = std::collections::VecDeque::with_capacity(1);
+        let mut next = 0;
+        for round in 0..8 {
+            // Push, pop half from the front (so the ring wraps), grow again.
+            for _ in 0..(1 << round) * 3 {
+                queue.push_back(PostedJob::new(numbered(next, out.clone()), here()));
+                next += 1;
+            }
+            for _ in 0..queue.len() / 2 {
+                queue.pop_front().expect("queued").run();
+            }
+        }
+        let moved: Vec<PostedJob> = queue.drain(..).collect();
+        for job in moved {
+            job.run();
+        }
+        let out = Arc::try_unwrap(out)
+            .expect("every capture released")
+            .into_inner()
+            .unwrap();
+        assert_eq!(
+            out,
+            (0..next).collect::<Vec<_>>(),
+            "each ran once, in order"
+        );
+    }
+
+    #[test]
+    fn a_send_closure_that_is_not_sync_is_accepted() {
+        // `PostedJob` is `Sync` by its fields; that is sound only because a shared entry
+        // gives no access to the closure. A `Send + !Sync` capture must still be postable.
+        let cell = std::cell::Cell::new(2u64);
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        let job = PostedJob::new(
+            move || {
+                cell.set(cell.get() * 21);
+                s.store(cell.get() as usize, Ordering::SeqCst);
+            },
+            here(),
+        );
+        std::thread::spawn(move || job.run()).join().unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), 42);
     }
 
     #[test]
