@@ -788,13 +788,28 @@ impl EventLoop {
 impl Drop for EventLoop {
     fn drop(&mut self) {
         self.core.shared.close();
-        drop(self.core.shared.clear_posted());
-        self.posted.clear();
+        // Posts never run are dropped one by one: a capture that panics in its own `Drop`
+        // must not skip the rest of this drop (the loop would stay installed as the thread's
+        // loop, with its tasks alive). The first such panic is raised again once the loop is
+        // taken down, unless the thread is unwinding already.
+        let mut first_panic = None;
+        let unrun = self.core.shared.clear_posted();
+        for job in unrun.into_iter().chain(self.posted.drain(..)) {
+            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(job)));
+            if let Err(payload) = dropped {
+                first_panic.get_or_insert(payload);
+            }
+        }
         // Tasks are dropped while the loop is still this thread's loop: their pauses and
         // timers clean up after themselves.
         self.core.executor.clear();
         self.core.shared.close_remote_wakes();
         uninstall(&self.core);
+        if let Some(payload) = first_panic
+            && !std::thread::panicking()
+        {
+            std::panic::resume_unwind(payload);
+        }
     }
 }
 
@@ -865,6 +880,43 @@ mod tests {
         assert_eq!(ran.load(Ordering::SeqCst), 0, "never run");
         assert_eq!(dropped.load(Ordering::SeqCst), 2, "each dropped once");
         assert_eq!(ctx.post(|| {}), Err(super::super::LoopClosed));
+    }
+
+    #[test]
+    fn a_post_whose_capture_panics_in_drop_does_not_keep_the_dropped_loop_installed() {
+        use std::sync::Arc;
+        struct Bomb;
+        impl Drop for Bomb {
+            fn drop(&mut self) {
+                panic!("a capture's drop panicked");
+            }
+        }
+        let later = Arc::new(());
+        let el = EventLoop::new();
+        let ctx = el.context();
+        let bomb = Bomb;
+        ctx.post(move || drop(bomb)).expect("the loop is alive");
+        let held = later.clone();
+        ctx.post(move || drop(held)).expect("the loop is alive");
+        assert!(
+            LoopContext::try_current().is_some(),
+            "installed while alive"
+        );
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(el)));
+        let payload = dropped.expect_err("the capture's panic is raised again");
+        assert_eq!(
+            crate::runtime::panic::panic_text(&*payload),
+            "a capture's drop panicked"
+        );
+        assert!(
+            LoopContext::try_current().is_none(),
+            "the loop was taken down despite the panic"
+        );
+        assert_eq!(
+            Arc::strong_count(&later),
+            1,
+            "the post after it was dropped too"
+        );
     }
 
     /// Five posts to a bare loop that may park outside tokio: each wakes it from its own
