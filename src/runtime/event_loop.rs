@@ -795,9 +795,8 @@ impl Drop for EventLoop {
         let mut first_panic = None;
         let unrun = self.core.shared.clear_posted();
         for job in unrun.into_iter().chain(self.posted.drain(..)) {
-            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(job)));
-            if let Err(payload) = dropped {
-                first_panic.get_or_insert(payload);
+            if let Err(why) = catch(|| drop(job)) {
+                first_panic.get_or_insert(why);
             }
         }
         // Tasks are dropped while the loop is still this thread's loop: their pauses and
@@ -805,10 +804,10 @@ impl Drop for EventLoop {
         self.core.executor.clear();
         self.core.shared.close_remote_wakes();
         uninstall(&self.core);
-        if let Some(payload) = first_panic
+        if let Some(why) = first_panic
             && !std::thread::panicking()
         {
-            std::panic::resume_unwind(payload);
+            std::panic::resume_unwind(Box::new(why));
         }
     }
 }
