@@ -365,9 +365,17 @@ impl Shared {
 
     /// Wakes the loop even from inside an iteration: for sources that feed a phase slot,
     /// which (unlike the queues) the loop does not look at again before it parks.
+    ///
+    /// Raised by a turn of the loop thread's own reactor (`reactor.rs`), it only raises the
+    /// signal (and counts): every turn is followed by an iteration that takes it, so a wake-up (a write to
+    /// the doorbell the loop is about to leave, or tokio's unpark) would buy nothing.
     pub(crate) fn notify_always(&self) {
         self.mailbox.signal.fetch_or(NOTIFIED, Ordering::AcqRel);
+        // Counted either way: the count is what tells the spin rule that an event came.
         self.mailbox.forced.fetch_add(1, Ordering::Relaxed);
+        if is_loop_thread(self.id) && super::reactor::turning_here() {
+            return;
+        }
         self.mailbox.waker.wake();
     }
 

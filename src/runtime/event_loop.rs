@@ -41,7 +41,7 @@ use super::fire::fire;
 use super::health::{self, Health};
 use super::history::Site;
 use super::panic::catch;
-use super::park::{Park, Woken};
+use super::park::{self, Park, Woken};
 use super::phase::Phase;
 use super::profile::{ENABLED as PROFILING, Kind};
 use super::spin::Spin;
@@ -129,6 +129,7 @@ pub struct EventLoopBuilder {
     probe_host: Option<Probe>,
     spin_before_park: Duration,
     park_outside_tokio: bool,
+    owns_its_thread: bool,
     handlers: Slots,
 }
 
@@ -141,6 +142,7 @@ impl fmt::Debug for EventLoopBuilder {
             .field("tick", &self.tick)
             .field("probe_host", &self.probe_host.is_some())
             .field("park_outside_tokio", &self.park_outside_tokio)
+            .field("owns_its_thread", &self.owns_its_thread)
             .field("handlers", &self.handlers.len())
             .finish()
     }
@@ -156,6 +158,7 @@ impl Default for EventLoopBuilder {
             probe_host: None,
             spin_before_park: DEFAULT_SPIN_BEFORE_PARK,
             park_outside_tokio: false,
+            owns_its_thread: false,
             handlers: Slots::default(),
         }
     }
@@ -237,6 +240,25 @@ impl EventLoopBuilder {
         self
     }
 
+    /// Promises that nothing on the loop's thread waits on tokio's drivers: no tokio socket,
+    /// timer (`tokio::time`) or signal is awaited by `run_until`'s future, a loop task or a
+    /// slot handler, and nothing is combined with the loop's future in its `block_on` (see
+    /// [`park_outside_tokio`](Self::park_outside_tokio)). Everything the loop waits on is
+    /// then its own: posts, task wakes (from any thread: a tokio channel or `Notify` is
+    /// fine), its timers, and the sockets of the thread's reactor, which the network
+    /// backend `epoll` registers there. The loop then parks in its own wait whenever tokio's
+    /// clock runs in real time and the thread's runtime has no task of tokio's own, slot
+    /// handlers or not, and an iteration that does not park skips tokio's `yield_now` (it
+    /// turns the thread's reactor instead). Off by default; the shard turns it on for the
+    /// `epoll` backend (its io_uring ring is driven by a tokio task, which turns it off).
+    ///
+    /// A broken promise is a delay, not a hang: what tokio's driver would have woken waits
+    /// for the loop's next wake-up, at most `idle_wait` later.
+    pub fn owns_its_thread(mut self, on: bool) -> Self {
+        self.owns_its_thread = on;
+        self
+    }
+
     /// Adds a handler to a phase that takes them ([`Phase::has_slot`]: Network, Deltas,
     /// Flush); handlers of one phase run in the order added.
     ///
@@ -292,6 +314,7 @@ impl EventLoopBuilder {
             probe_host: self.probe_host,
             spin: Spin::new(self.spin_before_park),
             park_outside_tokio: self.park_outside_tokio,
+            owns_its_thread: self.owns_its_thread,
             wakes_seen: 0,
             handlers: self.handlers,
             posted: VecDeque::new(),
@@ -316,6 +339,8 @@ pub struct EventLoop {
     spin: Spin,
     /// [`EventLoopBuilder::park_outside_tokio`].
     park_outside_tokio: bool,
+    /// [`EventLoopBuilder::owns_its_thread`].
+    owns_its_thread: bool,
     /// `wakes_issued` when the loop last looked: a change means an outside event came.
     wakes_seen: u64,
     handlers: Slots,
@@ -717,7 +742,11 @@ impl EventLoop {
             || !core.health.borrow_mut().may_sleep(now)
         {
             core.shared.set_running(false);
-            tokio::task::yield_now().await;
+            // The thread's reactor first: its sockets are not tokio's to turn.
+            self.park.turn_now();
+            if !self.tokio_unused() {
+                tokio::task::yield_now().await;
+            }
             return Phase::Network;
         }
         let next_due = core
@@ -734,7 +763,8 @@ impl EventLoop {
         }
         Counters::bump(&core.counters.totals.sleeps);
         core.shared.set_running(false);
-        let outside_tokio = self.park_outside_tokio && !root_lent && self.tokio_not_needed();
+        let outside_tokio = self.tokio_unused()
+            || (self.park_outside_tokio && !root_lent && self.tokio_not_needed());
         let woken = self.park.wait(&core.shared, deadline, outside_tokio).await;
         let overshoot = match woken {
             Woken::Deadline => Instant::now().saturating_duration_since(deadline),
@@ -758,17 +788,20 @@ impl EventLoop {
         Phase::Sleep
     }
 
+    /// Whether tokio has nothing to do on this thread meanwhile, as far as the loop can tell
+    /// under [`EventLoopBuilder::owns_its_thread`]'s promise: its clock runs in real time (a
+    /// paused clock moves only in tokio's park) and the thread's runtime has no task of its
+    /// own.
+    fn tokio_unused(&self) -> bool {
+        self.owns_its_thread && !park::clock_may_be_paused() && no_tokio_task_here()
+    }
+
     /// Whether nothing the loop can see needs tokio's reactor while it parks (with
     /// `run_until`'s waker held by nobody else, which the caller checks): no slot handlers, no
     /// task waker held outside the loop, and no task of tokio's own on this thread's
     /// current-thread runtime. See [`EventLoopBuilder::park_outside_tokio`].
     fn tokio_not_needed(&self) -> bool {
-        self.handlers.len() == 0
-            && self.core.shared.task_wakers_out() == 0
-            && tokio::runtime::Handle::try_current().is_ok_and(|rt| {
-                rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
-                    && rt.metrics().num_alive_tasks() == 0
-            })
+        self.handlers.len() == 0 && self.core.shared.task_wakers_out() == 0 && no_tokio_task_here()
     }
 
     /// Whether to keep polling instead of parking: asks the spin rule (`spin.rs`), telling it
@@ -783,6 +816,14 @@ impl EventLoop {
         self.wakes_seen = wakes;
         self.spin.keep_polling(std::time::Instant::now(), event)
     }
+}
+
+/// Whether this thread's tokio runtime is a current-thread one with no task of its own.
+fn no_tokio_task_here() -> bool {
+    tokio::runtime::Handle::try_current().is_ok_and(|rt| {
+        rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
+            && rt.metrics().num_alive_tasks() == 0
+    })
 }
 
 impl Drop for EventLoop {
@@ -1042,6 +1083,94 @@ mod tests {
             el.park.own_parks
         });
         assert_eq!(own_parks, 0);
+    }
+
+    /// A socket of the thread's reactor wakes the loop, in its own wait under the promise
+    /// that it owns its thread (slot handlers and all), through tokio's park otherwise: a
+    /// Network slot echoes each of 20 pings, each sent to a parked loop (an hour's park:
+    /// a lost wake fails the 30 s bound).
+    #[test]
+    fn a_socket_of_the_threads_reactor_wakes_the_loop_in_either_park() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        use std::sync::Arc;
+        use std::task::Wake;
+
+        struct WakeLoop(LoopContext);
+        impl Wake for WakeLoop {
+            fn wake(self: Arc<Self>) {
+                self.0.wake();
+            }
+        }
+        for owns in [true, false] {
+            let (echoed, own_parks) = alone(move || async move {
+                let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+                let addr = listener.local_addr().expect("addr");
+                let client = std::thread::spawn(move || {
+                    let mut socket = std::net::TcpStream::connect(addr).expect("connect");
+                    let mut byte = [0u8; 1];
+                    for i in 0..20u8 {
+                        // Long enough for the loop to park between pings.
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                        socket.write_all(&[i]).expect("ping");
+                        socket.read_exact(&mut byte).expect("echo");
+                        assert_eq!(byte[0], i);
+                    }
+                    20
+                });
+                let (server, _) = listener.accept().expect("accept");
+                server.set_nonblocking(true).expect("non-blocking");
+                let cell = Rc::new(std::cell::RefCell::new(None));
+                let slot_cell = cell.clone();
+                let server_fd = server.as_raw_fd();
+                let echoed = Rc::new(std::cell::RefCell::new(0));
+                let counted = echoed.clone();
+                let mut el = EventLoop::builder()
+                    .idle_wait(Duration::from_secs(3_600))
+                    .spin_before_park(Duration::ZERO)
+                    .owns_its_thread(owns)
+                    .slot(Phase::Network, move || {
+                        let cell = slot_cell.borrow();
+                        let Some(reg) = cell.as_ref() else {
+                            return false;
+                        };
+                        let reg: &crate::runtime::reactor::Registration = reg;
+                        if reg.readable() {
+                            let mut byte = [0u8; 1];
+                            // SAFETY: reads one byte into a live buffer from an open socket.
+                            let n =
+                                unsafe { libc::recv(server_fd, byte.as_mut_ptr().cast(), 1, 0) };
+                            if n == 1 {
+                                // SAFETY: sends one byte from a live buffer on an open socket.
+                                unsafe { libc::send(server_fd, byte.as_ptr().cast(), 1, 0) };
+                                *counted.borrow_mut() += 1;
+                                if *counted.borrow() == 20 {
+                                    crate::LoopContext::current().shutdown();
+                                }
+                                return true;
+                            }
+                            reg.clear_readable();
+                        }
+                        false
+                    })
+                    .build();
+                let waker = std::task::Waker::from(Arc::new(WakeLoop(el.context())));
+                let reactor = crate::runtime::reactor::Reactor::for_this_thread().expect("reactor");
+                *cell.borrow_mut() = Some(reactor.register(server_fd, waker).expect("register"));
+                el.run().await;
+                assert_eq!(client.join().expect("client"), 20);
+                let echoed = *echoed.borrow();
+                drop(cell);
+                drop(server);
+                (echoed, el.park.own_parks)
+            });
+            assert_eq!(echoed, 20);
+            if owns {
+                assert!(own_parks >= 20, "parked outside tokio {own_parks} times");
+            } else {
+                assert_eq!(own_parks, 0);
+            }
+        }
     }
 
     /// Only tokio's park advances a paused clock: with it paused, the loop parks in tokio

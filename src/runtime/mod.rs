@@ -18,6 +18,7 @@ pub(crate) mod park;
 mod phase;
 mod posted_job;
 pub(crate) mod profile;
+pub(crate) mod reactor;
 mod spin;
 pub(crate) mod stamp;
 mod stats;

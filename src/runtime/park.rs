@@ -118,6 +118,7 @@ use std::future::poll_fn;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::pin;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Poll, Wake, Waker};
 
@@ -125,6 +126,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::time::{Duration, Instant};
 
 use super::context::Shared;
+use super::reactor::{PARK_DOORBELL, PARK_TIMER, Reactor, Turn};
 
 /// Why a park ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +139,12 @@ pub(crate) enum Woken {
 
 #[derive(Default)]
 pub(crate) struct Park {
+    /// The thread's reactor's `epoll` as tokio sees it (declared before `reactor`, so that it
+    /// leaves tokio's reactor before the reactor can close it), registered at the first park
+    /// through tokio that finds sources in the reactor.
+    reactor_in_tokio: Option<AsyncFd<ReactorFd>>,
+    /// The thread's reactor, taken at the first park (`None` inside if it could not be made).
+    reactor: Option<Option<Rc<Reactor>>>,
     timerfd: Option<AsyncFd<TimerFd>>,
     timerfd_tried: bool,
     /// The deadline the timerfd is armed for, while its expiry is not yet consumed.
@@ -184,9 +192,62 @@ impl Park {
         }
         if self.own.is_none() {
             self.ensure_timerfd(); // sets the thread's timer slack too
-            self.own = Some(OwnWait::new().ok());
+            let reactor = self.reactor().cloned();
+            self.own = Some(reactor.and_then(|r| OwnWait::new(r).ok()));
         }
         self.own.as_mut().and_then(Option::as_mut)
+    }
+
+    /// The thread's reactor, taken on first use.
+    fn reactor(&mut self) -> Option<&Rc<Reactor>> {
+        self.reactor
+            .get_or_insert_with(|| Reactor::for_this_thread().ok())
+            .as_ref()
+    }
+
+    /// Turns the thread's reactor without blocking, when it has sources: for an iteration
+    /// that does not park (work is pending), which would otherwise see a socket's readiness
+    /// only once it parks. True if it woke a source.
+    pub(crate) fn turn_now(&mut self) -> bool {
+        let Some(reactor) = self.reactor().filter(|r| r.has_sources()).cloned() else {
+            return false;
+        };
+        match reactor.turn(0) {
+            Ok(turn) => {
+                self.note_park_events(turn);
+                turn.sources > 0
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Keeps the own wait's state true after a turn made outside it saw the own wait's
+    /// descriptors: an expired timer must be armed again even for the same deadline, and a
+    /// rung doorbell read before the next own wait.
+    fn note_park_events(&mut self, turn: Turn) {
+        if let Some(Some(own)) = &mut self.own {
+            if turn.timer {
+                own.armed_for = None;
+            }
+            if turn.doorbell {
+                own.rung = true;
+            }
+        }
+    }
+
+    /// The reactor's `epoll` registered with tokio's reactor, when the reactor has sources:
+    /// a park through tokio then ends when one of them has an event.
+    fn reactor_in_tokio(&mut self) -> Option<Rc<Reactor>> {
+        let reactor = self.reactor().filter(|r| r.has_sources()).cloned()?;
+        if self.reactor_in_tokio.is_none() {
+            let fd = ReactorFd(reactor.fd());
+            // SAFETY: the reactor owns the descriptor, and the park holds the reactor (an
+            // `Rc`) for longer than this registration (field order), so it stays open and the
+            // same descriptor for as long as tokio has it.
+            self.reactor_in_tokio =
+                unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok();
+        }
+        self.reactor_in_tokio.as_ref().map(|_| reactor)
     }
 
     /// Blocks (as a future) until `deadline` or a notify, whichever comes first.
@@ -207,11 +268,27 @@ impl Park {
             let armed = fd.get_ref().arm(after);
             self.armed_for = armed.is_ok().then_some(deadline);
         }
+        let reactor = self.reactor_in_tokio();
         let timerfd = self.timerfd.as_ref();
+        let in_tokio = self.reactor_in_tokio.as_ref().filter(|_| reactor.is_some());
         let mut fired = false;
+        let mut seen = Turn::default();
         let woken = poll_fn(|cx| {
             if shared.register_and_check(cx.waker()) {
                 return Poll::Ready(Woken::Notified);
+            }
+            if let (Some(reactor), Some(epoll)) = (&reactor, in_tokio) {
+                while let Poll::Ready(Ok(mut guard)) = epoll.poll_read_ready(cx) {
+                    // Cleared after the turn: an event that comes during it is a newer
+                    // readiness of tokio's, which the clear leaves set.
+                    let turn = reactor.turn(0).unwrap_or_default();
+                    guard.clear_ready();
+                    seen.timer |= turn.timer;
+                    seen.doorbell |= turn.doorbell;
+                    if turn.sources > 0 {
+                        return Poll::Ready(Woken::Notified);
+                    }
+                }
             }
             if let Some(sleep) = sleep.as_mut().as_pin_mut()
                 && sleep.poll(cx).is_ready()
@@ -236,6 +313,7 @@ impl Park {
         if fired {
             self.armed_for = None;
         }
+        self.note_park_events(seen);
         woken
     }
 
@@ -266,18 +344,15 @@ impl Park {
     }
 }
 
-/// `epoll` data of the own wait's timerfd.
-const OWN_TIMER: u64 = 1;
-/// `epoll` data of the own wait's doorbell.
-const OWN_DOORBELL: u64 = 2;
-
-/// The park outside tokio: an `epoll` of the loop's own holding a timerfd for the deadline
-/// and a doorbell `eventfd` that the waker slot rings (the same wait as the `eventfd` floor
-/// of `examples/wake_latency`). Both are level-triggered and neither is read on the way out:
-/// the wake goes straight back to the loop, and the next wait reads the doorbell if it rang
-/// (and re-arms the timerfd, which resets its count, if it fired).
+/// The park outside tokio: the `epoll` of the thread's reactor (`reactor.rs`), holding a
+/// timerfd for the deadline and a doorbell `eventfd` that the waker slot rings (the same wait
+/// as the `eventfd` floor of `examples/wake_latency`) beside the reactor's sources. Both are
+/// edge-triggered and neither is read on the way out: the wake goes straight back to the
+/// loop, and the next wait reads the doorbell if it rang (and re-arms the timerfd, which
+/// resets its count, if it fired). An edge is reported once, to whichever turn takes it; a
+/// turn outside the own wait passes what it saw back (`Park::note_park_events`).
 struct OwnWait {
-    epoll: OwnedFd,
+    reactor: Rc<Reactor>,
     timer: TimerFd,
     /// The deadline the timerfd is armed for, while its expiry is not yet consumed.
     armed_for: Option<Instant>,
@@ -289,20 +364,13 @@ struct OwnWait {
 }
 
 impl OwnWait {
-    fn new() -> io::Result<Self> {
-        // SAFETY: epoll_create1 has no memory-safety preconditions; the result is checked.
-        let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if epoll < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor that nothing else owns.
-        let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
+    fn new(reactor: Rc<Reactor>) -> io::Result<Self> {
         let timer = TimerFd::new()?;
         let doorbell = Arc::new(Doorbell::new()?);
-        watch(&epoll, timer.as_raw_fd(), OWN_TIMER)?;
-        watch(&epoll, doorbell.fd.as_raw_fd(), OWN_DOORBELL)?;
+        reactor.watch_for_park(timer.as_raw_fd(), PARK_TIMER)?;
+        reactor.watch_for_park(doorbell.fd.as_raw_fd(), PARK_DOORBELL)?;
         Ok(OwnWait {
-            epoll,
+            reactor,
             timer,
             armed_for: None,
             waker: Waker::from(doorbell.clone()),
@@ -331,26 +399,16 @@ impl OwnWait {
         if shared.register_and_check(&self.waker) {
             return Woken::Notified;
         }
-        let mut ready = [libc::epoll_event { events: 0, u64: 0 }; 2];
-        let n = loop {
-            // SAFETY: `ready` has room for the two events asked for; the descriptor is ours.
-            let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), ready.as_mut_ptr(), 2, -1) };
-            if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-                break n;
-            }
-        };
-        let mut fired = false;
-        for event in &ready[..usize::try_from(n).unwrap_or(0)] {
-            match event.u64 {
-                OWN_TIMER => fired = true,
-                _ => self.rung = true,
-            }
-        }
-        if fired {
+        // The timerfd bounds the wait. A source's event (a socket of the thread's reactor)
+        // ends it too: the turn has set its readiness and raised the loop's signal.
+        let turn = self.reactor.turn(-1).unwrap_or_default();
+        self.rung |= turn.doorbell;
+        if turn.timer {
             self.armed_for = None;
             return Woken::Deadline;
         }
-        // A ring, or (never seen) an epoll error: the loop looks at its queues and comes back.
+        // A ring, a source, a signal or (never seen) an epoll error: the loop looks at its
+        // queues and comes back.
         Woken::Notified
     }
 
@@ -361,18 +419,14 @@ impl OwnWait {
     }
 }
 
-/// Adds `fd` to `epoll`, readable, level-triggered, with `data`.
-fn watch(epoll: &OwnedFd, fd: RawFd, data: u64) -> io::Result<()> {
-    let mut event = libc::epoll_event {
-        events: libc::EPOLLIN as u32,
-        u64: data,
-    };
-    // SAFETY: both descriptors are live; `event` is a valid epoll_event.
-    let rc = unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
+/// The reactor's `epoll` descriptor for tokio's reactor, which only ever polls it; the
+/// reactor owns and closes it.
+struct ReactorFd(RawFd);
+
+impl AsRawFd for ReactorFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
     }
-    Ok(())
 }
 
 /// The own wait's doorbell: an `eventfd` that a wake writes to. Owned by the waker (an
@@ -438,7 +492,7 @@ fn set_thread_timer_slack(nanos: libc::c_ulong) {
 /// two readings in a row on this thread are equal; a running clock is read in nanoseconds,
 /// and two readings differ. Equal readings on a running but coarse clock only answer "may be
 /// paused", which arms a `Sleep` that was not needed.
-fn clock_may_be_paused() -> bool {
+pub(crate) fn clock_may_be_paused() -> bool {
     let first = Instant::now();
     Instant::now() == first
 }
@@ -566,7 +620,8 @@ mod tests {
         rt.block_on(async {
             let el = crate::EventLoop::builder().build();
             let shared = el.context().shared;
-            let mut own = OwnWait::new().expect("epoll, timerfd, eventfd");
+            let mut own = OwnWait::new(Reactor::for_this_thread().expect("reactor"))
+                .expect("epoll, timerfd, eventfd");
             let passed = Instant::now() - Duration::from_millis(1);
             assert_eq!(
                 own.wait(&shared, passed),

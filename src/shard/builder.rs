@@ -36,6 +36,10 @@ pub struct Shard {
     pub(super) games: Games,
     /// Sockets bound by the caller, used instead of binding `network.listen`.
     pub(super) listeners: Option<Vec<TcpListener>>,
+    /// The loop may promise that it owns its thread (`EventLoopBuilder::owns_its_thread`):
+    /// set by [`super::run_process`], which knows what its stop future waits on; a caller's
+    /// own `stop` may be anything, a tokio timer included.
+    pub(super) owns_its_thread: bool,
 }
 
 impl Shard {
@@ -111,6 +115,7 @@ impl ShardBuilder {
             config: config.clone(),
             games: Games::check(games, &built_in)?,
             listeners: self.listeners,
+            owns_its_thread: false,
         })
     }
 

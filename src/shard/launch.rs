@@ -187,6 +187,10 @@ pub fn run_process(shard: Shard) -> ExitCode {
     // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     let backend = config.network.backend_kind();
+    // The stop signals are watched on a thread of their own (below), so nothing on the loop
+    // thread waits on tokio's drivers.
+    let mut shard = shard;
+    shard.owns_its_thread = true;
     let stopped = backend.block_on(async {
         let stop = stop_signals().map_err(|e| {
             tracing::error!("cannot listen for SIGINT/SIGTERM: {e}");
@@ -219,28 +223,67 @@ pub fn run_process(shard: Shard) -> ExitCode {
 /// Ctrl-C (SIGINT), or SIGTERM from a service manager. Both are registered before this
 /// returns, so a signal that arrives once the shard says "ready" is never missed.
 ///
+/// They are watched on a thread of their own, with its own small tokio runtime, and the first
+/// one completes the returned future from there (a cross-thread wake of the loop, like a
+/// post): the loop thread then has no tokio driver to wait on, and can park in its own wait.
+///
 /// The first one starts a clean stop (with its final save). A second one while that runs
 /// exits at once, after saying so: the save being written is abandoned, and the previous one
 /// in `Saves/` is what the next start loads (a half-written save is never loaded).
 fn stop_signals() -> std::io::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (registered, ready) = std::sync::mpsc::channel::<std::io::Result<()>>();
+    std::thread::Builder::new()
+        .name("shard-signals".into())
+        .spawn(move || {
+            let watch = async {
+                let interrupt = signal(SignalKind::interrupt())?;
+                let terminate = signal(SignalKind::terminate())?;
+                Ok::<_, std::io::Error>((interrupt, terminate))
+            };
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = registered.send(Err(e));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let (mut interrupt, mut terminate) = match watch.await {
+                    Ok(signals) => signals,
+                    Err(e) => {
+                        let _ = registered.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = registered.send(Ok(()));
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
+                }
+                let _ = stop.send(());
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
+                }
+                tracing::warn!(
+                    "second stop signal: exiting now without the final save; the last \
+                     complete save in Saves/ is what the next start loads"
+                );
+                logs::exit(130);
+            });
+        })?;
+    ready
+        .recv()
+        .map_err(|_| std::io::Error::other("the signal thread ended before registering"))??;
     Ok(async move {
-        tokio::select! {
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => {}
+        // Only a first signal completes it: a thread that is gone never stops the shard.
+        if stopped.await.is_err() {
+            std::future::pending::<()>().await;
         }
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = interrupt.recv() => {}
-                _ = terminate.recv() => {}
-            }
-            tracing::warn!(
-                "second stop signal: exiting now without the final save; the last complete \
-                 save in Saves/ is what the next start loads"
-            );
-            logs::exit(130);
-        });
     })
 }

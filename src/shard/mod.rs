@@ -281,6 +281,7 @@ async fn run_shard(
         config,
         mut games,
         listeners,
+        owns_its_thread,
     } = shard;
     let config = &config;
     let started = Instant::now();
@@ -334,7 +335,12 @@ async fn run_shard(
     let world = Rc::new(RefCell::new(world));
     let net = Net::new(Limits::from(&config.network));
     let players = game::install(&net, world.clone(), &mut games);
-    let builder = config.server.loop_builder();
+    // The epoll backend's sockets are in the loop thread's own reactor; io_uring's ring is
+    // driven by a tokio task, which needs tokio's park.
+    let builder = config
+        .server
+        .loop_builder()
+        .owns_its_thread(owns_its_thread && backend == BackendKind::Epoll);
     let mut event_loop =
         game::wire(builder, &net, world.clone(), players.clone(), games.deltas).build();
     // One wall clock for autosave, saves and archives (and a save after a fault).

@@ -1,0 +1,440 @@
+//! The loop thread's own reactor: one `epoll` for the descriptors the loop itself reads.
+//!
+//! tokio's reactor cannot be waited on from outside tokio's park, so a loop whose sockets
+//! live there must park through tokio, and pay tokio's driver turn on every wake. The
+//! descriptors registered here (the network backend's sockets, the park's timerfd and
+//! doorbell) are in an `epoll` the loop owns, so the loop can block in it directly
+//! (`park.rs`, the own wait) and a packet or a post costs one return from `epoll_wait`.
+//!
+//! **Who turns it.** Only the loop thread, at three places, all in `park.rs`: the own wait
+//! (`epoll_wait` with no timeout: the park's timerfd bounds it), a park through tokio (the
+//! `epoll` descriptor is itself registered with tokio's reactor, which reports it readable
+//! when any descriptor in it has an event, and the park then turns it without blocking), and
+//! an iteration that does not park (a turn without blocking, as tokio's `yield_now` turns
+//! tokio's). Every turn is followed by a loop iteration, which is what lets a turn raise its
+//! sources quietly ([`turning_here`]).
+//!
+//! **Readiness** is edge-triggered (`EPOLLET`): the kernel queues an event whenever a
+//! descriptor becomes readable or writable again, and the turn sets the source's
+//! [`Readiness`] bits and wakes its waker. The owner clears a bit only when the kernel said
+//! "would block" (or a read came back short, see `net/epoll.rs`); since events are only
+//! handled by a turn on this same thread, nothing can set a bit between the owner's system
+//! call and its clearing, so no edge is lost.
+//!
+//! **Tokens.** An event carries a slot index and the slot's generation; a slot freed and
+//! reused meanwhile has another generation, so an event for a source that is gone wakes
+//! nothing. Two values are kept for the park's own descriptors ([`PARK_TIMER`],
+//! [`PARK_DOORBELL`]), which the turn reports instead of dispatching.
+//!
+//! This module must never decide when to park or for how long (the loop does) and never
+//! reads or writes a socket (its owner does).
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::rc::{Rc, Weak};
+use std::task::Waker;
+
+/// `epoll` data of the park's timerfd.
+pub(crate) const PARK_TIMER: u64 = 0;
+/// `epoll` data of the park's doorbell `eventfd`.
+pub(crate) const PARK_DOORBELL: u64 = 1;
+/// Slot indexes start here: the values below are the park's.
+const FIRST_SLOT: u64 = 2;
+
+/// Events taken per `epoll_wait`; a turn that fills them asks again (without blocking).
+const EVENTS_PER_WAIT: usize = 256;
+
+thread_local! {
+    /// This thread's reactor while anything holds it.
+    static THREAD_REACTOR: RefCell<Weak<Reactor>> = const { RefCell::new(Weak::new()) };
+    /// True while this thread dispatches a turn's events.
+    static TURNING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True on a thread that is dispatching a turn's events: a loop woken from here needs no
+/// wake-up, since the loop turns only where an iteration follows (the caller, a loop's
+/// notify, then only raises its signal).
+pub(crate) fn turning_here() -> bool {
+    TURNING.with(Cell::get)
+}
+
+/// What one turn found besides its sources.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Turn {
+    /// The park's timerfd expired.
+    pub(crate) timer: bool,
+    /// The park's doorbell was rung.
+    pub(crate) doorbell: bool,
+    /// Sources whose waker this turn woke.
+    pub(crate) sources: usize,
+}
+
+/// The thread's `epoll` and the sources registered in it.
+pub(crate) struct Reactor {
+    epoll: OwnedFd,
+    slots: RefCell<Vec<Slot>>,
+    free: RefCell<Vec<u32>>,
+    /// Sources registered now.
+    live: Cell<usize>,
+}
+
+struct Slot {
+    generation: u32,
+    source: Option<Rc<Source>>,
+}
+
+/// A registered descriptor's readiness and the waker its events wake.
+struct Source {
+    readiness: Readiness,
+    waker: Waker,
+}
+
+/// The readable and writable bits of one source, set by turns and cleared by its owner.
+#[derive(Default)]
+pub(crate) struct Readiness(Cell<u8>);
+
+const READABLE: u8 = 1;
+const WRITABLE: u8 = 2;
+/// The peer closed its side, or the socket failed: sticky, so that a read that drained the
+/// last bytes (and cleared [`READABLE`]) still goes to the kernel next time and reads the
+/// close, which came with those bytes and brings no later event.
+const READ_CLOSED: u8 = 4;
+/// The socket hung up or failed: sticky for writes likewise.
+const WRITE_CLOSED: u8 = 8;
+
+impl Readiness {
+    fn set(&self, bits: u8) {
+        self.0.set(self.0.get() | bits);
+    }
+
+    fn clear(&self, bits: u8) {
+        self.0.set(self.0.get() & !bits);
+    }
+}
+
+impl Reactor {
+    /// This thread's reactor, created if nobody holds one.
+    pub(crate) fn for_this_thread() -> io::Result<Rc<Reactor>> {
+        if let Some(reactor) = THREAD_REACTOR.with(|r| r.borrow().upgrade()) {
+            return Ok(reactor);
+        }
+        let reactor = Rc::new(Reactor::new()?);
+        THREAD_REACTOR.with(|r| *r.borrow_mut() = Rc::downgrade(&reactor));
+        Ok(reactor)
+    }
+
+    fn new() -> io::Result<Reactor> {
+        // SAFETY: epoll_create1 has no memory-safety preconditions; the result is checked.
+        let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epoll < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Reactor {
+            // SAFETY: a fresh descriptor that nothing else owns.
+            epoll: unsafe { OwnedFd::from_raw_fd(epoll) },
+            slots: RefCell::new(Vec::new()),
+            free: RefCell::new(Vec::new()),
+            live: Cell::new(0),
+        })
+    }
+
+    /// The `epoll` descriptor (readable while any event waits in it).
+    pub(crate) fn fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    /// Whether any source is registered.
+    pub(crate) fn has_sources(&self) -> bool {
+        self.live.get() > 0
+    }
+
+    /// Adds one of the park's own descriptors, readable, edge-triggered, with `data`
+    /// ([`PARK_TIMER`] or [`PARK_DOORBELL`]).
+    pub(crate) fn watch_for_park(&self, fd: RawFd, data: u64) -> io::Result<()> {
+        debug_assert!(data < FIRST_SLOT);
+        self.ctl(libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32 | EDGE, data)
+    }
+
+    /// Registers `fd` for both directions (and hang-ups), edge-triggered: from now on every
+    /// event sets its readiness and wakes `waker`. Both bits start set, so the first read or
+    /// write goes to the kernel, which says whether to wait.
+    pub(crate) fn register(self: &Rc<Self>, fd: RawFd, waker: Waker) -> io::Result<Registration> {
+        let source = Rc::new(Source {
+            readiness: Readiness(Cell::new(READABLE | WRITABLE)),
+            waker,
+        });
+        let index = match self.free.borrow_mut().pop() {
+            Some(index) => index,
+            None => {
+                let mut slots = self.slots.borrow_mut();
+                slots.push(Slot {
+                    generation: 0,
+                    source: None,
+                });
+                // Below 2^32 - FIRST_SLOT, so that a slot's token never reaches its generation.
+                u32::try_from(slots.len() - 1)
+                    .ok()
+                    .filter(|&i| u64::from(i) + FIRST_SLOT <= u64::from(u32::MAX))
+                    .ok_or_else(|| io::Error::other("too many sources in one reactor"))?
+            }
+        };
+        let generation = {
+            let mut slots = self.slots.borrow_mut();
+            let slot = &mut slots[index as usize];
+            slot.source = Some(source.clone());
+            slot.generation
+        };
+        let interest = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP) as u32 | EDGE;
+        if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, fd, interest, token(index, generation)) {
+            self.release(index);
+            return Err(e);
+        }
+        self.live.set(self.live.get() + 1);
+        Ok(Registration {
+            reactor: self.clone(),
+            source,
+            fd,
+            index,
+        })
+    }
+
+    /// Takes the events waiting, blocking up to `timeout_ms` (-1: until one comes) for the
+    /// first: sets each source's readiness and wakes its waker, and reports the park's own.
+    pub(crate) fn turn(&self, timeout_ms: libc::c_int) -> io::Result<Turn> {
+        let mut turn = Turn::default();
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_WAIT];
+        let mut timeout = timeout_ms;
+        loop {
+            // SAFETY: `events` has room for the count asked for; the descriptor is ours.
+            let n = unsafe {
+                libc::epoll_wait(
+                    self.epoll.as_raw_fd(),
+                    events.as_mut_ptr(),
+                    EVENTS_PER_WAIT as libc::c_int,
+                    timeout,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    // A signal: the caller looks at its queues and comes back.
+                    return Ok(turn);
+                }
+                return Err(e);
+            }
+            let n = n as usize;
+            self.dispatch(&events[..n], &mut turn);
+            if n < EVENTS_PER_WAIT {
+                return Ok(turn);
+            }
+            timeout = 0;
+        }
+    }
+
+    fn dispatch(&self, events: &[libc::epoll_event], turn: &mut Turn) {
+        let _turning = Turning::enter();
+        for event in events {
+            let (data, flags) = (event.u64, event.events);
+            match data {
+                PARK_TIMER => turn.timer = true,
+                PARK_DOORBELL => turn.doorbell = true,
+                _ => {
+                    let Some(source) = self.source(data) else {
+                        continue;
+                    };
+                    source.readiness.set(bits_of(flags));
+                    source.waker.wake_by_ref();
+                    turn.sources += 1;
+                }
+            }
+        }
+    }
+
+    /// The live source `data` names, if its slot still holds the generation it names.
+    fn source(&self, data: u64) -> Option<Rc<Source>> {
+        let index = usize::try_from((data & 0xffff_ffff) - FIRST_SLOT).ok()?;
+        let generation = (data >> 32) as u32;
+        let slots = self.slots.borrow();
+        let slot = slots.get(index)?;
+        (slot.generation == generation)
+            .then(|| slot.source.clone())
+            .flatten()
+    }
+
+    fn release(&self, index: u32) {
+        let mut slots = self.slots.borrow_mut();
+        let slot = &mut slots[index as usize];
+        slot.source = None;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.borrow_mut().push(index);
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
+        let mut event = libc::epoll_event { events, u64: data };
+        // SAFETY: both descriptors are live (the caller owns `fd`); `event` is valid.
+        let rc = unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut event) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+const EDGE: u32 = libc::EPOLLET as u32;
+
+/// The `epoll` data of slot `index` at `generation`.
+fn token(index: u32, generation: u32) -> u64 {
+    (u64::from(generation) << 32) | (u64::from(index) + FIRST_SLOT)
+}
+
+/// The readiness bits an event's flags give: a hang-up or an error sets both, so that the
+/// owner's next read and write each go to the kernel and learn of it.
+fn bits_of(flags: u32) -> u8 {
+    let mut bits = 0;
+    if flags & libc::EPOLLIN as u32 != 0 {
+        bits |= READABLE;
+    }
+    if flags & libc::EPOLLOUT as u32 != 0 {
+        bits |= WRITABLE;
+    }
+    if flags & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+        bits |= READ_CLOSED;
+    }
+    if flags & (libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+        bits |= WRITE_CLOSED;
+    }
+    bits
+}
+
+/// Marks this thread as dispatching until dropped.
+struct Turning;
+
+impl Turning {
+    fn enter() -> Turning {
+        TURNING.with(|t| t.set(true));
+        Turning
+    }
+}
+
+impl Drop for Turning {
+    fn drop(&mut self) {
+        TURNING.with(|t| t.set(false));
+    }
+}
+
+/// One descriptor registered with the thread's reactor. Dropping it removes the descriptor
+/// from the `epoll` (drop it before closing the descriptor) and frees its slot.
+pub(crate) struct Registration {
+    reactor: Rc<Reactor>,
+    source: Rc<Source>,
+    fd: RawFd,
+    index: u32,
+}
+
+impl Registration {
+    /// Whether the descriptor may be readable (not known to be drained since its last event).
+    #[must_use]
+    pub(crate) fn readable(&self) -> bool {
+        self.source.readiness.0.get() & (READABLE | READ_CLOSED) != 0
+    }
+
+    /// Whether the descriptor may be writable.
+    #[must_use]
+    pub(crate) fn writable(&self) -> bool {
+        self.source.readiness.0.get() & (WRITABLE | WRITE_CLOSED) != 0
+    }
+
+    /// The kernel said the descriptor has nothing more to read: wait for its next event (a
+    /// close already seen stays seen).
+    pub(crate) fn clear_readable(&self) {
+        self.source.readiness.clear(READABLE);
+    }
+
+    /// The kernel said the descriptor takes nothing more now: wait for its next event.
+    pub(crate) fn clear_writable(&self) {
+        self.source.readiness.clear(WRITABLE);
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        // Closing the descriptor would remove it too, but only once no duplicate of it is
+        // open anywhere; removing it here ends its events with the registration.
+        let _ = self.reactor.ctl(libc::EPOLL_CTL_DEL, self.fd, 0, 0);
+        self.reactor.release(self.index);
+        self.reactor.live.set(self.reactor.live.get() - 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        server.set_nonblocking(true).expect("non-blocking");
+        (client, server)
+    }
+
+    #[test]
+    fn an_event_after_a_clear_sets_the_bit_again_and_wakes() {
+        let reactor = Reactor::for_this_thread().expect("reactor");
+        let (mut client, server) = pair();
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let reg = reactor
+            .register(server.as_raw_fd(), Waker::from(count.clone()))
+            .expect("register");
+        assert!(reg.readable() && reg.writable(), "both start set");
+        reg.clear_readable();
+        reg.clear_writable();
+        // The registration itself queues the writable edge.
+        let first = reactor.turn(10_000).expect("turn");
+        assert!(first.sources >= 1 && reg.writable() && !reg.readable());
+        let woken = count.0.load(Ordering::SeqCst);
+        client.write_all(b"x").expect("write");
+        let second = reactor.turn(10_000).expect("turn");
+        assert_eq!(second.sources, 1);
+        assert!(reg.readable(), "data sets the readable bit");
+        assert_eq!(count.0.load(Ordering::SeqCst), woken + 1);
+        // Nothing new: a turn without blocking finds nothing (edge-triggered).
+        assert_eq!(reactor.turn(0).expect("turn"), Turn::default());
+    }
+
+    #[test]
+    fn an_event_of_a_dropped_registration_wakes_nothing() {
+        let reactor = Reactor::for_this_thread().expect("reactor");
+        let (mut client, server) = pair();
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let reg = reactor
+            .register(server.as_raw_fd(), Waker::from(count.clone()))
+            .expect("register");
+        reactor.turn(10_000).expect("turn");
+        drop(reg);
+        assert!(!reactor.has_sources());
+        let woken = count.0.load(Ordering::SeqCst);
+        client.write_all(b"x").expect("write");
+        assert_eq!(reactor.turn(50).expect("turn").sources, 0);
+        assert_eq!(count.0.load(Ordering::SeqCst), woken);
+        // The freed slot is reused under a new generation.
+        let again = reactor
+            .register(server.as_raw_fd(), Waker::from(count.clone()))
+            .expect("register");
+        assert_eq!(again.index, 0);
+    }
+}
