@@ -28,12 +28,14 @@
 //!
 //! A second row of ours runs the same loop with `EventLoopBuilder::park_outside_tokio`: it has
 //! the runtime to itself here, so it parks in its own `epoll_wait` (a timerfd and a doorbell
-//! `eventfd`), and a post wakes it the way the `eventfd` floor below is woken.
+//! `eventfd`), and a post wakes it the way the `eventfd` floor below is woken. A third parks
+//! as the shard binary's loop does: `EventLoopBuilder::owns_its_thread` with a Network slot
+//! (a slot alone would keep `park_outside_tokio` in tokio's park).
 //!
 //! Two floors put (b) in context, on the same schedule: `tokio::sync::Notify` from the other
 //! thread to a `block_on` future (the cheapest cross-thread wake tokio has: what any design
 //! on tokio pays), and a raw `eventfd` write to a thread blocked in `epoll_wait` (the OS
-//! mechanism under tokio's park, no tokio at all). The five take turns, 30 posts each, ten
+//! mechanism under tokio's park, no tokio at all). The six take turns, 30 posts each, ten
 //! times over (`POST_ROUNDS`), so that each draws the same mix of the host's wake-up modes.
 //!
 //! Everything runs one measurement at a time on one current-thread runtime (`enable_all`).
@@ -126,13 +128,29 @@ async fn wheel_lag_tokio() -> Vec<Duration> {
     lags
 }
 
-/// (b) ours: posts to a parked loop; with `outside_tokio`, one that parks in its own
-/// `epoll_wait` (`EventLoopBuilder::park_outside_tokio`: this loop has the runtime to itself).
-async fn post_latency_ours(outside_tokio: bool) -> (Vec<Duration>, LoopStats) {
-    let mut el = EventLoop::builder()
-        .tick(TICK)
-        .park_outside_tokio(outside_tokio)
-        .build();
+/// How the loop of a post row parks.
+#[derive(Clone, Copy)]
+enum ParkAs {
+    /// The default: through tokio's park.
+    Tokio,
+    /// `EventLoopBuilder::park_outside_tokio`: this loop has the runtime to itself.
+    Outside,
+    /// As the shard binary's loop: `EventLoopBuilder::owns_its_thread`, with a Network slot
+    /// (which would keep `park_outside_tokio` in tokio).
+    Shard,
+}
+
+/// (b) ours: posts to a parked loop, parked as `park` says.
+async fn post_latency_ours(park: ParkAs) -> (Vec<Duration>, LoopStats) {
+    let builder = EventLoop::builder().tick(TICK);
+    let mut el = match park {
+        ParkAs::Tokio => builder,
+        ParkAs::Outside => builder.park_outside_tokio(true),
+        ParkAs::Shard => builder
+            .owns_its_thread(true)
+            .slot(shardloop::runtime::Phase::Network, || false),
+    }
+    .build();
     let ctx = el.context();
     let producer = thread::spawn(move || {
         for _ in 0..POSTS_PER_ROUND {
@@ -680,6 +698,7 @@ struct PostRuns {
     ours: Vec<Duration>,
     stats: LoopStats,
     ours_outside_tokio: Vec<Duration>,
+    ours_shard: Vec<Duration>,
     tokio: Vec<Duration>,
     floor_notify: Vec<Duration>,
     floor_eventfd: Vec<Duration>,
@@ -689,25 +708,28 @@ struct PostRuns {
 /// `POST_ROUNDS`); each peer's samples are pooled.
 fn post_runs(rt: &tokio::runtime::Runtime) -> PostRuns {
     let (mut ours, mut tokio) = (Vec::new(), Vec::new());
-    let mut ours_outside_tokio = Vec::new();
+    let (mut ours_outside_tokio, mut ours_shard) = (Vec::new(), Vec::new());
     let (mut floor_notify, mut floor_eventfd) = (Vec::new(), Vec::new());
     let mut stats = None;
     for _ in 0..POST_ROUNDS {
-        let (round, round_stats) = rt.block_on(post_latency_ours(false));
+        let (round, round_stats) = rt.block_on(post_latency_ours(ParkAs::Tokio));
         ours.extend(round);
         stats = Some(round_stats);
-        ours_outside_tokio.extend(rt.block_on(post_latency_ours(true)).0);
+        ours_outside_tokio.extend(rt.block_on(post_latency_ours(ParkAs::Outside)).0);
+        ours_shard.extend(rt.block_on(post_latency_ours(ParkAs::Shard)).0);
         tokio.extend(post_latency_tokio(rt));
         floor_notify.extend(floor_tokio_notify(rt));
         floor_eventfd.extend(floor_eventfd_epoll());
     }
     assert_eq!(ours.len(), POSTS, "every post ran");
     assert_eq!(ours_outside_tokio.len(), POSTS, "every post ran");
+    assert_eq!(ours_shard.len(), POSTS, "every post ran");
     assert_eq!(tokio.len(), POSTS, "every message ran");
     PostRuns {
         ours,
         stats: stats.expect("at least one round"),
         ours_outside_tokio,
+        ours_shard,
         tokio,
         floor_notify,
         floor_eventfd,
@@ -741,6 +763,14 @@ impl PostRuns {
             outside,
             tokio_p50,
             &target(outside_p50),
+        );
+        let shard = &self.ours_shard;
+        row(
+            what,
+            "ours, owns_its_thread + a slot (the shard's park)",
+            shard,
+            tokio_p50,
+            &target(percentiles(shard)[0]),
         );
         let peers: [(&str, &[Duration]); 3] = [
             ("tokio mpsc + spawn_local", &self.tokio),

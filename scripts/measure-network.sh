@@ -11,9 +11,10 @@
 #    ticks.
 #
 # PARTS picks which of the three run (default "ping rtt walk"), e.g. PARTS=walk to compare
-# two binaries' walking cost without the rest. OLD_BIN (a shardloop binary, e.g. one built from
-# main) adds it to every round of part 1 as a fourth peer, on io_uring, right after the shard's
-# own io_uring run: an A/B of two builds inside the same rounds. INTERVAL (e.g. 50ms) paces each ping client to
+# two binaries' walking cost without the rest. BACKENDS picks the shard's backends in part 1
+# (default "epoll io_uring"). OLD_BIN (a shardloop binary, e.g. one built from main) adds it to
+# every round of part 1 as one more peer, on OLD_BACKEND (default io_uring), right after the
+# shard's own runs: an A/B of two builds inside the same rounds. INTERVAL (e.g. 50ms) paces each ping client to
 # one ping per interval, so every peer gets the same offered load (1000 clients at 50ms: 20,000
 # round trips/s); without it they ping flat out. Each run prints the server's CPU per round
 # trip.
@@ -119,7 +120,7 @@ load() {
 if [[ $parts == *" ping "* ]]; then
 echo "== 1000 clients, ping, ${seconds}s per run, $rounds rounds interleaved"
 for round in $(seq "$rounds"); do
-    for backend in epoll io_uring ${old_bin:+io_uring-old}; do
+    for backend in ${BACKENDS:-epoll io_uring} ${old_bin:+${OLD_BACKEND:-io_uring}-old}; do
         echo "-- round $round: shard, network.backend = $backend"
         shard_bin=$bin
         [[ $backend == io_uring-old ]] && shard_bin=$old_bin && echo "    binary: $old_bin"

@@ -1,7 +1,8 @@
 //! The seam between the Network phase and the sockets: a connection is a [`Transport`], a
 //! listening socket an [`Acceptor`], and readiness comes back through a [`Signal`].
 //!
-//! Two backends implement it: `epoll` (tokio's reactor; readiness-based, the phase itself
+//! Two backends implement it: `epoll` (the loop thread's own reactor, `runtime/reactor.rs`;
+//! readiness-based, the phase itself
 //! calls `read`/`write`) and `uring` (a raw io_uring; completion-based, one driver task per
 //! loop thread moves bytes between the kernel and per-connection buffers). Either way the
 //! phase sees the same thing: a non-blocking `read` that either hands over bytes or says
@@ -193,7 +194,7 @@ pub(crate) enum Token {
 /// phase last looked, and a wake of the loop if it is parked.
 ///
 /// Thread-safe because `Waker` must be, but in practice raised on the loop thread itself,
-/// by tokio's reactor or by the io_uring driver task, while the loop future is parked.
+/// by a turn of the loop thread's reactor or by the io_uring driver task.
 #[derive(Clone)]
 pub(crate) struct Signal {
     inner: Arc<SignalInner>,

@@ -5,8 +5,8 @@
 //! that lets this process create a ring (a sysctl, a seccomp profile or an old kernel may
 //! refuse). When it is asked for and refused, [`BackendKind::io_uring_or_epoll`] logs one
 //! warning and picks epoll: a shard that starts beats one that stops over a transport. Both
-//! backends run on the same current-thread tokio runtime ([`BackendKind::block_on`]);
-//! io_uring's ring is driven by a local task on it.
+//! backends run on the same current-thread tokio runtime ([`BackendKind::block_on`]); epoll's
+//! sockets are in the loop thread's own reactor, io_uring's ring is driven by a local task.
 //!
 //! It must never read the configuration: `network.backend` is mapped to a [`BackendKind`] by
 //! the config (`NetworkConfig::backend_kind`), which calls in here, never the reverse.
@@ -21,7 +21,7 @@ use super::epoll::Epoll;
 /// A backend that is available here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
-    /// Readiness through epoll (tokio's reactor): every Linux kernel.
+    /// Readiness through epoll (the loop thread's own reactor): every Linux kernel.
     Epoll,
     /// Completions through an io_uring ring: Linux 5.19+, where the kernel allows it.
     IoUring,
@@ -67,7 +67,7 @@ impl BackendKind {
 
     /// Runs `future` to completion on a current-thread runtime with time and I/O drivers and
     /// `spawn_local`. Both backends run on it: io_uring's ring is registered with tokio's
-    /// reactor and driven by a local task. Fails, instead of panicking, when the runtime (or,
+    /// reactor and driven by a local task; epoll's sockets need none of it. Fails, instead of panicking, when the runtime (or,
     /// for io_uring, a ring) cannot be created.
     pub fn block_on<F: Future>(self, future: F) -> io::Result<F::Output> {
         if self == BackendKind::IoUring {

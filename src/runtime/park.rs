@@ -34,9 +34,9 @@
 //! **Waking a parked loop** (a post, a cross-thread task wake, a shutdown) goes through the
 //! loop future's waker ([`Shared::notify`]): the loop future is tokio's `block_on` future, so
 //! the waker is tokio's unpark, one `eventfd` write that ends tokio's `epoll_wait` (no task
-//! hop). In general the park cannot block outside tokio: the sockets of both network backends
-//! (and the io_uring ring), and any tokio timer or socket a game awaits on the loop thread, are
-//! registered with tokio's reactor, whose epoll descriptor tokio does not expose; tokio's
+//! hop). In general the park cannot block outside tokio: the io_uring ring, and any tokio
+//! timer or socket a game awaits on the loop thread, are registered with tokio's reactor,
+//! whose epoll descriptor tokio does not expose; tokio's
 //! timers are not descriptors at all (its driver turns its own wheel into the `epoll_wait`
 //! timeout), and no stable tokio API says whether a timer is pending, so a loop task awaiting
 //! `tokio::time::sleep` would sleep through it (`l2_a_task_awaiting_a_tokio_timer_wakes_…` in
@@ -61,6 +61,16 @@
 //! Those hold tokio's own waker, not one of the loop's, and would wait for the park's
 //! deadline; hence the opt-in, for a loop that has its runtime to itself. A park that is not
 //! outside tokio goes through tokio as below, whatever the option.
+//!
+//! **The thread's reactor** (`reactor.rs`) is the own wait's `epoll`: the timerfd and the
+//! doorbell sit in it beside the sockets the `epoll` network backend registers there, so a
+//! packet ends the own wait as a post does, and the wait's one `epoll_wait` hands the packet's
+//! readiness over (the turn raises the Network slot's signal without a second wake-up). A
+//! park through tokio sees those sockets too: the reactor's descriptor is registered with
+//! tokio's reactor, and the park turns the reactor when tokio reports it readable. A loop
+//! whose owner promises that nothing on its thread waits on tokio's drivers
+//! (`EventLoopBuilder::owns_its_thread`, which the shard binary gives on the `epoll` backend)
+//! takes the own wait under (a) and (e) alone, slots and lent wakers notwithstanding.
 //!
 //! **Why no wake is lost.** The signal is one word (`context.rs`, `Mailbox::signal`): a bit
 //! `NOTIFIED`, and a bit per cross-thread queue (posts, remote task wakes). A producer pushes

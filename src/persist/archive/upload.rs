@@ -252,9 +252,12 @@ impl Uploader {
     pub async fn stop(&self, grace: Duration) -> Option<usize> {
         let _ = self.commands.send(Command::Stop);
         let done = self.done.borrow_mut().take()?;
-        match tokio::time::timeout(grace, done).await {
-            Ok(waiting) => Some(waiting.unwrap_or(0)),
-            Err(_) => {
+        // The loop's own timer, not tokio's: the shard's loop may park outside tokio's
+        // driver (`EventLoopBuilder::owns_its_thread`), which would not see a tokio timer.
+        tokio::select! {
+            biased;
+            waiting = done => Some(waiting.unwrap_or(0)),
+            () = crate::timer::pause_for(grace) => {
                 self.stopping.store(true, Ordering::Relaxed);
                 None
             }
