@@ -360,7 +360,7 @@ mod tests {
                 std::time::Instant::now() < deadline,
                 "the waker was never raised: a readiness edge was lost"
             );
-            reactor.turn(100).expect("turn");
+            reactor.turn(100, 0).expect("turn");
         }
     }
 

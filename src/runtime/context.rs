@@ -373,7 +373,7 @@ impl Shared {
         self.mailbox.signal.fetch_or(NOTIFIED, Ordering::AcqRel);
         // Counted either way: the count is what tells the spin rule that an event came.
         self.mailbox.forced.fetch_add(1, Ordering::Relaxed);
-        if is_loop_thread(self.id) && super::reactor::turning_here() {
+        if super::reactor::turning_for(self.id) {
             return;
         }
         self.mailbox.waker.wake();

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! With the loop profile ([`super::profile`]) each phase boundary is one clock read, and the
-//! time between iterations is the park (sleep) or tokio's reactor poll (network).
+//! time between iterations is the park (sleep) or a poll of the reactors, the loop thread's
+//! own and tokio's (network).
 //!
 //! The loop is one future, driven by a current-thread tokio runtime. It never hands game
 //! futures to tokio: tokio provides the clock, the reactor and the blocking pool, and the
@@ -165,7 +166,8 @@ impl Default for EventLoopBuilder {
 }
 
 impl EventLoopBuilder {
-    /// Longest idle block; `Duration::ZERO` never sleeps (spins, yielding to tokio).
+    /// Longest idle block; `Duration::ZERO` never sleeps (spins, turning the thread's reactor
+    /// and, unless the loop owns its thread, yielding to tokio).
     pub fn idle_wait(mut self, idle_wait: Duration) -> Self {
         self.idle_wait = idle_wait;
         self
@@ -221,7 +223,7 @@ impl EventLoopBuilder {
     /// Lets the idle park block in an `epoll_wait` of the loop's own (a timerfd and a doorbell
     /// `eventfd`) instead of returning to tokio's park, whenever the loop can see that nothing
     /// of its own needs tokio's reactor meanwhile: tokio's clock runs in real time, the loop
-    /// has no slot handlers (their sources are tokio's), no waker of `run_until`'s future or
+    /// has no slot handlers (their sources may be tokio's), no waker of `run_until`'s future or
     /// of a loop task is held outside the loop (a tokio timer, socket or channel a task
     /// awaits holds one), and the thread's runtime is a current-thread one with no task of
     /// its own. Otherwise that park goes through tokio as usual. A post then wakes the loop
@@ -252,8 +254,9 @@ impl EventLoopBuilder {
     /// turns the thread's reactor instead). Off by default; the shard turns it on for the
     /// `epoll` backend (its io_uring ring is driven by a tokio task, which turns it off).
     ///
-    /// A broken promise is a delay, not a hang: what tokio's driver would have woken waits
-    /// for the loop's next wake-up, at most `idle_wait` later.
+    /// A broken promise is a delay, not a hang: after every tick that fires a timer and
+    /// every park that ends at its deadline the loop lets tokio's driver turn once, so what
+    /// tokio would have woken waits until then, at most `idle_wait`.
     pub fn owns_its_thread(mut self, on: bool) -> Self {
         self.owns_its_thread = on;
         self
@@ -315,6 +318,7 @@ impl EventLoopBuilder {
             spin: Spin::new(self.spin_before_park),
             park_outside_tokio: self.park_outside_tokio,
             owns_its_thread: self.owns_its_thread,
+            tokio_turn_owed: false,
             wakes_seen: 0,
             handlers: self.handlers,
             posted: VecDeque::new(),
@@ -341,13 +345,18 @@ pub struct EventLoop {
     park_outside_tokio: bool,
     /// [`EventLoopBuilder::owns_its_thread`].
     owns_its_thread: bool,
+    /// A tick fired or a park ended at its deadline since tokio's driver last turned: under
+    /// [`EventLoopBuilder::owns_its_thread`] the loop yields to tokio once before it next
+    /// idles, so that a broken promise (a tokio timer or socket awaited on the loop thread)
+    /// is delayed to the next tick or deadline, at most `idle_wait`, never hung.
+    tokio_turn_owed: bool,
     /// `wakes_issued` when the loop last looked: a change means an outside event came.
     wakes_seen: u64,
     handlers: Slots,
     posted: VecDeque<Posted>,
     park: Park,
-    /// What the time since the last iteration was, for the profile: a park, or a poll of
-    /// tokio's reactor.
+    /// What the time since the last iteration was, for the profile: a park, or a poll of the
+    /// reactors (the thread's own, and tokio's unless the loop owns its thread).
     idle_part: Phase,
     /// The clock reading the current iteration began with: the park's own reading, minus
     /// this, is what the iteration worked (no clock read of its own).
@@ -548,6 +557,7 @@ impl EventLoop {
         let timers = self.guarded(Phase::Timers, |this| this.run_timers(now));
         core.wake_time.set(None);
         let fired = timers?;
+        self.tokio_turn_owed |= fired;
         core.logical_now.set(now);
         end(Phase::Timers, fired);
 
@@ -736,6 +746,7 @@ impl EventLoop {
             core.profile.iterated(worked);
         }
         let spinning = self.in_spin_window();
+        let tokio_unused = self.tokio_unused();
         if pending
             || spinning
             || self.idle_wait.is_zero()
@@ -743,8 +754,8 @@ impl EventLoop {
         {
             core.shared.set_running(false);
             // The thread's reactor first: its sockets are not tokio's to turn.
-            self.park.turn_now();
-            if !self.tokio_unused() {
+            self.park.turn_now(&core.shared);
+            if !tokio_unused || std::mem::take(&mut self.tokio_turn_owed) {
                 tokio::task::yield_now().await;
             }
             return Phase::Network;
@@ -763,9 +774,14 @@ impl EventLoop {
         }
         Counters::bump(&core.counters.totals.sleeps);
         core.shared.set_running(false);
-        let outside_tokio = self.tokio_unused()
-            || (self.park_outside_tokio && !root_lent && self.tokio_not_needed());
+        if tokio_unused && std::mem::take(&mut self.tokio_turn_owed) {
+            // Once per fired tick or deadline: see `tokio_turn_owed`.
+            tokio::task::yield_now().await;
+        }
+        let outside_tokio =
+            tokio_unused || (self.park_outside_tokio && !root_lent && self.tokio_not_needed());
         let woken = self.park.wait(&core.shared, deadline, outside_tokio).await;
+        self.tokio_turn_owed |= woken == Woken::Deadline;
         let overshoot = match woken {
             Woken::Deadline => Instant::now().saturating_duration_since(deadline),
             Woken::Notified => Duration::ZERO,
@@ -1160,7 +1176,8 @@ mod tests {
                 el.run().await;
                 assert_eq!(client.join().expect("client"), 20);
                 let echoed = *echoed.borrow();
-                drop(cell);
+                // The registration leaves the epoll before its socket closes.
+                drop(cell.borrow_mut().take());
                 drop(server);
                 (echoed, el.park.own_parks)
             });
@@ -1171,6 +1188,26 @@ mod tests {
                 assert_eq!(own_parks, 0);
             }
         }
+    }
+
+    /// A loop that owns its thread still lets tokio's driver turn after a park that ended at
+    /// its deadline: a tokio timer awaited against the promise ends late (at the 300 ms
+    /// deadline), not never (it would hang past the 30 s bound).
+    #[test]
+    fn a_broken_promise_to_own_the_thread_is_a_delay_not_a_hang() {
+        let (took, own_parks) = alone(|| async {
+            let mut el = EventLoop::builder()
+                .idle_wait(Duration::from_millis(300))
+                .spin_before_park(Duration::ZERO)
+                .owns_its_thread(true)
+                .build();
+            let began = std::time::Instant::now();
+            el.run_until(tokio::time::sleep(Duration::from_millis(50)))
+                .await;
+            (began.elapsed(), el.park.own_parks)
+        });
+        assert!(own_parks >= 1, "parked in its own wait");
+        assert!(took >= std::time::Duration::from_millis(50), "{took:?}");
     }
 
     /// Only tokio's park advances a paused clock: with it paused, the loop parks in tokio

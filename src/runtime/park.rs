@@ -50,7 +50,7 @@
 //! waker instead of tokio's). A post then costs the producer one `eventfd` write and the loop
 //! one return from `epoll_wait`, the `eventfd` floor's whole path. It is taken only when
 //! (a) tokio's clock runs in real time (a paused clock advances only in tokio's park), and the
-//! loop sees nothing that needs tokio's reactor: (b) no slot handlers (their sources are
+//! loop sees nothing that needs tokio's reactor: (b) no slot handlers (their sources may be
 //! tokio's), (c) no waker of `run_until`'s future and (d) no clone of a loop task's waker held
 //! outside the loop — whatever a tokio timer, socket or channel would wake, it holds such a
 //! waker; the task wakers' clones are counted (`Shared::task_wakers_out`), the root's is
@@ -106,11 +106,16 @@
 //!   own waker. (2) is what closes the race; without it a wake that lands between the end of
 //!   the iteration and the park is consumed by a poll that then parks anyway.
 //! - The own wait keeps (1) and (2), with the doorbell's waker in the slot: a wake after (2)
-//!   finds the doorbell and rings it, and the ring's count stays in the `eventfd` until read,
-//!   so `epoll_wait` returns whether the ring lands before the call or during it. The count
-//!   is read (reset) only at the start of the next own wait, before (1): a ring read there
-//!   came from a raise that is either already taken or visible to (2), since the raise comes
-//!   before the ring and the ring before the read.
+//!   finds the doorbell and rings it. The doorbell is edge-triggered in the reactor's `epoll`:
+//!   every write queues an event, which stays queued until a turn takes it, and no turn runs
+//!   between (2) and the wait's `epoll_wait`; so that call returns whether the ring lands
+//!   before it or during it. (A queued event whose count was reset meanwhile is dropped by
+//!   the kernel when taken: it re-checks the descriptor.) The count is read (reset) only at
+//!   the start of the next own wait, before (1): a ring read there came from a raise that is
+//!   either already taken or visible to (2), since the raise comes before the ring and the
+//!   ring before the read. Only one park's own wait is in a reactor at a time
+//!   (`Reactor::take_for_park`), so no other loop's turn can take its edges; a turn of its
+//!   own made outside the wait hands them back (`Park::note_park_events`).
 //! - A word seen non-zero at (2) means work the next iteration finds, or one iteration for
 //!   nothing, never a post left behind. The loop thread's own pushes inside an iteration
 //!   raise the bits but issue no wake: the look at the end of the iteration finds them.
@@ -136,7 +141,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::time::{Duration, Instant};
 
 use super::context::Shared;
-use super::reactor::{PARK_DOORBELL, PARK_TIMER, Reactor, Turn};
+use super::reactor::{Reactor, Turn};
 
 /// Why a park ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,11 +223,11 @@ impl Park {
     /// Turns the thread's reactor without blocking, when it has sources: for an iteration
     /// that does not park (work is pending), which would otherwise see a socket's readiness
     /// only once it parks. True if it woke a source.
-    pub(crate) fn turn_now(&mut self) -> bool {
+    pub(crate) fn turn_now(&mut self, shared: &Shared) -> bool {
         let Some(reactor) = self.reactor().filter(|r| r.has_sources()).cloned() else {
             return false;
         };
-        match reactor.turn(0) {
+        match reactor.turn(0, shared.id) {
             Ok(turn) => {
                 self.note_park_events(turn);
                 turn.sources > 0
@@ -254,8 +259,19 @@ impl Park {
             // SAFETY: the reactor owns the descriptor, and the park holds the reactor (an
             // `Rc`) for longer than this registration (field order), so it stays open and the
             // same descriptor for as long as tokio has it.
-            self.reactor_in_tokio =
-                unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok();
+            let registered =
+                unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) };
+            self.reactor_in_tokio = registered
+                .inspect_err(|e| {
+                    // Only when two loops with sockets share a thread (one registration per
+                    // runtime): this one's parks through tokio then see its sockets only
+                    // through the other's turns or its own deadline.
+                    tracing::warn!(
+                        "cannot register the thread's reactor with tokio's ({e}): \
+                         run one loop with sockets per thread"
+                    );
+                })
+                .ok();
         }
         self.reactor_in_tokio.as_ref().map(|_| reactor)
     }
@@ -289,9 +305,10 @@ impl Park {
             }
             if let (Some(reactor), Some(epoll)) = (&reactor, in_tokio) {
                 while let Poll::Ready(Ok(mut guard)) = epoll.poll_read_ready(cx) {
-                    // Cleared after the turn: an event that comes during it is a newer
-                    // readiness of tokio's, which the clear leaves set.
-                    let turn = reactor.turn(0).unwrap_or_default();
+                    // Cleared after the turn. An event that comes during it queues a new edge
+                    // of the reactor's descriptor in tokio's `epoll`, which tokio's next turn
+                    // reports, so the clear loses nothing.
+                    let turn = reactor.turn(0, shared.id).unwrap_or_default();
                     guard.clear_ready();
                     seen.timer |= turn.timer;
                     seen.doorbell |= turn.doorbell;
@@ -377,8 +394,7 @@ impl OwnWait {
     fn new(reactor: Rc<Reactor>) -> io::Result<Self> {
         let timer = TimerFd::new()?;
         let doorbell = Arc::new(Doorbell::new()?);
-        reactor.watch_for_park(timer.as_raw_fd(), PARK_TIMER)?;
-        reactor.watch_for_park(doorbell.fd.as_raw_fd(), PARK_DOORBELL)?;
+        reactor.take_for_park(timer.as_raw_fd(), doorbell.fd.as_raw_fd())?;
         Ok(OwnWait {
             reactor,
             timer,
@@ -392,8 +408,8 @@ impl OwnWait {
     /// Blocks the thread until `deadline` or a ring of the doorbell. The lost-wake argument
     /// is the tokio park's (module doc): (1) register the waker — here the doorbell's — then
     /// (2) look at the signal; a wake after (2) finds the doorbell in the slot and rings it,
-    /// and the ring's count stays until read, so `epoll_wait` returns whether it comes before
-    /// the call or during it.
+    /// and the ring's edge stays queued in the `epoll` until a turn takes it (none runs in
+    /// between), so `epoll_wait` returns whether it comes before the call or during it.
     fn wait(&mut self, shared: &Shared, deadline: Instant) -> Woken {
         if self.rung {
             self.doorbell.read();
@@ -411,7 +427,7 @@ impl OwnWait {
         }
         // The timerfd bounds the wait. A source's event (a socket of the thread's reactor)
         // ends it too: the turn has set its readiness and raised the loop's signal.
-        let turn = self.reactor.turn(-1).unwrap_or_default();
+        let turn = self.reactor.turn(-1, shared.id).unwrap_or_default();
         self.rung |= turn.doorbell;
         if turn.timer {
             self.armed_for = None;
@@ -426,6 +442,13 @@ impl OwnWait {
         if self.armed_for.take().is_some() {
             let _ = self.timer.arm(Duration::ZERO);
         }
+    }
+}
+
+impl Drop for OwnWait {
+    fn drop(&mut self) {
+        self.reactor
+            .release_park(self.timer.as_raw_fd(), self.doorbell.fd.as_raw_fd());
     }
 }
 

@@ -31,9 +31,12 @@
 
 use std::cell::{Cell, RefCell};
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::{Rc, Weak};
 use std::task::Waker;
+
+use super::context::LoopId;
 
 /// `epoll` data of the park's timerfd.
 pub(crate) const PARK_TIMER: u64 = 0;
@@ -48,15 +51,16 @@ const EVENTS_PER_WAIT: usize = 256;
 thread_local! {
     /// This thread's reactor while anything holds it.
     static THREAD_REACTOR: RefCell<Weak<Reactor>> = const { RefCell::new(Weak::new()) };
-    /// True while this thread dispatches a turn's events.
-    static TURNING: Cell<bool> = const { Cell::new(false) };
+    /// The loop whose park is dispatching a turn's events on this thread (0: none).
+    static TURNING: Cell<LoopId> = const { Cell::new(0) };
 }
 
-/// True on a thread that is dispatching a turn's events: a loop woken from here needs no
-/// wake-up, since the loop turns only where an iteration follows (the caller, a loop's
-/// notify, then only raises its signal).
-pub(crate) fn turning_here() -> bool {
-    TURNING.with(Cell::get)
+/// True while the park of loop `id` dispatches a turn's events on this thread: that loop
+/// needs no wake-up, since its park turns only where an iteration of it follows (its notify
+/// then only raises its signal). Another loop's source woken by the same turn is woken as
+/// usual.
+pub(crate) fn turning_for(id: LoopId) -> bool {
+    TURNING.with(Cell::get) == id
 }
 
 /// What one turn found besides its sources.
@@ -77,6 +81,9 @@ pub(crate) struct Reactor {
     free: RefCell<Vec<u32>>,
     /// Sources registered now.
     live: Cell<usize>,
+    /// A park's own wait holds [`PARK_TIMER`] and [`PARK_DOORBELL`]: one per reactor, so
+    /// that no other park can take its edges.
+    park_taken: Cell<bool>,
 }
 
 struct Slot {
@@ -136,6 +143,7 @@ impl Reactor {
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             live: Cell::new(0),
+            park_taken: Cell::new(false),
         })
     }
 
@@ -149,11 +157,31 @@ impl Reactor {
         self.live.get() > 0
     }
 
-    /// Adds one of the park's own descriptors, readable, edge-triggered, with `data`
-    /// ([`PARK_TIMER`] or [`PARK_DOORBELL`]).
-    pub(crate) fn watch_for_park(&self, fd: RawFd, data: u64) -> io::Result<()> {
-        debug_assert!(data < FIRST_SLOT);
-        self.ctl(libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32 | EDGE, data)
+    /// Adds a park's own timerfd and doorbell, readable, edge-triggered, as [`PARK_TIMER`]
+    /// and [`PARK_DOORBELL`]. Fails if another park holds them (a second loop parking outside
+    /// tokio on this thread): that loop then parks through tokio. [`Reactor::release_park`]
+    /// gives them back.
+    pub(crate) fn take_for_park(&self, timer: RawFd, doorbell: RawFd) -> io::Result<()> {
+        if self.park_taken.get() {
+            return Err(io::Error::other(
+                "another loop's park waits in this thread's reactor",
+            ));
+        }
+        let readable = libc::EPOLLIN as u32 | EDGE;
+        self.ctl(libc::EPOLL_CTL_ADD, timer, readable, PARK_TIMER)?;
+        if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, doorbell, readable, PARK_DOORBELL) {
+            let _ = self.ctl(libc::EPOLL_CTL_DEL, timer, 0, 0);
+            return Err(e);
+        }
+        self.park_taken.set(true);
+        Ok(())
+    }
+
+    /// Removes a park's timerfd and doorbell (its own wait is gone).
+    pub(crate) fn release_park(&self, timer: RawFd, doorbell: RawFd) {
+        let _ = self.ctl(libc::EPOLL_CTL_DEL, timer, 0, 0);
+        let _ = self.ctl(libc::EPOLL_CTL_DEL, doorbell, 0, 0);
+        self.park_taken.set(false);
     }
 
     /// Registers `fd` for both directions (and hang-ups), edge-triggered: from now on every
@@ -201,30 +229,36 @@ impl Reactor {
 
     /// Takes the events waiting, blocking up to `timeout_ms` (-1: until one comes) for the
     /// first: sets each source's readiness and wakes its waker, and reports the park's own.
-    pub(crate) fn turn(&self, timeout_ms: libc::c_int) -> io::Result<Turn> {
+    /// `for_loop` is the loop whose park turns (see [`turning_for`]). An error is returned
+    /// only if nothing was dispatched: a turn that woke sources reports them.
+    pub(crate) fn turn(&self, timeout_ms: libc::c_int, for_loop: LoopId) -> io::Result<Turn> {
         let mut turn = Turn::default();
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_WAIT];
+        // Not zeroed: the kernel writes the first `n`, and only those are read.
+        let mut events = [const { MaybeUninit::<libc::epoll_event>::uninit() }; EVENTS_PER_WAIT];
         let mut timeout = timeout_ms;
         loop {
             // SAFETY: `events` has room for the count asked for; the descriptor is ours.
             let n = unsafe {
                 libc::epoll_wait(
                     self.epoll.as_raw_fd(),
-                    events.as_mut_ptr(),
+                    events.as_mut_ptr().cast(),
                     EVENTS_PER_WAIT as libc::c_int,
                     timeout,
                 )
             };
             if n < 0 {
                 let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    // A signal: the caller looks at its queues and comes back.
+                if e.kind() == io::ErrorKind::Interrupted || turn != Turn::default() {
+                    // A signal, or a failure after a full batch: the caller looks at its
+                    // queues (and what this turn woke) and comes back.
                     return Ok(turn);
                 }
                 return Err(e);
             }
             let n = n as usize;
-            self.dispatch(&events[..n], &mut turn);
+            // SAFETY: epoll_wait initialised the first `n` entries.
+            let ready = unsafe { std::slice::from_raw_parts(events.as_ptr().cast(), n) };
+            self.dispatch(ready, &mut turn, for_loop);
             if n < EVENTS_PER_WAIT {
                 return Ok(turn);
             }
@@ -232,8 +266,8 @@ impl Reactor {
         }
     }
 
-    fn dispatch(&self, events: &[libc::epoll_event], turn: &mut Turn) {
-        let _turning = Turning::enter();
+    fn dispatch(&self, events: &[libc::epoll_event], turn: &mut Turn, for_loop: LoopId) {
+        let _turning = Turning::enter(for_loop);
         for event in events {
             let (data, flags) = (event.u64, event.events);
             match data {
@@ -253,7 +287,7 @@ impl Reactor {
 
     /// The live source `data` names, if its slot still holds the generation it names.
     fn source(&self, data: u64) -> Option<Rc<Source>> {
-        let index = usize::try_from((data & 0xffff_ffff) - FIRST_SLOT).ok()?;
+        let index = usize::try_from((data & 0xffff_ffff).checked_sub(FIRST_SLOT)?).ok()?;
         let generation = (data >> 32) as u32;
         let slots = self.slots.borrow();
         let slot = slots.get(index)?;
@@ -307,19 +341,19 @@ fn bits_of(flags: u32) -> u8 {
     bits
 }
 
-/// Marks this thread as dispatching until dropped.
+/// Marks this thread as dispatching for a loop until dropped.
 struct Turning;
 
 impl Turning {
-    fn enter() -> Turning {
-        TURNING.with(|t| t.set(true));
+    fn enter(for_loop: LoopId) -> Turning {
+        TURNING.with(|t| t.set(for_loop));
         Turning
     }
 }
 
 impl Drop for Turning {
     fn drop(&mut self) {
-        TURNING.with(|t| t.set(false));
+        TURNING.with(|t| t.set(0));
     }
 }
 
@@ -404,16 +438,16 @@ mod tests {
         reg.clear_readable();
         reg.clear_writable();
         // The registration itself queues the writable edge.
-        let first = reactor.turn(10_000).expect("turn");
+        let first = reactor.turn(10_000, 0).expect("turn");
         assert!(first.sources >= 1 && reg.writable() && !reg.readable());
         let woken = count.0.load(Ordering::SeqCst);
         client.write_all(b"x").expect("write");
-        let second = reactor.turn(10_000).expect("turn");
+        let second = reactor.turn(10_000, 0).expect("turn");
         assert_eq!(second.sources, 1);
         assert!(reg.readable(), "data sets the readable bit");
         assert_eq!(count.0.load(Ordering::SeqCst), woken + 1);
         // Nothing new: a turn without blocking finds nothing (edge-triggered).
-        assert_eq!(reactor.turn(0).expect("turn"), Turn::default());
+        assert_eq!(reactor.turn(0, 0).expect("turn"), Turn::default());
     }
 
     #[test]
@@ -424,12 +458,12 @@ mod tests {
         let reg = reactor
             .register(server.as_raw_fd(), Waker::from(count.clone()))
             .expect("register");
-        reactor.turn(10_000).expect("turn");
+        reactor.turn(10_000, 0).expect("turn");
         drop(reg);
         assert!(!reactor.has_sources());
         let woken = count.0.load(Ordering::SeqCst);
         client.write_all(b"x").expect("write");
-        assert_eq!(reactor.turn(50).expect("turn").sources, 0);
+        assert_eq!(reactor.turn(50, 0).expect("turn").sources, 0);
         assert_eq!(count.0.load(Ordering::SeqCst), woken);
         // The freed slot is reused under a new generation.
         let again = reactor

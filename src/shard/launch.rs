@@ -281,8 +281,13 @@ fn stop_signals() -> std::io::Result<impl Future<Output = ()>> {
         .recv()
         .map_err(|_| std::io::Error::other("the signal thread ended before registering"))??;
     Ok(async move {
-        // Only a first signal completes it: a thread that is gone never stops the shard.
+        // Only a first signal completes it: a thread that is gone never stops the shard, but
+        // says so, since SIGINT/SIGTERM then no longer bring a clean stop.
         if stopped.await.is_err() {
+            tracing::error!(
+                "the stop-signal thread ended: SIGINT/SIGTERM no longer stop the shard cleanly; \
+                 use the console's `shutdown`"
+            );
             std::future::pending::<()>().await;
         }
     })
