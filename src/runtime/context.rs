@@ -373,7 +373,7 @@ impl Shared {
         self.mailbox.signal.fetch_or(NOTIFIED, Ordering::AcqRel);
         // Counted either way: the count is what tells the spin rule that an event came.
         self.mailbox.forced.fetch_add(1, Ordering::Relaxed);
-        if super::reactor::turning_for(self.id) {
+        if TURNING.with(Cell::get) == self.id {
             return;
         }
         self.mailbox.waker.wake();
@@ -630,6 +630,30 @@ impl Core {
 thread_local! {
     static CURRENT: RefCell<Option<Rc<Core>>> = const { RefCell::new(None) };
     static CURRENT_ID: Cell<LoopId> = const { Cell::new(0) };
+}
+
+thread_local! {
+    /// The loop whose park is dispatching a turn of the thread's reactor (0: none).
+    static TURNING: Cell<LoopId> = const { Cell::new(0) };
+}
+
+/// Marks this thread, until dropped, as dispatching a turn of its reactor (`reactor.rs`) for
+/// the park of one loop: that loop's [`Shared::notify_always`] then only raises its signal,
+/// since its park turns only where an iteration of it follows. Another loop's source woken by
+/// the same turn is woken as usual.
+pub(crate) struct Turning(());
+
+impl Turning {
+    pub(crate) fn enter(for_loop: LoopId) -> Turning {
+        TURNING.with(|t| t.set(for_loop));
+        Turning(())
+    }
+}
+
+impl Drop for Turning {
+    fn drop(&mut self) {
+        TURNING.with(|t| t.set(0));
+    }
 }
 
 /// Makes `core` this thread's loop (a later loop on the same thread replaces an earlier one).

@@ -12,7 +12,7 @@
 //! when any descriptor in it has an event, and the park then turns it without blocking), and
 //! an iteration that does not park (a turn without blocking, as tokio's `yield_now` turns
 //! tokio's). Every turn is followed by a loop iteration, which is what lets a turn raise its
-//! sources quietly ([`turning_here`]).
+//! sources quietly (`context::Turning`).
 //!
 //! **Readiness** is edge-triggered (`EPOLLET`): the kernel queues an event whenever a
 //! descriptor becomes readable or writable again, and the turn sets the source's
@@ -36,7 +36,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::{Rc, Weak};
 use std::task::Waker;
 
-use super::context::LoopId;
+use super::context::{LoopId, Turning};
 
 /// `epoll` data of the park's timerfd.
 pub(crate) const PARK_TIMER: u64 = 0;
@@ -51,16 +51,6 @@ const EVENTS_PER_WAIT: usize = 256;
 thread_local! {
     /// This thread's reactor while anything holds it.
     static THREAD_REACTOR: RefCell<Weak<Reactor>> = const { RefCell::new(Weak::new()) };
-    /// The loop whose park is dispatching a turn's events on this thread (0: none).
-    static TURNING: Cell<LoopId> = const { Cell::new(0) };
-}
-
-/// True while the park of loop `id` dispatches a turn's events on this thread: that loop
-/// needs no wake-up, since its park turns only where an iteration of it follows (its notify
-/// then only raises its signal). Another loop's source woken by the same turn is woken as
-/// usual.
-pub(crate) fn turning_for(id: LoopId) -> bool {
-    TURNING.with(Cell::get) == id
 }
 
 /// What one turn found besides its sources.
@@ -229,7 +219,7 @@ impl Reactor {
 
     /// Takes the events waiting, blocking up to `timeout_ms` (-1: until one comes) for the
     /// first: sets each source's readiness and wakes its waker, and reports the park's own.
-    /// `for_loop` is the loop whose park turns (see [`turning_for`]). An error is returned
+    /// `for_loop` is the loop whose park turns (see [`Turning`]). An error is returned
     /// only if nothing was dispatched: a turn that woke sources reports them.
     pub(crate) fn turn(&self, timeout_ms: libc::c_int, for_loop: LoopId) -> io::Result<Turn> {
         let mut turn = Turn::default();
@@ -341,22 +331,6 @@ fn bits_of(flags: u32) -> u8 {
     bits
 }
 
-/// Marks this thread as dispatching for a loop until dropped.
-struct Turning;
-
-impl Turning {
-    fn enter(for_loop: LoopId) -> Turning {
-        TURNING.with(|t| t.set(for_loop));
-        Turning
-    }
-}
-
-impl Drop for Turning {
-    fn drop(&mut self) {
-        TURNING.with(|t| t.set(0));
-    }
-}
-
 /// One descriptor registered with the thread's reactor. Dropping it removes the descriptor
 /// from the `epoll` (drop it before closing the descriptor) and frees its slot.
 pub(crate) struct Registration {
@@ -426,14 +400,26 @@ mod tests {
         (client, server)
     }
 
-    #[test]
-    fn an_event_after_a_clear_sets_the_bit_again_and_wakes() {
+    /// The thread's reactor, a connected pair, and the server end registered with a counter.
+    fn registered() -> (
+        Rc<Reactor>,
+        std::net::TcpStream,
+        std::net::TcpStream,
+        Arc<Count>,
+        Registration,
+    ) {
         let reactor = Reactor::for_this_thread().expect("reactor");
-        let (mut client, server) = pair();
+        let (client, server) = pair();
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let reg = reactor
             .register(server.as_raw_fd(), Waker::from(count.clone()))
             .expect("register");
+        (reactor, client, server, count, reg)
+    }
+
+    #[test]
+    fn an_event_after_a_clear_sets_the_bit_again_and_wakes() {
+        let (reactor, mut client, _server, count, reg) = registered();
         assert!(reg.readable() && reg.writable(), "both start set");
         reg.clear_readable();
         reg.clear_writable();
@@ -452,12 +438,7 @@ mod tests {
 
     #[test]
     fn an_event_of_a_dropped_registration_wakes_nothing() {
-        let reactor = Reactor::for_this_thread().expect("reactor");
-        let (mut client, server) = pair();
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let reg = reactor
-            .register(server.as_raw_fd(), Waker::from(count.clone()))
-            .expect("register");
+        let (reactor, mut client, server, count, reg) = registered();
         reactor.turn(10_000, 0).expect("turn");
         drop(reg);
         assert!(!reactor.has_sources());
