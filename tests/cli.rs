@@ -112,6 +112,12 @@ fn console_commands_then_shutdown_exit_0() {
     assert!(out.contains("shutting down"), "{out}");
     let err = text(&output.stderr);
     assert!(err.contains("shard ready"), "{err}");
+    // The binary's loop parks in its own epoll on the default backend, console and all.
+    let ready = err
+        .lines()
+        .find(|l| l.contains("shard ready"))
+        .unwrap_or("");
+    assert!(ready.contains("own_epoll"), "{ready}");
     assert!(err.contains("shard stopped cleanly"), "{err}");
     let ignored = err
         .lines()

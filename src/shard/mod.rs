@@ -337,10 +337,11 @@ async fn run_shard(
     let players = game::install(&net, world.clone(), &mut games);
     // The epoll backend's sockets are in the loop thread's own reactor; io_uring's ring is
     // driven by a tokio task, which needs tokio's park.
+    let owns_its_thread = owns_its_thread && backend == BackendKind::Epoll;
     let builder = config
         .server
         .loop_builder()
-        .owns_its_thread(owns_its_thread && backend == BackendKind::Epoll);
+        .owns_its_thread(owns_its_thread);
     let mut event_loop =
         game::wire(builder, &net, world.clone(), players.clone(), games.deltas).build();
     // One wall clock for autosave, saves and archives (and a save after a fault).
@@ -362,6 +363,11 @@ async fn run_shard(
         layout,
         clock,
         metrics_listener,
+        park: if owns_its_thread {
+            "own_epoll"
+        } else {
+            "tokio"
+        },
     };
     let served = event_loop
         .try_run_until(serve(config, wired, console, stop, started))
@@ -473,6 +479,9 @@ struct Wired {
     clock: Clock,
     /// The `metrics.listen` socket, bound at startup; served from the loop's wiring on.
     metrics_listener: Option<std::net::TcpListener>,
+    /// How the loop parks, for the ready line: `own_epoll` when it owns its thread
+    /// (`EventLoopBuilder::owns_its_thread`), `tokio` otherwise.
+    park: &'static str,
 }
 
 /// What the final save after a phase panic needs: the loop is stopped for good, so the saver
@@ -632,6 +641,7 @@ async fn serve(
         took = ?startup,
         verdict = %runtime::stats().verdict,
         live_timers = timer::live(),
+        park = wired.park,
         "shard ready; type `help` for console commands, Ctrl-C to stop"
     );
     let ready = tokio::time::Instant::now();
