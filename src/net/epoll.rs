@@ -314,26 +314,10 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::Shutdown;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::Wake;
     use std::time::Duration;
 
     use super::*;
-
-    /// Counts wakes: what the loop's token signal does, observable.
-    struct Woken(AtomicUsize);
-
-    impl Wake for Woken {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    impl Woken {
-        fn count(&self) -> usize {
-            self.0.load(Ordering::SeqCst)
-        }
-    }
+    use crate::runtime::wake_slot::WakeCount as Woken;
 
     /// A client socket and the server end as an [`EpollConn`] on this thread's reactor, and
     /// the counter its waker raises.
@@ -343,9 +327,8 @@ mod tests {
             std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
         let (server, _) = listener.accept().expect("accept");
         server.set_nonblocking(true).expect("non-blocking");
-        let woken = Arc::new(Woken(AtomicUsize::new(0)));
-        let conn =
-            EpollConn::new(OwnedFd::from(server), Waker::from(woken.clone())).expect("register");
+        let (waker, woken) = Woken::waker();
+        let conn = EpollConn::new(OwnedFd::from(server), waker).expect("register");
         (client, conn, woken)
     }
 
@@ -505,11 +488,9 @@ mod tests {
     /// and the next connection's edge wakes the acceptor.
     #[test]
     fn the_acceptor_waits_for_its_next_edge_after_an_empty_backlog() {
-        let woken = Arc::new(Woken(AtomicUsize::new(0)));
+        let (waker, woken) = Woken::waker();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let mut acceptor = Epoll
-            .listen(listener, Waker::from(woken.clone()))
-            .expect("listen");
+        let mut acceptor = Epoll.listen(listener, waker).expect("listen");
         let mut screen = |_| true;
         assert!(acceptor.poll_accept(&mut screen).is_pending());
         let addr = acceptor.local_addr().expect("addr");

@@ -778,8 +778,11 @@ impl EventLoop {
             // Once per fired tick or deadline: see `tokio_turn_owed`.
             tokio::task::yield_now().await;
         }
-        let outside_tokio =
-            tokio_unused || (self.park_outside_tokio && !root_lent && self.tokio_not_needed());
+        let outside_tokio = tokio_unused
+            || (self.park_outside_tokio
+                && !root_lent
+                && self.tokio_not_needed()
+                && !park::clock_may_be_paused());
         let woken = self.park.wait(&core.shared, deadline, outside_tokio).await;
         self.tokio_turn_owed |= woken == Woken::Deadline;
         let overshoot = match woken {
@@ -813,9 +816,10 @@ impl EventLoop {
     }
 
     /// Whether nothing the loop can see needs tokio's reactor while it parks (with
-    /// `run_until`'s waker held by nobody else, which the caller checks): no slot handlers, no
-    /// task waker held outside the loop, and no task of tokio's own on this thread's
-    /// current-thread runtime. See [`EventLoopBuilder::park_outside_tokio`].
+    /// `run_until`'s waker held by nobody else and tokio's clock running in real time, which
+    /// the caller checks): no slot handlers, no task waker held outside the loop, and no task
+    /// of tokio's own on this thread's current-thread runtime. See
+    /// [`EventLoopBuilder::park_outside_tokio`].
     fn tokio_not_needed(&self) -> bool {
         self.handlers.len() == 0 && self.core.shared.task_wakers_out() == 0 && no_tokio_task_here()
     }
@@ -895,6 +899,15 @@ mod tests {
         result
             .recv_timeout(std::time::Duration::from_secs(30))
             .expect("the loop ended within 30 s")
+    }
+
+    /// A loop allowed its own wait parked in it at least `wakes` times; one not allowed, never.
+    fn assert_own_parks(allowed: bool, own_parks: u64, wakes: u64) {
+        if allowed {
+            assert!(own_parks >= wakes, "parked outside tokio {own_parks} times");
+        } else {
+            assert_eq!(own_parks, 0);
+        }
     }
 
     fn outside(on: bool) -> EventLoopBuilder {
@@ -999,11 +1012,7 @@ mod tests {
                 (el.stats().posts, el.park.own_parks)
             });
             assert_eq!(ran, 5);
-            if on {
-                assert!(own_parks >= 5, "parked outside tokio {own_parks} times");
-            } else {
-                assert_eq!(own_parks, 0);
-            }
+            assert_own_parks(on, own_parks, 5);
         }
     }
 
@@ -1182,11 +1191,7 @@ mod tests {
                 (echoed, el.park.own_parks)
             });
             assert_eq!(echoed, 20);
-            if owns {
-                assert!(own_parks >= 20, "parked outside tokio {own_parks} times");
-            } else {
-                assert_eq!(own_parks, 0);
-            }
+            assert_own_parks(owns, own_parks, 20);
         }
     }
 

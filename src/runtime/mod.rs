@@ -26,7 +26,7 @@ pub(crate) mod task;
 pub mod telemetry;
 mod thread_wakes;
 mod verdict;
-mod wake_slot;
+pub(crate) mod wake_slot;
 mod watch;
 mod watchdog;
 

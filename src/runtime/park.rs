@@ -175,8 +175,9 @@ pub(crate) struct Park {
 impl Park {
     /// Blocks until `deadline` or a notify, whichever comes first: in the loop's own
     /// `epoll_wait` when `outside_tokio` says nothing on this thread needs tokio's reactor
-    /// meanwhile (the loop decides that, see `EventLoopBuilder::park_outside_tokio`) and
-    /// tokio's clock runs in real time; as a future through tokio's park otherwise.
+    /// meanwhile and tokio's clock runs in real time (the loop decides both, see
+    /// `EventLoopBuilder::park_outside_tokio` and [`clock_may_be_paused`]); as a future
+    /// through tokio's park otherwise.
     pub(crate) async fn wait(
         &mut self,
         shared: &Shared,
@@ -199,12 +200,8 @@ impl Park {
         self.wait_in_tokio(shared, deadline).await
     }
 
-    /// The own wait, set up on first use; `None` if it cannot be (or the clock may be
-    /// paused: only tokio's park advances a paused clock).
+    /// The own wait, set up on first use; `None` if it cannot be.
     fn own_wait(&mut self) -> Option<&mut OwnWait> {
-        if clock_may_be_paused() {
-            return None;
-        }
         if self.own.is_none() {
             self.ensure_timerfd(); // sets the thread's timer slack too
             let reactor = self.reactor().cloned();
@@ -220,19 +217,19 @@ impl Park {
             .as_ref()
     }
 
+    /// The thread's reactor, if any source is registered in it.
+    fn reactor_with_sources(&mut self) -> Option<Rc<Reactor>> {
+        self.reactor().filter(|r| r.has_sources()).cloned()
+    }
+
     /// Turns the thread's reactor without blocking, when it has sources: for an iteration
     /// that does not park (work is pending), which would otherwise see a socket's readiness
-    /// only once it parks. True if it woke a source.
-    pub(crate) fn turn_now(&mut self, shared: &Shared) -> bool {
-        let Some(reactor) = self.reactor().filter(|r| r.has_sources()).cloned() else {
-            return false;
-        };
-        match reactor.turn(0, shared.id) {
-            Ok(turn) => {
-                self.note_park_events(turn);
-                turn.sources > 0
-            }
-            Err(_) => false,
+    /// only once it parks.
+    pub(crate) fn turn_now(&mut self, shared: &Shared) {
+        if let Some(reactor) = self.reactor_with_sources()
+            && let Ok(turn) = reactor.turn(0, shared.id)
+        {
+            self.note_park_events(turn);
         }
     }
 
@@ -253,7 +250,7 @@ impl Park {
     /// The reactor's `epoll` registered with tokio's reactor, when the reactor has sources:
     /// a park through tokio then ends when one of them has an event.
     fn reactor_in_tokio(&mut self) -> Option<Rc<Reactor>> {
-        let reactor = self.reactor().filter(|r| r.has_sources()).cloned()?;
+        let reactor = self.reactor_with_sources()?;
         if self.reactor_in_tokio.is_none() {
             let fd = ReactorFd(reactor.fd());
             // SAFETY: the reactor owns the descriptor, and the park holds the reactor (an

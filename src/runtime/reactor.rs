@@ -378,18 +378,9 @@ impl Drop for Registration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::wake_slot::WakeCount;
     use std::io::Write;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::Wake;
-
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
 
     fn pair() -> (std::net::TcpStream, std::net::TcpStream) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -405,14 +396,14 @@ mod tests {
         Rc<Reactor>,
         std::net::TcpStream,
         std::net::TcpStream,
-        Arc<Count>,
+        Arc<WakeCount>,
         Registration,
     ) {
         let reactor = Reactor::for_this_thread().expect("reactor");
         let (client, server) = pair();
-        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let (waker, count) = WakeCount::waker();
         let reg = reactor
-            .register(server.as_raw_fd(), Waker::from(count.clone()))
+            .register(server.as_raw_fd(), waker)
             .expect("register");
         (reactor, client, server, count, reg)
     }
@@ -426,12 +417,12 @@ mod tests {
         // The registration itself queues the writable edge.
         let first = reactor.turn(10_000, 0).expect("turn");
         assert!(first.sources >= 1 && reg.writable() && !reg.readable());
-        let woken = count.0.load(Ordering::SeqCst);
+        let woken = count.count();
         client.write_all(b"x").expect("write");
         let second = reactor.turn(10_000, 0).expect("turn");
         assert_eq!(second.sources, 1);
         assert!(reg.readable(), "data sets the readable bit");
-        assert_eq!(count.0.load(Ordering::SeqCst), woken + 1);
+        assert_eq!(count.count(), woken + 1);
         // Nothing new: a turn without blocking finds nothing (edge-triggered).
         assert_eq!(reactor.turn(0, 0).expect("turn"), Turn::default());
     }
@@ -442,13 +433,13 @@ mod tests {
         reactor.turn(10_000, 0).expect("turn");
         drop(reg);
         assert!(!reactor.has_sources());
-        let woken = count.0.load(Ordering::SeqCst);
+        let woken = count.count();
         client.write_all(b"x").expect("write");
         assert_eq!(reactor.turn(50, 0).expect("turn").sources, 0);
-        assert_eq!(count.0.load(Ordering::SeqCst), woken);
+        assert_eq!(count.count(), woken);
         // The freed slot is reused under a new generation.
         let again = reactor
-            .register(server.as_raw_fd(), Waker::from(count.clone()))
+            .register(server.as_raw_fd(), WakeCount::waker().0)
             .expect("register");
         assert_eq!(again.index, 0);
     }

@@ -112,41 +112,62 @@ impl Default for WakeSlot {
     }
 }
 
+/// A waker that counts its wakes: for the tests of whatever holds and wakes one (this slot,
+/// the thread's reactor, the network backends).
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct WakeCount(std::sync::atomic::AtomicUsize);
+
+#[cfg(test)]
+impl WakeCount {
+    /// A fresh count and a waker that adds to it.
+    pub(crate) fn waker() -> (Waker, std::sync::Arc<WakeCount>) {
+        let count = std::sync::Arc::new(WakeCount::default());
+        (Waker::from(count.clone()), count)
+    }
+
+    /// Wakes so far.
+    pub(crate) fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Counts one wake (for a waker of a test's own that counts as well).
+    pub(crate) fn record(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+impl std::task::Wake for WakeCount {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.record();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.record();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use std::sync::atomic::AtomicUsize;
-    use std::task::Wake;
-
-    struct Counting(AtomicUsize);
-
-    impl Wake for Counting {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    fn counting() -> (Arc<Counting>, Waker) {
-        let count = Arc::new(Counting(AtomicUsize::new(0)));
-        (count.clone(), Waker::from(count))
-    }
 
     #[test]
     fn a_wake_wakes_the_registered_waker_every_time_and_keeps_it() {
         let slot = WakeSlot::new();
         slot.wake(); // nothing registered: nothing to wake, no panic
-        let (count, waker) = counting();
+        let (waker, count) = WakeCount::waker();
         slot.register(&waker);
         slot.wake();
         slot.wake();
-        assert_eq!(count.0.load(Ordering::Relaxed), 2);
+        assert_eq!(count.count(), 2);
     }
 
     #[test]
     fn registering_the_same_waker_again_does_not_clone_it() {
         let slot = WakeSlot::new();
-        let (count, waker) = counting();
+        let (waker, count) = WakeCount::waker();
         slot.register(&waker);
         let held = Arc::strong_count(&count);
         for _ in 0..10 {
@@ -154,19 +175,19 @@ mod tests {
             slot.wake();
         }
         assert_eq!(Arc::strong_count(&count), held, "no clone kept per park");
-        assert_eq!(count.0.load(Ordering::Relaxed), 10);
+        assert_eq!(count.count(), 10);
     }
 
     #[test]
     fn a_different_waker_replaces_the_held_one() {
         let slot = WakeSlot::new();
-        let (first, waker1) = counting();
-        let (second, waker2) = counting();
+        let (waker1, first) = WakeCount::waker();
+        let (waker2, second) = WakeCount::waker();
         slot.register(&waker1);
         slot.register(&waker2);
         slot.wake();
-        assert_eq!(first.0.load(Ordering::Relaxed), 0);
-        assert_eq!(second.0.load(Ordering::Relaxed), 1);
+        assert_eq!(first.count(), 0);
+        assert_eq!(second.count(), 1);
         drop(slot);
         assert_eq!(
             Arc::strong_count(&first),
@@ -180,7 +201,7 @@ mod tests {
     #[test]
     fn wakes_racing_with_registrations_are_not_lost() {
         let slot = Arc::new(WakeSlot::new());
-        let (count, waker) = counting();
+        let (waker, count) = WakeCount::waker();
         slot.register(&waker);
         let wakers: Vec<_> = (0..3)
             .map(|_| {
@@ -198,9 +219,9 @@ mod tests {
         for w in wakers {
             w.join().expect("waker thread");
         }
-        let before = count.0.load(Ordering::Relaxed);
+        let before = count.count();
         slot.wake();
-        assert_eq!(count.0.load(Ordering::Relaxed), before + 1);
+        assert_eq!(count.count(), before + 1);
         assert!(before > 0);
     }
 }

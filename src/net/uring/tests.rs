@@ -1,33 +1,13 @@
 //! The backend against real sockets on loopback, on the runtime the shard uses.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Wake;
 
 use tokio::net::TcpStream as Client;
 use tokio::time::Instant;
 
 use super::*;
-
-#[derive(Default)]
-struct Wakes(AtomicUsize);
-
-impl Wakes {
-    fn count(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-impl Wake for Wakes {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn counting_waker() -> (Waker, Arc<Wakes>) {
-    let wakes = Arc::new(Wakes::default());
-    (Waker::from(Arc::clone(&wakes)), wakes)
-}
+use crate::runtime::wake_slot::WakeCount as Wakes;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -82,7 +62,7 @@ fn ring_alive() -> bool {
 
 fn listen() -> (Box<dyn Acceptor>, Arc<Wakes>) {
     let listener = crate::net::bind("127.0.0.1:0".parse().unwrap(), 262_144).unwrap();
-    let (waker, wakes) = counting_waker();
+    let (waker, wakes) = Wakes::waker();
     (Uring.listen(listener, waker).unwrap(), wakes)
 }
 
@@ -112,7 +92,7 @@ async fn connected() -> Pair {
     let client = Client::connect(addr).await.unwrap();
     let (accepted, peer) = accept(&mut *acceptor, &accept_wakes).await;
     assert_eq!(peer, client.local_addr().unwrap());
-    let (waker, wakes) = counting_waker();
+    let (waker, wakes) = Wakes::waker();
     Pair {
         client,
         conn: accepted.attach(waker),
@@ -261,7 +241,7 @@ fn the_screen_sees_the_peer_and_a_refused_connection_is_closed_without_a_slot() 
         let client = Client::connect(addr).await.unwrap();
         let (accepted, peer) = accept(&mut *acceptor, &wakes).await;
         assert_eq!(peer, client.local_addr().unwrap());
-        let (waker, _) = counting_waker();
+        let (waker, _) = Wakes::waker();
         let mut conn = accepted.attach(waker);
         assert_eq!(open_conns(), 1);
         assert_eq!(conn.write(b"hi").unwrap(), 2);
@@ -413,7 +393,7 @@ fn a_peer_that_never_reads_gets_linger_then_the_connection_is_gone() {
             .await
             .unwrap();
         let (accepted, _) = accept(&mut *acceptor, &accept_wakes).await;
-        let (waker, wakes) = counting_waker();
+        let (waker, wakes) = Wakes::waker();
         let mut conn = accepted.attach(waker);
         // Fill every buffer on the way: full, and no wake comes.
         let chunk = pattern(OUTBOX_LIMIT);
@@ -450,7 +430,7 @@ fn many_connections_leave_nothing_behind_and_the_ring_goes_last() {
         for i in 0..100 {
             let client = Client::connect(addr).await.unwrap();
             let (accepted, _) = accept(&mut *acceptor, &accept_wakes).await;
-            let (waker, _) = counting_waker();
+            let (waker, _) = Wakes::waker();
             let mut conn = accepted.attach(waker);
             if i % 2 == 0 {
                 drop(client); // client first
@@ -522,7 +502,7 @@ fn a_ring_with_operations_in_flight_gets_their_buffers_back_before_it_goes() {
             .await
             .unwrap();
         let (accepted, _) = accept(&mut *acceptor, &accept_wakes).await;
-        let (waker, _) = counting_waker();
+        let (waker, _) = Wakes::waker();
         let conn = accepted.attach(waker);
         let ring = THREAD_RING.with(|r| r.borrow().upgrade()).unwrap();
         let mut ring = ring.borrow_mut();
@@ -758,7 +738,7 @@ impl Wake for OnFirstWake {
         if let Some(first) = first {
             first();
         }
-        self.wakes.0.fetch_add(1, Ordering::SeqCst);
+        self.wakes.record();
     }
 }
 
@@ -775,7 +755,7 @@ fn completions_a_handler_moves_aside_on_a_full_queue_are_not_lost() {
         let second_addr = second.local_addr().unwrap();
         let sender = std::net::TcpStream::connect(second_addr).unwrap();
         let (accepted, _) = accept(&mut *second, &second_wakes).await;
-        let (waker, conn_wakes) = counting_waker();
+        let (waker, conn_wakes) = Wakes::waker();
         let mut conn = accepted.attach(waker);
 
         // The first listener: the handler of its accept re-arms it on a full queue. Its waker
@@ -1088,7 +1068,7 @@ async fn attach_next(
     accept_wakes: &Wakes,
 ) -> (Box<dyn Transport>, Arc<Wakes>) {
     let (accepted, _) = accept(acceptor, accept_wakes).await;
-    let (waker, wakes) = counting_waker();
+    let (waker, wakes) = Wakes::waker();
     (accepted.attach(waker), wakes)
 }
 
@@ -1139,8 +1119,8 @@ fn a_kernel_refusing_multishot_receives_falls_back_for_every_connection() {
         let (accepted_a, _) = accept(&mut *acceptor, &accept_wakes).await;
         let (accepted_b, _) = accept(&mut *acceptor, &accept_wakes).await;
         // Both receives are armed before either refusal is seen.
-        let (waker_a, wakes_a) = counting_waker();
-        let (waker_b, wakes_b) = counting_waker();
+        let (waker_a, wakes_a) = Wakes::waker();
+        let (waker_b, wakes_b) = Wakes::waker();
         let mut a = accepted_a.attach(waker_a);
         let mut b = accepted_b.attach(waker_b);
         eventually("both refusals", || {
