@@ -77,10 +77,7 @@ impl Acceptor for EpollAcceptor {
         }
         // Registered with the reactor only once it has a token. TCP_NODELAY came from the
         // listener (Linux copies it to accepted sockets): no socket option per connection.
-        let accepted = Accepted::new(move |waker| match EpollConn::new(socket, waker) {
-            Ok(conn) => Box::new(conn) as Box<dyn Transport>,
-            Err(e) => Box::new(Unregistered(e.kind(), e.to_string())),
-        });
+        let accepted = Accepted::new(move |waker| attach(socket, waker));
         Poll::Ready(Ok(Accept::Admitted(accepted, peer)))
     }
 
@@ -277,6 +274,16 @@ impl Transport for EpollConn {
             return Ok(0);
         }
         self.send(&slices[..count])
+    }
+}
+
+/// The transport of an accepted connection: registered with the thread's reactor, or, if the
+/// kernel refuses that, one that fails its first read with the reason (the socket is closed
+/// at once; no other connection is touched).
+fn attach(socket: OwnedFd, waker: Waker) -> Box<dyn Transport> {
+    match EpollConn::new(socket, waker) {
+        Ok(conn) => Box::new(conn),
+        Err(e) => Box::new(Unregistered(e.kind(), e.to_string())),
     }
 }
 
@@ -482,6 +489,41 @@ mod tests {
         let got = reader.join().expect("reader");
         assert!(got[..sent].iter().all(|&b| b == 9));
         assert_eq!(&got[sent..], b"tail!");
+    }
+
+    /// A descriptor the kernel will not register (`epoll` refuses a regular file, as it would
+    /// a connection over `fs.epoll.max_user_watches`) becomes a transport that fails its read
+    /// and write naming the refusal, so the server closes that connection and says why; a
+    /// connection attached beside it reads as usual.
+    #[test]
+    fn a_refused_registration_fails_only_that_connection_naming_why() {
+        let file = std::fs::File::open(std::env::current_exe().expect("exe")).expect("open");
+        let mut refused = attach(OwnedFd::from(file), Woken::waker().0);
+        let ReadOutcome::Failed(e) = refused.read(&mut Vec::new(), 64) else {
+            panic!("a refused registration must fail the read");
+        };
+        assert!(
+            e.to_string().contains("registering with the loop's epoll"),
+            "{e}"
+        );
+        assert!(refused.write(b"x").is_err());
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut client =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        server.set_nonblocking(true).expect("non-blocking");
+        let (waker, woken) = Woken::waker();
+        let mut fine = attach(OwnedFd::from(server), waker);
+        client.write_all(b"ok").expect("write");
+        let mut buf = Vec::new();
+        let read = loop {
+            match fine.read(&mut buf, 64) {
+                ReadOutcome::WouldBlock => turn_until_woken(&woken),
+                outcome => break outcome,
+            }
+        };
+        assert!(matches!(read, ReadOutcome::Data(2)), "{read:?}");
     }
 
     /// The listener: connections are taken while its bit is set, an empty backlog clears it,

@@ -677,6 +677,24 @@ mod tests {
         });
     }
 
+    /// One park's own wait per reactor: a second loop's on the same thread is refused (it
+    /// parks through tokio instead, so neither can take the other's doorbell or timer
+    /// edges), and the first one's going makes room again.
+    #[test]
+    fn a_second_own_wait_on_one_thread_is_refused_until_the_first_goes() {
+        let reactor = Reactor::for_this_thread().expect("reactor");
+        let first = OwnWait::new(reactor.clone()).expect("the first own wait");
+        let refused = OwnWait::new(reactor.clone())
+            .err()
+            .expect("a second own wait");
+        assert!(
+            refused.to_string().contains("another loop's park"),
+            "{refused}"
+        );
+        drop(first);
+        OwnWait::new(reactor).expect("room again once the first is gone");
+    }
+
     /// The park gives the loop thread a 1 ns timer slack (the kernel would otherwise let its
     /// timed sleeps run up to 50 µs late), and only that thread.
     #[test]
