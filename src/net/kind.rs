@@ -6,7 +6,8 @@
 //! refuse). When it is asked for and refused, [`BackendKind::io_uring_or_epoll`] logs one
 //! warning and picks epoll: a shard that starts beats one that stops over a transport. Both
 //! backends run on the same current-thread tokio runtime ([`BackendKind::block_on`]); epoll's
-//! sockets are in the loop thread's own reactor, io_uring's ring is driven by a local task.
+//! sockets are in the loop thread's own reactor, io_uring's ring is driven by that reactor on
+//! a loop's thread (by a local task elsewhere).
 //!
 //! It must never read the configuration: `network.backend` is mapped to a [`BackendKind`] by
 //! the config (`NetworkConfig::backend_kind`), which calls in here, never the reverse.

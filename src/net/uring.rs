@@ -32,17 +32,28 @@
 //! to one single-shot receive per packet into a [`RECV_BUFFER`] of the connection's own.
 //!
 //! The ring belongs to the loop thread (created by the first `listen`, shared by every
-//! listener and connection on that thread, gone with the last of them). Its descriptor is
-//! registered with tokio's reactor, and one small local task, the *driver*, does all the
-//! talking to the kernel: when the ring has completions it drains them into the connections'
-//! buffers and raises their wakers (so the loop's `Signal` sees them like epoll readiness), and
-//! whenever the loop queued work (a receive re-armed by `read`, a send queued by `write`) it
-//! submits it, `SUBMIT_BATCH` (32) entries per `io_uring_enter`. The kernel does real work inside
-//! that call (the sends, and the receives that completed meanwhile), so a run does one batch
-//! and, with more left, yields behind the loop: a busy loop iterates, timers first, between
-//! two batches. The driver runs when the loop future yields or parks, so the Flush phase's
-//! sends go out before the thread sleeps, and the shard runs on tokio's plain current-thread
-//! runtime.
+//! listener and connection on that thread, gone with the last of them). Something must do
+//! all the talking to the kernel: when the ring has completions, drain them into the
+//! connections' buffers and raise their wakers (so the loop's `Signal` sees them like epoll
+//! readiness), and whenever the loop queued work (a receive re-armed by `read`, a send queued
+//! by `write`), submit it, `SUBMIT_BATCH` (32) entries per `io_uring_enter`. The kernel does
+//! real work inside that call (the sends, and the receives that completed meanwhile), so one
+//! pass does one batch and, with more left, lets the loop iterate (timers first) before the
+//! next.
+//!
+//! # Who drives the ring
+//!
+//! * **The loop's reactor**, on a thread that runs an event loop (the shard). The ring's
+//!   descriptor is a source of the thread's reactor (`runtime/reactor.rs`) and the ring its
+//!   [`Driver`]: every turn of the reactor runs a pass before it waits (so the Flush phase's
+//!   sends reach the kernel before the thread sleeps, and a turn with a batch left does not
+//!   block) and one after (to complete what the wait brought). The loop turns its reactor on
+//!   every iteration, parked or not, so no task of tokio's is involved and a loop on io_uring
+//!   can park in its own wait (`EventLoopBuilder::owns_its_thread`). A closed connection's
+//!   linger deadline is a loop timer, whose wake-up turns the reactor.
+//! * **A local task of tokio's**, anywhere else (the backend's own tests): tokio's reactor
+//!   watches the descriptor, and the task runs a pass when it is readable or the loop queued
+//!   work, then yields behind the loop while work is left.
 //!
 //! Owns: the ring, the driver, the sockets and their buffers. Every buffer is bounded (the
 //! shared receive pool, at most `HELD_LIMIT` (16) of its buffers per connection,
@@ -109,6 +120,7 @@ use super::backend::{
     accept_and_close,
 };
 use super::shared::Piece;
+use crate::runtime::reactor::{Driver, Drove, Reactor, Registration};
 use outbox::Outbox;
 use pool::Pool;
 
@@ -181,8 +193,9 @@ pub(crate) fn inject_enter_failure(errno: i32) {
     FAIL_NEXT_ENTER.with(|f| f.set(Some(errno)));
 }
 
-/// The io_uring backend. Use it on a current-thread runtime that can `spawn_local` (the one
-/// [`crate::net::BackendKind::block_on`] builds): the ring's driver is a local task.
+/// The io_uring backend. On an event loop's thread the loop's reactor drives the ring;
+/// elsewhere use it on a current-thread runtime that can `spawn_local` (the one
+/// [`crate::net::BackendKind::block_on`] builds), where its driver is a local task.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Uring;
 
@@ -500,7 +513,11 @@ impl Drop for ForgetRing {
 
 struct Ring {
     /// Declared first, so dropped first: deregistered before the ring's descriptor closes.
-    readable: AsyncFd<RingFd>,
+    /// tokio's reactor watches the ring for the driver task; `None` when the loop drives it.
+    readable: Option<AsyncFd<RingFd>>,
+    /// The loop thread's reactor watches the ring (see "Who drives the ring" in the module
+    /// docs); `None` when the driver task does.
+    in_reactor: Option<Registration>,
     uring: IoUring,
     conns: Slab<Conn>,
     listeners: Slab<Listener>,
@@ -514,6 +531,9 @@ struct Ring {
     /// Closed connections still sending, oldest first, with their deadlines.
     lingering: VecDeque<(Instant, Key)>,
     linger_timer: Pin<Box<Sleep>>,
+    /// Loop-driven: the deadline a loop timer will wake the loop at, for the oldest lingering
+    /// connection (the loop then turns its reactor, which drives the ring).
+    linger_wake: Option<Instant>,
     /// The ring failed (see "A dead ring" in the module docs): why, as every socket on it is
     /// told.
     dead: Option<BackendFailed>,
@@ -544,12 +564,16 @@ struct Ring {
 type SharedRing = Rc<RefCell<Ring>>;
 
 impl Ring {
-    /// The ring of the loop thread, created (with its driver) if there is none.
+    /// The ring of the loop thread, created (with its driver) if there is none: on a thread
+    /// that runs an event loop, driven by the loop's reactor; elsewhere by a task of tokio's.
     fn for_this_thread() -> io::Result<SharedRing> {
         if let Some(ring) = THREAD_RING.with(|r| r.borrow().upgrade()) {
             return Ok(ring);
         }
-        let ring = Rc::new(RefCell::new(Ring::new()?));
+        if crate::runtime::LoopContext::try_current().is_some() {
+            return Ring::driven_by_the_loop();
+        }
+        let ring = Rc::new(RefCell::new(Ring::new(true)?));
         THREAD_RING.with(|r| *r.borrow_mut() = Rc::downgrade(&ring));
         let driven = Rc::clone(&ring);
         let forget = ForgetRing(Rc::downgrade(&ring));
@@ -567,16 +591,36 @@ impl Ring {
         Ok(ring)
     }
 
-    fn new() -> io::Result<Ring> {
+    /// A ring the loop thread's reactor drives (see "Who drives the ring" in the module docs):
+    /// its descriptor registered there, the ring installed as the reactor's driver.
+    fn driven_by_the_loop() -> io::Result<SharedRing> {
+        let reactor = Reactor::for_this_thread()?;
+        let ring = Rc::new(RefCell::new(Ring::new(false)?));
+        let fd = ring.borrow().uring.as_raw_fd();
+        // The waker has nothing to do: the turn that sees the ring's event drives it.
+        let registration = reactor.register(fd, Waker::noop().clone())?;
+        ring.borrow_mut().in_reactor = Some(registration);
+        let driver: Rc<dyn Driver> = Rc::new(LoopDriver(Rc::clone(&ring)));
+        reactor.set_driver(driver)?;
+        THREAD_RING.with(|r| *r.borrow_mut() = Rc::downgrade(&ring));
+        Ok(ring)
+    }
+
+    /// A ring, watched by tokio's reactor if `in_tokio` (else its creator registers it).
+    fn new(in_tokio: bool) -> io::Result<Ring> {
         let uring = Ring::build_uring()?;
         let pool = Ring::register_pool(&uring);
-        let fd = RingFd(uring.as_raw_fd());
-        // SAFETY: the descriptor stays open while the `AsyncFd` exists: `readable` is dropped
-        // before `uring`, which owns it (field order of `Ring`).
-        let readable =
-            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }?;
+        let readable = if in_tokio {
+            let fd = RingFd(uring.as_raw_fd());
+            // SAFETY: the descriptor stays open while the `AsyncFd` exists: `readable` is
+            // dropped before `uring`, which owns it (field order of `Ring`).
+            Some(unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }?)
+        } else {
+            None
+        };
         Ok(Ring {
             readable,
+            in_reactor: None,
             uring,
             conns: Slab::new(),
             listeners: Slab::new(),
@@ -586,6 +630,7 @@ impl Ring {
             driver_woken: false,
             lingering: VecDeque::new(),
             linger_timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            linger_wake: None,
             dead: None,
             runs: 0,
             pool,
@@ -695,8 +740,10 @@ impl Ring {
             self.driver = Some(cx.waker().clone());
         }
         // Readiness first, then the queue: a completion after the drain is a new edge.
-        while let Poll::Ready(Ok(mut guard)) = self.readable.poll_read_ready(cx) {
-            guard.clear_ready();
+        if let Some(readable) = &self.readable {
+            while let Poll::Ready(Ok(mut guard)) = readable.poll_read_ready(cx) {
+                guard.clear_ready();
+            }
         }
         if self.dead.is_some() {
             // Nothing more is submitted; the driver waits (woken only by a push) for the last
@@ -704,15 +751,25 @@ impl Ring {
             self.driver_woken = false;
             return false;
         }
-        self.complete_all();
-        self.expire_lingering(cx);
-        if self.submit_batch() {
-            self.complete_all();
-        }
-        let more = self.has_completions() || !self.uring.submission().is_empty();
+        self.expire_lingering(Some(cx));
+        let more = self.pass().more;
         // With more, the task runs again without being woken: pushes need not wake it.
         self.driver_woken = more;
         more
+    }
+
+    /// One bounded pass of either driver: completes what the kernel finished, submits one
+    /// batch, and completes what that batch finished at once (sends to sockets with room
+    /// complete inside the submit).
+    fn pass(&mut self) -> Pass {
+        let mut completed = self.complete_all();
+        if self.submit_batch() {
+            completed |= self.complete_all();
+        }
+        Pass {
+            completed,
+            more: self.has_completions() || !self.uring.submission().is_empty(),
+        }
     }
 
     /// Wakes the driver (once per run): there is work to submit.
@@ -1656,9 +1713,16 @@ impl Ring {
 
     /// Cancels the sends of closed connections whose linger is over; sets the timer for the
     /// next one.
-    fn expire_lingering(&mut self, cx: &mut Context<'_>) {
+    /// Gives up on the lingering connections whose time is over. `cx`: the driver task's, whose
+    /// timer wakes it at the next deadline; `None` when the loop drives the ring, and a timer
+    /// of the loop's wakes it instead (its park then turns the reactor, which drives the ring).
+    fn expire_lingering(&mut self, mut cx: Option<&mut Context<'_>>) {
         while let Some(&(deadline, key)) = self.lingering.front() {
             if deadline > Instant::now() {
+                let Some(cx) = cx.as_deref_mut() else {
+                    self.wake_the_loop_at(deadline);
+                    return;
+                };
                 if self.linger_timer.deadline() != deadline {
                     self.linger_timer.as_mut().reset(deadline);
                 }
@@ -1675,6 +1739,55 @@ impl Ring {
             if conn.send_in_flight {
                 self.cancel(Op::Send, key);
             }
+        }
+    }
+
+    /// Starts a loop timer for `deadline` unless one is set for it already. Its callback does
+    /// nothing: that the loop wakes is the point.
+    fn wake_the_loop_at(&mut self, deadline: Instant) {
+        if self.linger_wake == Some(deadline) || crate::runtime::LoopContext::try_current().is_none()
+        {
+            return;
+        }
+        self.linger_wake = Some(deadline);
+        let after = deadline.saturating_duration_since(Instant::now());
+        // Not kept: when it fires for a connection gone meanwhile, the pass finds nothing.
+        let _ = crate::timer::after(after).start(|| {});
+    }
+}
+
+/// What one pass of a driver did.
+struct Pass {
+    /// Completions were handled (their wakers raised).
+    completed: bool,
+    /// Entries or completions are left for the next pass.
+    more: bool,
+}
+
+/// The loop's reactor's hold on its thread's ring (see "Who drives the ring" in the module
+/// docs): each turn of the reactor drives the ring one pass.
+struct LoopDriver(SharedRing);
+
+impl Driver for LoopDriver {
+    fn drive(&self) -> Drove {
+        let unused = Rc::strong_count(&self.0) == 1;
+        let mut ring = self.0.borrow_mut();
+        if ring.dead.is_some() {
+            drop(ring);
+            // A later `listen` on this thread gets a fresh ring, not this one.
+            forget_ring(&self.0);
+            // Nothing will complete: it goes once the last socket on it is gone.
+            return if unused { Drove::Done } else { Drove::Idle };
+        }
+        ring.runs += 1;
+        ring.expire_lingering(None);
+        let pass = ring.pass();
+        if pass.completed || pass.more {
+            Drove::Busy
+        } else if unused && ring.in_flight == 0 {
+            Drove::Done
+        } else {
+            Drove::Idle
         }
     }
 }

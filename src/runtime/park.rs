@@ -292,6 +292,13 @@ impl Park {
             self.armed_for = armed.is_ok().then_some(deadline);
         }
         let reactor = self.reactor_in_tokio();
+        // A driver's queued work reaches the kernel before the thread blocks (the own wait's
+        // turn does the same); more than one batch and the loop iterates instead of blocking.
+        if let Some(reactor) = &reactor
+            && reactor.drive_now(shared.id)
+        {
+            return Woken::Notified;
+        }
         let timerfd = self.timerfd.as_ref();
         let in_tokio = self.reactor_in_tokio.as_ref().filter(|_| reactor.is_some());
         let mut fired = false;
@@ -438,6 +445,16 @@ impl OwnWait {
     fn disarm(&mut self) {
         if self.armed_for.take().is_some() {
             let _ = self.timer.arm(Duration::ZERO);
+        }
+    }
+}
+
+impl Drop for Park {
+    /// The loop is going: the thread's reactor lets go of its driver (the io_uring ring),
+    /// which nothing else would turn now; the ring's sockets, if still held, keep it.
+    fn drop(&mut self) {
+        if let Some(reactor) = Reactor::existing() {
+            reactor.drop_driver();
         }
     }
 }

@@ -26,6 +26,15 @@
 //! nothing. Two values are kept for the park's own descriptors ([`PARK_TIMER`],
 //! [`PARK_DOORBELL`]), which the turn reports instead of dispatching.
 //!
+//! **A driver.** A completion-based backend (io_uring) does not wait for readiness: it hands
+//! work to the kernel and reaps what the kernel finished, and both need a system call the
+//! loop thread makes. Such a backend installs itself as the reactor's [`Driver`] (one per
+//! reactor) and registers its own descriptor as a source, so an event of it ends a park like
+//! a socket's. Every turn then drives it twice: before `epoll_wait`, so that work queued by
+//! the iteration that is about to park reaches the kernel first (a turn that leaves work
+//! queued does not block), and after it, to reap what the wait brought. The driver needs no
+//! task of tokio's, which lets a loop on io_uring park in its own wait.
+//!
 //! This module must never decide when to park or for how long (the loop does) and never
 //! reads or writes a socket (its owner does).
 
@@ -53,6 +62,27 @@ thread_local! {
     static THREAD_REACTOR: RefCell<Weak<Reactor>> = const { RefCell::new(Weak::new()) };
 }
 
+/// A completion-based backend driven by the reactor's turns (see "A driver" in the module
+/// docs).
+pub(crate) trait Driver {
+    /// Hands the kernel what was queued (a bounded batch) and completes what it finished,
+    /// waking the sources concerned.
+    fn drive(&self) -> Drove;
+}
+
+/// What a [`Driver`] pass left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drove {
+    /// Nothing for the thread to see now: it may block.
+    Idle,
+    /// The thread must not block now: work is left queued, or something completed (its wake
+    /// raised the loop's signal quietly, after the park last looked at it).
+    Busy,
+    /// Nothing is in flight and nobody but the reactor holds the driver: the reactor lets go
+    /// of it (the backend's next user installs a new one).
+    Done,
+}
+
 /// What one turn found besides its sources.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Turn {
@@ -74,6 +104,10 @@ pub(crate) struct Reactor {
     /// A park's own wait holds [`PARK_TIMER`] and [`PARK_DOORBELL`]: one per reactor, so
     /// that no other park can take its edges.
     park_taken: Cell<bool>,
+    /// The backend driven by every turn, if one is installed. It holds the reactor in turn
+    /// (through its descriptor's registration); the cycle ends when the driver says
+    /// [`Drove::Done`], or when the loop's park goes ([`Reactor::drop_driver`]).
+    driver: RefCell<Option<Rc<dyn Driver>>>,
 }
 
 struct Slot {
@@ -134,6 +168,7 @@ impl Reactor {
             free: RefCell::new(Vec::new()),
             live: Cell::new(0),
             park_taken: Cell::new(false),
+            driver: RefCell::new(None),
         })
     }
 
@@ -142,9 +177,14 @@ impl Reactor {
         self.epoll.as_raw_fd()
     }
 
-    /// Whether any source is registered.
+    /// Whether any source is registered, or a driver installed.
     pub(crate) fn has_sources(&self) -> bool {
-        self.live.get() > 0
+        self.live.get() > 0 || self.driver.borrow().is_some()
+    }
+
+    /// This thread's reactor, if something holds one.
+    pub(crate) fn existing() -> Option<Rc<Reactor>> {
+        THREAD_REACTOR.try_with(|r| r.borrow().upgrade()).ok().flatten()
     }
 
     /// Adds a park's own timerfd and doorbell, readable, edge-triggered, as [`PARK_TIMER`]
@@ -172,6 +212,47 @@ impl Reactor {
         let _ = self.ctl(libc::EPOLL_CTL_DEL, timer, 0, 0);
         let _ = self.ctl(libc::EPOLL_CTL_DEL, doorbell, 0, 0);
         self.park_taken.set(false);
+    }
+
+    /// Makes `driver` the backend every turn drives. Fails if another is installed.
+    pub(crate) fn set_driver(&self, driver: Rc<dyn Driver>) -> io::Result<()> {
+        let mut slot = self.driver.borrow_mut();
+        if slot.is_some() {
+            return Err(io::Error::other("this thread's reactor drives a backend already"));
+        }
+        *slot = Some(driver);
+        Ok(())
+    }
+
+    /// Lets go of the driver (the loop that turned this reactor is going). What else holds
+    /// the backend keeps it; when that goes, the backend closes.
+    pub(crate) fn drop_driver(&self) {
+        let driver = self.driver.borrow_mut().take();
+        drop(driver); // outside the borrow: the backend's drop deregisters its descriptor
+    }
+
+    /// Drives the installed driver outside a turn (a park through tokio, before it blocks):
+    /// true if the thread must not block ([`Drove::Busy`]). `for_loop` as for
+    /// [`Reactor::turn`].
+    pub(crate) fn drive_now(&self, for_loop: LoopId) -> bool {
+        let _turning = Turning::enter(for_loop);
+        self.drive()
+    }
+
+    /// Drives the installed driver, if any: true if the thread must not block.
+    fn drive(&self) -> bool {
+        let Some(driver) = self.driver.borrow().clone() else {
+            return false;
+        };
+        match driver.drive() {
+            Drove::Idle => false,
+            Drove::Busy => true,
+            Drove::Done => {
+                drop(driver);
+                self.drop_driver();
+                false
+            }
+        }
     }
 
     /// Registers `fd` for both directions (and hang-ups), edge-triggered: from now on every
@@ -222,10 +303,17 @@ impl Reactor {
     /// `for_loop` is the loop whose park turns (see [`Turning`]). An error is returned
     /// only if nothing was dispatched: a turn that woke sources reports them.
     pub(crate) fn turn(&self, timeout_ms: libc::c_int, for_loop: LoopId) -> io::Result<Turn> {
+        let _turning = Turning::enter(for_loop);
         let mut turn = Turn::default();
         // Not zeroed: the kernel writes the first `n`, and only those are read.
         let mut events = [const { MaybeUninit::<libc::epoll_event>::uninit() }; EVENTS_PER_WAIT];
-        let mut timeout = timeout_ms;
+        // The driver's queued work goes to the kernel before the thread blocks.
+        let mut timeout = if self.drive() {
+            turn.sources += 1;
+            0
+        } else {
+            timeout_ms
+        };
         loop {
             // SAFETY: `events` has room for the count asked for; the descriptor is ours.
             let n = unsafe {
@@ -241,23 +329,30 @@ impl Reactor {
                 if e.kind() == io::ErrorKind::Interrupted || turn != Turn::default() {
                     // A signal, or a failure after a full batch: the caller looks at its
                     // queues (and what this turn woke) and comes back.
-                    return Ok(turn);
+                    break;
                 }
                 return Err(e);
             }
             let n = n as usize;
             // SAFETY: epoll_wait initialised the first `n` entries.
             let ready = unsafe { std::slice::from_raw_parts(events.as_ptr().cast(), n) };
-            self.dispatch(ready, &mut turn, for_loop);
+            self.dispatch(ready, &mut turn);
             if n < EVENTS_PER_WAIT {
-                return Ok(turn);
+                break;
             }
             timeout = 0;
         }
+        // What the wait brought the driver (its descriptor's event, or completions of the
+        // work handed over before it) is reaped now, not one iteration later.
+        if self.drive() {
+            turn.sources += 1;
+        }
+        Ok(turn)
     }
 
-    fn dispatch(&self, events: &[libc::epoll_event], turn: &mut Turn, for_loop: LoopId) {
-        let _turning = Turning::enter(for_loop);
+    /// Sets the readiness of the sources `events` name and wakes them (the caller is
+    /// [`Turning`]).
+    fn dispatch(&self, events: &[libc::epoll_event], turn: &mut Turn) {
         for event in events {
             let (data, flags) = (event.u64, event.events);
             match data {

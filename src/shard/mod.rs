@@ -335,9 +335,8 @@ async fn run_shard(
     let world = Rc::new(RefCell::new(world));
     let net = Net::new(Limits::from(&config.network));
     let players = game::install(&net, world.clone(), &mut games);
-    // The epoll backend's sockets are in the loop thread's own reactor; io_uring's ring is
-    // driven by a tokio task, which needs tokio's park.
-    let owns_its_thread = owns_its_thread && backend == BackendKind::Epoll;
+    // Both backends' sockets are the loop thread's own: epoll's in its reactor, io_uring's
+    // ring driven by that reactor's turns.
     let builder = config
         .server
         .loop_builder()
