@@ -1745,7 +1745,8 @@ impl Ring {
     /// Starts a loop timer for `deadline` unless one is set for it already. Its callback does
     /// nothing: that the loop wakes is the point.
     fn wake_the_loop_at(&mut self, deadline: Instant) {
-        if self.linger_wake == Some(deadline) || crate::runtime::LoopContext::try_current().is_none()
+        if self.linger_wake == Some(deadline)
+            || crate::runtime::LoopContext::try_current().is_none()
         {
             return;
         }

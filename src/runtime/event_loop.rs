@@ -807,6 +807,12 @@ impl EventLoop {
         Phase::Sleep
     }
 
+    /// Tests: the parks taken in the loop's own wait so far.
+    #[cfg(test)]
+    pub(crate) fn own_parks(&self) -> u64 {
+        self.park.own_parks
+    }
+
     /// Whether tokio has nothing to do on this thread meanwhile, as far as the loop can tell
     /// under [`EventLoopBuilder::owns_its_thread`]'s promise: its clock runs in real time (a
     /// paused clock moves only in tokio's park) and the thread's runtime has no task of its

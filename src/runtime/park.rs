@@ -450,11 +450,12 @@ impl OwnWait {
 }
 
 impl Drop for Park {
-    /// The loop is going: the thread's reactor lets go of its driver (the io_uring ring),
-    /// which nothing else would turn now; the ring's sockets, if still held, keep it.
+    /// The loop is going: the thread's reactor hands the kernel what its driver (the
+    /// io_uring ring) has queued and lets go of it, since nothing would turn it now; the
+    /// ring's sockets, if still held, keep it.
     fn drop(&mut self) {
         if let Some(reactor) = Reactor::existing() {
-            reactor.drop_driver();
+            reactor.finish_driver();
         }
     }
 }

@@ -54,6 +54,10 @@ pub(crate) const PARK_DOORBELL: u64 = 1;
 /// Slot indexes start here: the values below are the park's.
 const FIRST_SLOT: u64 = 2;
 
+/// Passes a driver gets to hand the kernel what is queued when its loop goes: a full
+/// submission queue (1,024 entries for io_uring) is 32 batches.
+const FINISHING_PASSES: usize = 64;
+
 /// Events taken per `epoll_wait`; a turn that fills them asks again (without blocking).
 const EVENTS_PER_WAIT: usize = 256;
 
@@ -106,7 +110,7 @@ pub(crate) struct Reactor {
     park_taken: Cell<bool>,
     /// The backend driven by every turn, if one is installed. It holds the reactor in turn
     /// (through its descriptor's registration); the cycle ends when the driver says
-    /// [`Drove::Done`], or when the loop's park goes ([`Reactor::drop_driver`]).
+    /// [`Drove::Done`], or when the loop's park goes ([`Reactor::finish_driver`]).
     driver: RefCell<Option<Rc<dyn Driver>>>,
 }
 
@@ -184,7 +188,10 @@ impl Reactor {
 
     /// This thread's reactor, if something holds one.
     pub(crate) fn existing() -> Option<Rc<Reactor>> {
-        THREAD_REACTOR.try_with(|r| r.borrow().upgrade()).ok().flatten()
+        THREAD_REACTOR
+            .try_with(|r| r.borrow().upgrade())
+            .ok()
+            .flatten()
     }
 
     /// Adds a park's own timerfd and doorbell, readable, edge-triggered, as [`PARK_TIMER`]
@@ -218,16 +225,28 @@ impl Reactor {
     pub(crate) fn set_driver(&self, driver: Rc<dyn Driver>) -> io::Result<()> {
         let mut slot = self.driver.borrow_mut();
         if slot.is_some() {
-            return Err(io::Error::other("this thread's reactor drives a backend already"));
+            return Err(io::Error::other(
+                "this thread's reactor drives a backend already",
+            ));
         }
         *slot = Some(driver);
         Ok(())
     }
 
-    /// Lets go of the driver (the loop that turned this reactor is going). What else holds
-    /// the backend keeps it; when that goes, the backend closes.
-    pub(crate) fn drop_driver(&self) {
+    /// Lets go of the driver: the loop that turned this reactor is going, and nothing else
+    /// would hand the kernel what its sockets queued last (the goodbyes of a shard that
+    /// stops). So the driver first runs until nothing is left queued, at most
+    /// [`FINISHING_PASSES`] passes, without waiting for anything. What else holds the backend
+    /// keeps it; when that goes, the backend closes.
+    pub(crate) fn finish_driver(&self) {
         let driver = self.driver.borrow_mut().take();
+        if let Some(driver) = &driver {
+            for _ in 0..FINISHING_PASSES {
+                if driver.drive() != Drove::Busy {
+                    break;
+                }
+            }
+        }
         drop(driver); // outside the borrow: the backend's drop deregisters its descriptor
     }
 
@@ -249,7 +268,8 @@ impl Reactor {
             Drove::Busy => true,
             Drove::Done => {
                 drop(driver);
-                self.drop_driver();
+                let done = self.driver.borrow_mut().take();
+                drop(done); // outside the borrow: the backend's drop deregisters its descriptor
                 false
             }
         }
@@ -537,5 +557,72 @@ mod tests {
             .register(server.as_raw_fd(), WakeCount::waker().0)
             .expect("register");
         assert_eq!(again.index, 0);
+    }
+
+    /// A driver that answers from a script, counting its passes.
+    struct Scripted {
+        answers: RefCell<Vec<Drove>>,
+        passes: Cell<usize>,
+    }
+
+    impl Scripted {
+        fn install(reactor: &Reactor, answers: &[Drove]) -> Rc<Scripted> {
+            let driver = Rc::new(Scripted {
+                // Popped from the end.
+                answers: RefCell::new(answers.iter().rev().copied().collect()),
+                passes: Cell::new(0),
+            });
+            reactor.set_driver(driver.clone()).expect("one driver");
+            driver
+        }
+    }
+
+    impl Driver for Scripted {
+        fn drive(&self) -> Drove {
+            self.passes.set(self.passes.get() + 1);
+            self.answers.borrow_mut().pop().unwrap_or(Drove::Idle)
+        }
+    }
+
+    /// Work the driver still has queued when the loop is about to block keeps the turn from
+    /// blocking: the driver is driven before the wait, which then takes nothing, and after it.
+    #[test]
+    fn a_driver_with_work_left_keeps_a_turn_from_blocking() {
+        let reactor = Reactor::for_this_thread().expect("reactor");
+        let driver = Scripted::install(&reactor, &[Drove::Busy]);
+        assert!(reactor.has_sources(), "a driver is a source");
+        let began = std::time::Instant::now();
+        // A minute, unless the driver's answer cuts it short.
+        let turn = reactor.turn(60_000, 0).expect("turn");
+        assert!(began.elapsed() < std::time::Duration::from_secs(30));
+        assert_eq!(turn.sources, 1, "the busy pass counts as a source woken");
+        assert_eq!(driver.passes.get(), 2, "once before the wait, once after");
+        // Idle now: the next turn waits its whole timeout, driven before and after.
+        let began = std::time::Instant::now();
+        assert_eq!(reactor.turn(30, 0).expect("turn"), Turn::default());
+        assert!(began.elapsed() >= std::time::Duration::from_millis(30));
+        assert_eq!(driver.passes.get(), 4);
+    }
+
+    /// A driver that says it is done is let go of, and a driver whose loop goes gets passes
+    /// until nothing is left queued (bounded), then is let go of too.
+    #[test]
+    fn a_done_driver_is_let_go_and_a_finishing_one_is_driven_until_idle() {
+        let reactor = Reactor::for_this_thread().expect("reactor");
+        let driver = Scripted::install(&reactor, &[Drove::Done]);
+        reactor.turn(0, 0).expect("turn");
+        assert_eq!(driver.passes.get(), 1);
+        assert_eq!(Rc::strong_count(&driver), 1, "the reactor let go");
+        assert!(!reactor.has_sources());
+
+        let finishing = Scripted::install(&reactor, &[Drove::Busy, Drove::Busy, Drove::Idle]);
+        reactor.finish_driver();
+        assert_eq!(finishing.passes.get(), 3, "driven while busy, then let go");
+        assert_eq!(Rc::strong_count(&finishing), 1);
+
+        let endless = Scripted::install(&reactor, &[Drove::Busy; FINISHING_PASSES + 10]);
+        reactor.finish_driver();
+        assert_eq!(endless.passes.get(), FINISHING_PASSES, "bounded");
+        assert!(!reactor.has_sources());
     }
 }

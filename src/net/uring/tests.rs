@@ -1138,3 +1138,119 @@ fn a_kernel_refusing_multishot_receives_falls_back_for_every_connection() {
         REFUSE_MULTISHOT.with(|r| r.set(false));
     });
 }
+
+/// What the loop's Network slot holds in [`on_a_loops_thread_the_reactor_drives_the_ring`].
+#[derive(Default)]
+struct Echo {
+    listener: Option<TcpListener>,
+    acceptor: Option<Box<dyn Acceptor>>,
+    conn: Option<Box<dyn Transport>>,
+    echoed: usize,
+}
+
+impl Echo {
+    /// One Network phase: listens (on the loop's thread, so the loop's reactor drives the
+    /// ring), accepts the one client, echoes what it sent. Never pending.
+    fn phase(&mut self, waker: &Waker) -> bool {
+        if let Some(listener) = self.listener.take() {
+            self.acceptor = Some(Uring.listen(listener, waker.clone()).expect("listen"));
+        }
+        let acceptor = self.acceptor.as_mut().expect("listening");
+        if self.conn.is_none() {
+            match acceptor.poll_accept(&mut |_| true) {
+                Poll::Ready(Ok(Accept::Admitted(accepted, _))) => {
+                    self.conn = Some(accepted.attach(waker.clone()));
+                }
+                Poll::Ready(other) => panic!("accept: {:?}", other.err()),
+                Poll::Pending => return false,
+            }
+        }
+        let conn = self.conn.as_mut().expect("accepted");
+        let mut buf = Vec::new();
+        match conn.read(&mut buf, 64) {
+            ReadOutcome::Data(n) => {
+                assert_eq!(conn.write(&buf).expect("write"), n);
+                self.echoed += n;
+                if self.echoed == 20 {
+                    crate::LoopContext::current().shutdown();
+                }
+                // Nothing pending, as after a Flush phase: the loop parks next, and the echo
+                // must reach the kernel before it blocks. (The client sends one byte and waits
+                // for its echo, so nothing more is waiting to be read.)
+                false
+            }
+            ReadOutcome::WouldBlock => false,
+            other => panic!("read: {other:?}"),
+        }
+    }
+}
+
+/// On an event loop's thread the ring needs no task of tokio's: the loop's reactor drives it,
+/// in the loop's own wait (a loop that owns its thread) and through tokio's park alike. Each
+/// of 20 pings comes to a parked loop (an hour's `idle_wait`: a lost wake fails the test's
+/// bound), and each echo is queued by the Network phase and must reach the kernel before the
+/// loop parks again; the last, queued as the loop stops, when the loop goes. When the loop and
+/// the sockets are gone, so is the ring.
+#[test]
+fn on_a_loops_thread_the_reactor_drives_the_ring() {
+    struct WakeLoop(crate::LoopContext);
+    impl Wake for WakeLoop {
+        fn wake(self: Arc<Self>) {
+            self.0.wake();
+        }
+    }
+    for owns in [true, false] {
+        run(async move {
+            let listener = crate::net::bind("127.0.0.1:0".parse().unwrap(), 262_144).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let client = std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut socket = std::net::TcpStream::connect(addr).expect("connect");
+                socket.set_read_timeout(Some(TIMEOUT)).unwrap();
+                let mut byte = [0u8; 1];
+                for i in 0..20u8 {
+                    // Long enough for the loop to park between pings.
+                    std::thread::sleep(Duration::from_millis(10));
+                    socket.write_all(&[i]).expect("ping");
+                    socket.read_exact(&mut byte).expect("echo");
+                    assert_eq!(byte[0], i);
+                }
+            });
+            let echo = Rc::new(RefCell::new(Echo {
+                listener: Some(listener),
+                ..Echo::default()
+            }));
+            let in_slot = echo.clone();
+            let waker = Rc::new(RefCell::new(None::<Waker>));
+            let slot_waker = waker.clone();
+            let mut el = crate::runtime::EventLoop::builder()
+                .idle_wait(Duration::from_secs(3_600))
+                .spin_before_park(Duration::ZERO)
+                .owns_its_thread(owns)
+                .slot(crate::runtime::Phase::Network, move || {
+                    let mut waker = slot_waker.borrow_mut();
+                    let waker = waker.get_or_insert_with(|| {
+                        Waker::from(Arc::new(WakeLoop(crate::LoopContext::current())))
+                    });
+                    in_slot.borrow_mut().phase(waker)
+                })
+                .build();
+            el.run().await;
+            let own_parks = el.own_parks();
+            // The last echo was queued by the phase that stopped the loop: the loop hands it
+            // to the kernel as it goes.
+            drop(el);
+            client.join().expect("client");
+            assert_eq!(echo.borrow().echoed, 20);
+            if owns {
+                assert!(own_parks >= 20, "parked in its own wait {own_parks} times");
+            } else {
+                assert_eq!(own_parks, 0);
+            }
+            assert!(ring_alive(), "the sockets keep the ring");
+            drop(echo.borrow_mut().conn.take());
+            drop(echo.borrow_mut().acceptor.take());
+            assert!(!ring_alive(), "the ring outlived its loop and its sockets");
+        });
+    }
+}
