@@ -559,6 +559,9 @@ struct Ring {
     /// (`REFUSE_MULTISHOT`).
     #[cfg(test)]
     refused: Vec<Key>,
+    /// Tests: when each connection slot was freed.
+    #[cfg(test)]
+    freed: Vec<Instant>,
 }
 
 type SharedRing = Rc<RefCell<Ring>>;
@@ -642,6 +645,8 @@ impl Ring {
             pushed: 0,
             #[cfg(test)]
             refused: Vec::new(),
+            #[cfg(test)]
+            freed: Vec::new(),
         })
     }
 
@@ -1680,6 +1685,8 @@ impl Ring {
     fn free_if_finished(&mut self, key: Key) {
         if self.conns.get_mut(key).is_some_and(|conn| conn.finished()) {
             self.conns.remove(key);
+            #[cfg(test)]
+            self.freed.push(Instant::now());
         }
     }
 

@@ -1139,6 +1139,20 @@ fn a_kernel_refusing_multishot_receives_falls_back_for_every_connection() {
     });
 }
 
+/// Wakes the event loop of the thread that made it.
+struct WakeLoop(crate::LoopContext);
+
+impl Wake for WakeLoop {
+    fn wake(self: Arc<Self>) {
+        self.0.wake();
+    }
+}
+
+/// A waker for this thread's event loop (call it on the loop).
+fn loop_waker() -> Waker {
+    Waker::from(Arc::new(WakeLoop(crate::LoopContext::current())))
+}
+
 /// What the loop's Network slot holds in [`on_a_loops_thread_the_reactor_drives_the_ring`].
 #[derive(Default)]
 struct Echo {
@@ -1193,12 +1207,6 @@ impl Echo {
 /// the sockets are gone, so is the ring.
 #[test]
 fn on_a_loops_thread_the_reactor_drives_the_ring() {
-    struct WakeLoop(crate::LoopContext);
-    impl Wake for WakeLoop {
-        fn wake(self: Arc<Self>) {
-            self.0.wake();
-        }
-    }
     for owns in [true, false] {
         run(async move {
             let listener = crate::net::bind("127.0.0.1:0".parse().unwrap(), 262_144).unwrap();
@@ -1229,9 +1237,7 @@ fn on_a_loops_thread_the_reactor_drives_the_ring() {
                 .owns_its_thread(owns)
                 .slot(crate::runtime::Phase::Network, move || {
                     let mut waker = slot_waker.borrow_mut();
-                    let waker = waker.get_or_insert_with(|| {
-                        Waker::from(Arc::new(WakeLoop(crate::LoopContext::current())))
-                    });
+                    let waker = waker.get_or_insert_with(loop_waker);
                     in_slot.borrow_mut().phase(waker)
                 })
                 .build();
@@ -1253,4 +1259,67 @@ fn on_a_loops_thread_the_reactor_drives_the_ring() {
             assert!(!ring_alive(), "the ring outlived its loop and its sockets");
         });
     }
+}
+
+/// On a loop's thread a closed connection's linger ends by a loop timer: nothing else wakes
+/// this loop (an hour's `idle_wait`), yet the connection whose peer never reads is given up
+/// after [`LINGER`], not before.
+#[test]
+fn on_a_loops_thread_a_lingering_connection_is_given_up_on_time() {
+    run(async {
+        // Small buffers on both ends: most of a full outbox stays unsent.
+        let listener = crate::net::bind("127.0.0.1:0".parse().unwrap(), 4096).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        client.set_recv_buffer_size(4096).unwrap();
+        let listener = RefCell::new(Some(listener));
+        let acceptor = RefCell::new(None::<Box<dyn Acceptor>>);
+        let freed = Rc::new(RefCell::new(Vec::<Duration>::new()));
+        let in_slot = freed.clone();
+        let mut el = crate::runtime::EventLoop::builder()
+            .idle_wait(Duration::from_secs(3_600))
+            .spin_before_park(Duration::ZERO)
+            .owns_its_thread(true)
+            .slot(crate::runtime::Phase::Network, move || {
+                let waker = loop_waker();
+                if let Some(listener) = listener.borrow_mut().take() {
+                    let listening = Uring.listen(listener, waker.clone()).expect("listen");
+                    *acceptor.borrow_mut() = Some(listening);
+                    client.connect(&addr.into()).expect("connect");
+                }
+                let mut acceptor = acceptor.borrow_mut();
+                let Some(listening) = acceptor.as_mut() else {
+                    return false;
+                };
+                let Poll::Ready(Ok(Accept::Admitted(accepted, _))) =
+                    listening.poll_accept(&mut |_| true)
+                else {
+                    return false; // the acceptor's waker brings the loop back
+                };
+                let mut conn = accepted.attach(waker);
+                assert_eq!(conn.write(&pattern(OUTBOX_LIMIT)).unwrap(), OUTBOX_LIMIT);
+                // Closed with its output queued, not yet handed to the kernel.
+                drop(conn);
+                let closed_at = Instant::now();
+                // Well after the deadline: had nothing woken the loop at the deadline, this
+                // check's own wake-up would be what gives the connection up.
+                let out = in_slot.clone();
+                let _ = crate::timer::after(LINGER * 4).start(move || {
+                    let freed = with_ring(|r| r.freed.clone());
+                    *out.borrow_mut() = freed.iter().map(|at| *at - closed_at).collect();
+                    crate::LoopContext::current().shutdown();
+                });
+                false
+            })
+            .build();
+        el.run().await;
+        let freed = freed.borrow().clone();
+        assert_eq!(freed.len(), 1, "one connection slot freed: {freed:?}");
+        assert!(
+            freed[0] >= LINGER && freed[0] < LINGER * 2,
+            "given up {:?} after the close (linger {LINGER:?})",
+            freed[0]
+        );
+    });
 }
