@@ -2,11 +2,11 @@
 //! listening socket an [`Acceptor`], and readiness comes back through a [`Signal`].
 //!
 //! Two backends implement it: `epoll` (the loop thread's own reactor, `runtime/reactor.rs`;
-//! readiness-based, the phase itself
-//! calls `read`/`write`) and `uring` (a raw io_uring; completion-based, one driver task per
-//! loop thread moves bytes between the kernel and per-connection buffers). Either way the
-//! phase sees the same thing: a non-blocking `read` that either hands over bytes or says
-//! "nothing now, I will signal", and a `write` that takes what it can.
+//! readiness-based, the phase itself calls `read`/`write`) and `uring` (a raw io_uring;
+//! completion-based, the loop thread's reactor drives its ring, moving bytes between the
+//! kernel and per-connection buffers). Either way the phase sees the same thing: a
+//! non-blocking `read` that either hands over bytes or says "nothing now, I will signal", and
+//! a `write` that takes what it can.
 //!
 //! This module must never parse packets or know about the world.
 
@@ -194,7 +194,7 @@ pub(crate) enum Token {
 /// phase last looked, and a wake of the loop if it is parked.
 ///
 /// Thread-safe because `Waker` must be, but in practice raised on the loop thread itself,
-/// by a turn of the loop thread's reactor or by the io_uring driver task.
+/// by a turn of the loop thread's reactor (which also drives the io_uring ring).
 #[derive(Clone)]
 pub(crate) struct Signal {
     inner: Arc<SignalInner>,

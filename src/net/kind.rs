@@ -67,9 +67,10 @@ impl BackendKind {
     }
 
     /// Runs `future` to completion on a current-thread runtime with time and I/O drivers and
-    /// `spawn_local`. Both backends run on it: io_uring's ring is registered with tokio's
-    /// reactor and driven by a local task; epoll's sockets need none of it. Fails, instead of panicking, when the runtime (or,
-    /// for io_uring, a ring) cannot be created.
+    /// `spawn_local`. Both backends run on it; on an event loop's thread neither needs its
+    /// drivers (epoll's sockets and io_uring's ring are the loop thread's reactor's), and off
+    /// one io_uring's ring is driven by a local task. Fails, instead of panicking, when the
+    /// runtime (or, for io_uring, a ring) cannot be created.
     pub fn block_on<F: Future>(self, future: F) -> io::Result<F::Output> {
         if self == BackendKind::IoUring {
             io_uring_available().map_err(io::Error::other)?;

@@ -531,8 +531,8 @@ struct Ring {
     /// Closed connections still sending, oldest first, with their deadlines.
     lingering: VecDeque<(Instant, Key)>,
     linger_timer: Pin<Box<Sleep>>,
-    /// Loop-driven: the deadline a loop timer will wake the loop at, for the oldest lingering
-    /// connection (the loop then turns its reactor, which drives the ring).
+    /// Loop-driven: the deadline the last loop timer started for a lingering connection is
+    /// due at (the loop then turns its reactor, which drives the ring).
     linger_wake: Option<Instant>,
     /// The ring failed (see "A dead ring" in the module docs): why, as every socket on it is
     /// told.
@@ -604,7 +604,7 @@ impl Ring {
         let registration = reactor.register(fd, Waker::noop().clone())?;
         ring.borrow_mut().in_reactor = Some(registration);
         let driver: Rc<dyn Driver> = Rc::new(LoopDriver(Rc::clone(&ring)));
-        reactor.set_driver(driver)?;
+        reactor.set_driver(driver);
         THREAD_RING.with(|r| *r.borrow_mut() = Rc::downgrade(&ring));
         Ok(ring)
     }
@@ -757,18 +757,18 @@ impl Ring {
             return false;
         }
         self.expire_lingering(Some(cx));
-        let more = self.pass().more;
+        let more = self.pass(true).more;
         // With more, the task runs again without being woken: pushes need not wake it.
         self.driver_woken = more;
         more
     }
 
-    /// One bounded pass of either driver: completes what the kernel finished, submits one
-    /// batch, and completes what that batch finished at once (sends to sockets with room
-    /// complete inside the submit).
-    fn pass(&mut self) -> Pass {
+    /// One bounded pass of either driver: completes what the kernel finished and, if
+    /// `submit`, submits one batch and completes what that batch finished at once (sends to
+    /// sockets with room complete inside the submit).
+    fn pass(&mut self, submit: bool) -> Pass {
         let mut completed = self.complete_all();
-        if self.submit_batch() {
+        if submit && self.submit_batch() {
             completed |= self.complete_all();
         }
         Pass {
@@ -1710,31 +1710,36 @@ impl Ring {
             // Its output was discarded (`Transport::discard_output`): no linger.
             self.cancel(Op::Send, key);
         } else if sending {
-            self.lingering.push_back((Instant::now() + LINGER, key));
-            // The driver arms the linger timer when it runs: make it run, even when nothing
-            // else (a receive's cancellation) is submitted for this connection.
-            self.kick();
+            let deadline = Instant::now() + LINGER;
+            self.lingering.push_back((deadline, key));
+            if self.readable.is_none() {
+                // Loop-driven: a loop timer, started now, while the iteration that closed it
+                // has yet to choose how long to park.
+                self.wake_the_loop_at(deadline);
+            } else {
+                // The driver task arms the linger timer when it runs: make it run, even when
+                // nothing else (a receive's cancellation) is submitted for this connection.
+                self.kick();
+            }
         }
         self.free_if_finished(key);
     }
 
-    /// Cancels the sends of closed connections whose linger is over; sets the timer for the
-    /// next one.
     /// Gives up on the lingering connections whose time is over. `cx`: the driver task's, whose
     /// timer wakes it at the next deadline; `None` when the loop drives the ring, and a timer
     /// of the loop's wakes it instead (its park then turns the reactor, which drives the ring).
-    fn expire_lingering(&mut self, mut cx: Option<&mut Context<'_>>) {
+    /// True if a loop timer was started: the loop must choose its park's deadline again.
+    fn expire_lingering(&mut self, mut cx: Option<&mut Context<'_>>) -> bool {
         while let Some(&(deadline, key)) = self.lingering.front() {
             if deadline > Instant::now() {
                 let Some(cx) = cx.as_deref_mut() else {
-                    self.wake_the_loop_at(deadline);
-                    return;
+                    return self.wake_the_loop_at(deadline);
                 };
                 if self.linger_timer.deadline() != deadline {
                     self.linger_timer.as_mut().reset(deadline);
                 }
                 if self.linger_timer.as_mut().poll(cx).is_pending() {
-                    return;
+                    return false;
                 }
                 // The timer says it is due: take it.
             }
@@ -1747,20 +1752,24 @@ impl Ring {
                 self.cancel(Op::Send, key);
             }
         }
+        false
     }
 
-    /// Starts a loop timer for `deadline` unless one is set for it already. Its callback does
-    /// nothing: that the loop wakes is the point.
-    fn wake_the_loop_at(&mut self, deadline: Instant) {
-        if self.linger_wake == Some(deadline)
-            || crate::runtime::LoopContext::try_current().is_none()
-        {
-            return;
+    /// Makes sure a loop timer wakes the loop at `deadline` (or before, for an earlier
+    /// deadline, whose pass then starts the next timer). True if it started one. Its callback
+    /// does nothing: that the loop wakes, and so turns its reactor, is the point.
+    fn wake_the_loop_at(&mut self, deadline: Instant) -> bool {
+        let pending = self
+            .linger_wake
+            .is_some_and(|at| at <= deadline && at > Instant::now());
+        if pending || crate::runtime::LoopContext::try_current().is_none() {
+            return false;
         }
         self.linger_wake = Some(deadline);
-        let after = deadline.saturating_duration_since(Instant::now());
-        // Not kept: when it fires for a connection gone meanwhile, the pass finds nothing.
+        // From the loop's logical now, which a timer counts from, so it is never due early.
+        let after = deadline.saturating_duration_since(crate::timer::now());
         let _ = crate::timer::after(after).start(|| {});
+        true
     }
 }
 
@@ -1777,7 +1786,7 @@ struct Pass {
 struct LoopDriver(SharedRing);
 
 impl Driver for LoopDriver {
-    fn drive(&self) -> Drove {
+    fn drive(&self, submit: bool) -> Drove {
         let unused = Rc::strong_count(&self.0) == 1;
         let mut ring = self.0.borrow_mut();
         if ring.dead.is_some() {
@@ -1788,15 +1797,24 @@ impl Driver for LoopDriver {
             return if unused { Drove::Done } else { Drove::Idle };
         }
         ring.runs += 1;
-        ring.expire_lingering(None);
-        let pass = ring.pass();
-        if pass.completed || pass.more {
+        let timer_started = ring.expire_lingering(None);
+        let pass = ring.pass(submit);
+        if pass.completed || pass.more || timer_started {
             Drove::Busy
         } else if unused && ring.in_flight == 0 {
             Drove::Done
         } else {
             Drove::Idle
         }
+    }
+}
+
+impl Drop for LoopDriver {
+    /// The reactor let go (the ring was done, or its loop went): the thread no longer offers
+    /// this ring, which nothing would drive now; the next `listen` makes another. Sockets
+    /// still on this one keep it until they go.
+    fn drop(&mut self) {
+        forget_ring(&self.0);
     }
 }
 

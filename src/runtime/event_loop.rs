@@ -247,12 +247,12 @@ impl EventLoopBuilder {
     /// slot handler, and nothing is combined with the loop's future in its `block_on` (see
     /// [`park_outside_tokio`](Self::park_outside_tokio)). Everything the loop waits on is
     /// then its own: posts, task wakes (from any thread: a tokio channel or `Notify` is
-    /// fine), its timers, and the sockets of the thread's reactor, which the network
-    /// backend `epoll` registers there. The loop then parks in its own wait whenever tokio's
-    /// clock runs in real time and the thread's runtime has no task of tokio's own, slot
-    /// handlers or not, and an iteration that does not park skips tokio's `yield_now` (it
-    /// turns the thread's reactor instead). Off by default; the shard turns it on for the
-    /// `epoll` backend (its io_uring ring is driven by a tokio task, which turns it off).
+    /// fine), its timers, and the sources of the thread's reactor, where the network
+    /// backends register their sockets (`epoll`) or their ring (io_uring, driven by the
+    /// reactor's turns). The loop then parks in its own wait whenever tokio's clock runs in
+    /// real time and the thread's runtime has no task of tokio's own, slot handlers or not,
+    /// and an iteration that does not park skips tokio's `yield_now` (it turns the thread's
+    /// reactor instead). Off by default; the shard binary turns it on.
     ///
     /// A broken promise is a delay, not a hang: after every tick that fires a timer and
     /// every park that ends at its deadline the loop lets tokio's driver turn once, so what

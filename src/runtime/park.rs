@@ -34,8 +34,8 @@
 //! **Waking a parked loop** (a post, a cross-thread task wake, a shutdown) goes through the
 //! loop future's waker ([`Shared::notify`]): the loop future is tokio's `block_on` future, so
 //! the waker is tokio's unpark, one `eventfd` write that ends tokio's `epoll_wait` (no task
-//! hop). In general the park cannot block outside tokio: the io_uring ring, and any tokio
-//! timer or socket a game awaits on the loop thread, are registered with tokio's reactor,
+//! hop). In general the park cannot block outside tokio: any tokio timer or socket a game
+//! awaits on the loop thread is registered with tokio's reactor,
 //! whose epoll descriptor tokio does not expose; tokio's
 //! timers are not descriptors at all (its driver turns its own wheel into the `epoll_wait`
 //! timeout), and no stable tokio API says whether a timer is pending, so a loop task awaiting
@@ -63,13 +63,14 @@
 //! outside tokio goes through tokio as below, whatever the option.
 //!
 //! **The thread's reactor** (`reactor.rs`) is the own wait's `epoll`: the timerfd and the
-//! doorbell sit in it beside the sockets the `epoll` network backend registers there, so a
-//! packet ends the own wait as a post does, and the wait's one `epoll_wait` hands the packet's
+//! doorbell sit in it beside the sockets the `epoll` network backend registers there (and the
+//! io_uring ring's descriptor, the ring driven by every turn), so a packet ends the own wait
+//! as a post does, and the wait's one `epoll_wait` hands the packet's
 //! readiness over (the turn raises the Network slot's signal without a second wake-up). A
 //! park through tokio sees those sockets too: the reactor's descriptor is registered with
 //! tokio's reactor, and the park turns the reactor when tokio reports it readable. A loop
 //! whose owner promises that nothing on its thread waits on tokio's drivers
-//! (`EventLoopBuilder::owns_its_thread`, which the shard binary gives on the `epoll` backend)
+//! (`EventLoopBuilder::owns_its_thread`, which the shard binary gives on either backend)
 //! takes the own wait under (a) and (e) alone, slots and lent wakers notwithstanding.
 //!
 //! **Why no wake is lost.** The signal is one word (`context.rs`, `Mailbox::signal`): a bit
@@ -454,7 +455,9 @@ impl Drop for Park {
     /// io_uring ring) has queued and lets go of it, since nothing would turn it now; the
     /// ring's sockets, if still held, keep it.
     fn drop(&mut self) {
-        if let Some(reactor) = Reactor::existing() {
+        // Only a park that turned the reactor (a loop that never did leaves another loop's
+        // driver alone).
+        if let Some(Some(reactor)) = &self.reactor {
             reactor.finish_driver();
         }
     }

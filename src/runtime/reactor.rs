@@ -12,7 +12,9 @@
 //! when any descriptor in it has an event, and the park then turns it without blocking), and
 //! an iteration that does not park (a turn without blocking, as tokio's `yield_now` turns
 //! tokio's). Every turn is followed by a loop iteration, which is what lets a turn raise its
-//! sources quietly (`context::Turning`).
+//! sources quietly (`context::Turning`). Two more calls drive only the driver (below): a park
+//! through tokio before it blocks ([`Reactor::drive_now`]), and the park of a loop that is
+//! going ([`Reactor::finish_driver`]).
 //!
 //! **Readiness** is edge-triggered (`EPOLLET`): the kernel queues an event whenever a
 //! descriptor becomes readable or writable again, and the turn sets the source's
@@ -69,9 +71,10 @@ thread_local! {
 /// A completion-based backend driven by the reactor's turns (see "A driver" in the module
 /// docs).
 pub(crate) trait Driver {
-    /// Hands the kernel what was queued (a bounded batch) and completes what it finished,
-    /// waking the sources concerned.
-    fn drive(&self) -> Drove;
+    /// Completes what the kernel finished, waking the sources concerned, and, if `submit`,
+    /// hands the kernel a bounded batch of what was queued (and completes what that batch
+    /// finished at once).
+    fn drive(&self, submit: bool) -> Drove;
 }
 
 /// What a [`Driver`] pass left.
@@ -186,14 +189,6 @@ impl Reactor {
         self.live.get() > 0 || self.driver.borrow().is_some()
     }
 
-    /// This thread's reactor, if something holds one.
-    pub(crate) fn existing() -> Option<Rc<Reactor>> {
-        THREAD_REACTOR
-            .try_with(|r| r.borrow().upgrade())
-            .ok()
-            .flatten()
-    }
-
     /// Adds a park's own timerfd and doorbell, readable, edge-triggered, as [`PARK_TIMER`]
     /// and [`PARK_DOORBELL`]. Fails if another park holds them (a second loop parking outside
     /// tokio on this thread): that loop then parks through tokio. [`Reactor::release_park`]
@@ -221,16 +216,12 @@ impl Reactor {
         self.park_taken.set(false);
     }
 
-    /// Makes `driver` the backend every turn drives. Fails if another is installed.
-    pub(crate) fn set_driver(&self, driver: Rc<dyn Driver>) -> io::Result<()> {
-        let mut slot = self.driver.borrow_mut();
-        if slot.is_some() {
-            return Err(io::Error::other(
-                "this thread's reactor drives a backend already",
-            ));
-        }
-        *slot = Some(driver);
-        Ok(())
+    /// Makes `driver` the backend every turn drives, in place of any other. (A backend offers
+    /// one driver per thread while it lives and lets it go when it dies, so the one replaced
+    /// is a dead backend's, kept only by its last sockets.)
+    pub(crate) fn set_driver(&self, driver: Rc<dyn Driver>) {
+        let replaced = self.driver.borrow_mut().replace(driver);
+        drop(replaced); // outside the borrow: its drop may deregister its descriptor
     }
 
     /// Lets go of the driver: the loop that turned this reactor is going, and nothing else
@@ -242,7 +233,7 @@ impl Reactor {
         let driver = self.driver.borrow_mut().take();
         if let Some(driver) = &driver {
             for _ in 0..FINISHING_PASSES {
-                if driver.drive() != Drove::Busy {
+                if driver.drive(true) != Drove::Busy {
                     break;
                 }
             }
@@ -255,15 +246,16 @@ impl Reactor {
     /// [`Reactor::turn`].
     pub(crate) fn drive_now(&self, for_loop: LoopId) -> bool {
         let _turning = Turning::enter(for_loop);
-        self.drive()
+        self.drive(true)
     }
 
-    /// Drives the installed driver, if any: true if the thread must not block.
-    fn drive(&self) -> bool {
+    /// Drives the installed driver, if any ([`Driver::drive`]): true if the thread must not
+    /// block.
+    fn drive(&self, submit: bool) -> bool {
         let Some(driver) = self.driver.borrow().clone() else {
             return false;
         };
-        match driver.drive() {
+        match driver.drive(submit) {
             Drove::Idle => false,
             Drove::Busy => true,
             Drove::Done => {
@@ -328,7 +320,7 @@ impl Reactor {
         // Not zeroed: the kernel writes the first `n`, and only those are read.
         let mut events = [const { MaybeUninit::<libc::epoll_event>::uninit() }; EVENTS_PER_WAIT];
         // The driver's queued work goes to the kernel before the thread blocks.
-        let mut timeout = if self.drive() {
+        let mut timeout = if self.drive(true) {
             turn.sources += 1;
             0
         } else {
@@ -363,8 +355,9 @@ impl Reactor {
             timeout = 0;
         }
         // What the wait brought the driver (its descriptor's event, or completions of the
-        // work handed over before it) is reaped now, not one iteration later.
-        if self.drive() {
+        // work handed over before it) is reaped now, not one iteration later. Nothing more is
+        // submitted: one batch per turn, the next after an iteration.
+        if self.drive(false) {
             turn.sources += 1;
         }
         Ok(turn)
@@ -559,10 +552,10 @@ mod tests {
         assert_eq!(again.index, 0);
     }
 
-    /// A driver that answers from a script, counting its passes.
+    /// A driver that answers from a script, recording each pass's `submit`.
     struct Scripted {
         answers: RefCell<Vec<Drove>>,
-        passes: Cell<usize>,
+        passes: RefCell<Vec<bool>>,
     }
 
     impl Scripted {
@@ -570,16 +563,16 @@ mod tests {
             let driver = Rc::new(Scripted {
                 // Popped from the end.
                 answers: RefCell::new(answers.iter().rev().copied().collect()),
-                passes: Cell::new(0),
+                passes: RefCell::new(Vec::new()),
             });
-            reactor.set_driver(driver.clone()).expect("one driver");
+            reactor.set_driver(driver.clone());
             driver
         }
     }
 
     impl Driver for Scripted {
-        fn drive(&self) -> Drove {
-            self.passes.set(self.passes.get() + 1);
+        fn drive(&self, submit: bool) -> Drove {
+            self.passes.borrow_mut().push(submit);
             self.answers.borrow_mut().pop().unwrap_or(Drove::Idle)
         }
     }
@@ -596,12 +589,22 @@ mod tests {
         let turn = reactor.turn(60_000, 0).expect("turn");
         assert!(began.elapsed() < std::time::Duration::from_secs(30));
         assert_eq!(turn.sources, 1, "the busy pass counts as a source woken");
-        assert_eq!(driver.passes.get(), 2, "once before the wait, once after");
+        assert_eq!(
+            *driver.passes.borrow(),
+            [true, false],
+            "a batch before the wait; after it, completions only"
+        );
         // Idle now: the next turn waits its whole timeout, driven before and after.
         let began = std::time::Instant::now();
         assert_eq!(reactor.turn(30, 0).expect("turn"), Turn::default());
         assert!(began.elapsed() >= std::time::Duration::from_millis(30));
-        assert_eq!(driver.passes.get(), 4);
+        assert_eq!(driver.passes.borrow().len(), 4);
+        // What the pass after the wait completed counts as a source woken too.
+        driver
+            .answers
+            .borrow_mut()
+            .extend([Drove::Busy, Drove::Idle]);
+        assert_eq!(reactor.turn(0, 0).expect("turn").sources, 1);
     }
 
     /// A driver that says it is done is let go of, and a driver whose loop goes gets passes
@@ -611,18 +614,22 @@ mod tests {
         let reactor = Reactor::for_this_thread().expect("reactor");
         let driver = Scripted::install(&reactor, &[Drove::Done]);
         reactor.turn(0, 0).expect("turn");
-        assert_eq!(driver.passes.get(), 1);
+        assert_eq!(driver.passes.borrow().len(), 1);
         assert_eq!(Rc::strong_count(&driver), 1, "the reactor let go");
         assert!(!reactor.has_sources());
 
         let finishing = Scripted::install(&reactor, &[Drove::Busy, Drove::Busy, Drove::Idle]);
         reactor.finish_driver();
-        assert_eq!(finishing.passes.get(), 3, "driven while busy, then let go");
+        assert_eq!(
+            *finishing.passes.borrow(),
+            [true; 3],
+            "driven while busy, then let go"
+        );
         assert_eq!(Rc::strong_count(&finishing), 1);
 
         let endless = Scripted::install(&reactor, &[Drove::Busy; FINISHING_PASSES + 10]);
         reactor.finish_driver();
-        assert_eq!(endless.passes.get(), FINISHING_PASSES, "bounded");
+        assert_eq!(endless.passes.borrow().len(), FINISHING_PASSES, "bounded");
         assert!(!reactor.has_sources());
     }
 }

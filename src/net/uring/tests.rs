@@ -1148,6 +1148,19 @@ impl Wake for WakeLoop {
     }
 }
 
+/// Stops the loop if the test is still running after `TIMEOUT * 4`: a wake lost in the loop's
+/// own wait, which the tokio timeout around the test cannot end, then fails the test instead
+/// of hanging it. Dropping the returned guard ends the watch.
+fn watchdog(ctx: crate::LoopContext) -> std::sync::mpsc::Sender<()> {
+    let (guard, watch) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(TIMEOUT * 4) {
+            ctx.shutdown();
+        }
+    });
+    guard
+}
+
 /// A waker for this thread's event loop (call it on the loop).
 fn loop_waker() -> Waker {
     Waker::from(Arc::new(WakeLoop(crate::LoopContext::current())))
@@ -1203,8 +1216,9 @@ impl Echo {
 /// in the loop's own wait (a loop that owns its thread) and through tokio's park alike. Each
 /// of 20 pings comes to a parked loop (an hour's `idle_wait`: a lost wake fails the test's
 /// bound), and each echo is queued by the Network phase and must reach the kernel before the
-/// loop parks again; the last, queued as the loop stops, when the loop goes. When the loop and
-/// the sockets are gone, so is the ring.
+/// loop parks again; the last, queued as the loop stops, when the loop goes. Once the loop is
+/// gone the ring is no longer offered to a new `listen`, and once its sockets are gone too, it
+/// is gone.
 #[test]
 fn on_a_loops_thread_the_reactor_drives_the_ring() {
     for owns in [true, false] {
@@ -1241,10 +1255,13 @@ fn on_a_loops_thread_the_reactor_drives_the_ring() {
                     in_slot.borrow_mut().phase(waker)
                 })
                 .build();
+            let watch = watchdog(el.context());
             el.run().await;
+            drop(watch);
             let own_parks = el.own_parks();
             // The last echo was queued by the phase that stopped the loop: the loop hands it
             // to the kernel as it goes.
+            let ring = THREAD_RING.with(|r| r.borrow().clone());
             drop(el);
             client.join().expect("client");
             assert_eq!(echo.borrow().echoed, 20);
@@ -1253,10 +1270,16 @@ fn on_a_loops_thread_the_reactor_drives_the_ring() {
             } else {
                 assert_eq!(own_parks, 0);
             }
-            assert!(ring_alive(), "the sockets keep the ring");
+            // Nothing drives the ring once its loop is gone: the thread no longer offers it
+            // (the next `listen` makes another), but its sockets keep it until they go.
+            assert!(
+                !ring_alive(),
+                "a ring nobody drives is offered to the next listen"
+            );
+            assert!(ring.upgrade().is_some(), "the sockets keep the ring");
             drop(echo.borrow_mut().conn.take());
             drop(echo.borrow_mut().acceptor.take());
-            assert!(!ring_alive(), "the ring outlived its loop and its sockets");
+            assert!(ring.upgrade().is_none(), "the ring outlived its sockets");
         });
     }
 }
@@ -1313,7 +1336,9 @@ fn on_a_loops_thread_a_lingering_connection_is_given_up_on_time() {
                 false
             })
             .build();
+        let watch = watchdog(el.context());
         el.run().await;
+        drop(watch);
         let freed = freed.borrow().clone();
         assert_eq!(freed.len(), 1, "one connection slot freed: {freed:?}");
         assert!(
