@@ -240,8 +240,8 @@ mod tests {
     #[allow(clippy::unnecessary_cast)]
     fn message_bytes(armed: Armed) -> Vec<u8> {
         let header = match armed {
+            // SAFETY: the outbox keeps the bytes where they are while the send is armed.
             Armed::One(bytes, len) => {
-                // SAFETY: the outbox keeps the bytes where they are while the send is armed.
                 return unsafe { std::slice::from_raw_parts(bytes, len) }.to_vec();
             }
             Armed::Many(header) => header,
