@@ -121,7 +121,7 @@ use super::backend::{
 };
 use super::shared::Piece;
 use crate::runtime::reactor::{Driver, Drove, Reactor, Registration};
-use outbox::{Armed, Outbox};
+use outbox::Outbox;
 use pool::Pool;
 
 // What a connection's `write` accepted, until the kernel takes it.
@@ -1440,30 +1440,19 @@ impl Ring {
             return Ok(());
         };
         debug_assert!(!conn.send_in_flight);
-        let Some(armed) = conn.outbox.arm() else {
+        let Some(message) = conn.outbox.arm() else {
             return Ok(());
         };
         conn.send_in_flight = true;
-        let fd = types::Fd(conn.socket.as_raw_fd());
-        let entry = match armed {
-            // Most replies: one buffer, no header for the kernel to copy.
-            Armed::One(bytes, len) => {
-                // An entry is at most OUTBOX_LIMIT bytes; a longer one would be sent in parts.
-                let len = u32::try_from(len).unwrap_or(u32::MAX);
-                opcode::Send::new(fd, bytes, len)
-                    .flags(libc::MSG_NOSIGNAL)
-                    .build()
-            }
-            Armed::Many(message) => opcode::SendMsg::new(fd, message)
-                .flags(libc::MSG_NOSIGNAL as u32)
-                .build(),
-        }
-        .user_data(user_data(Op::Send, key));
+        let entry = opcode::SendMsg::new(types::Fd(conn.socket.as_raw_fd()), message)
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .build()
+            .user_data(user_data(Op::Send, key));
         self.in_flight += 1;
-        // SAFETY: the bytes, and for several entries the message header and its iovecs (own
-        // buffers and shared frames the outbox holds a reference to) neither move, change nor
-        // go away while `send_in_flight` (the outbox's rule), and the slot is not freed before
-        // the completion.
+        // SAFETY: the message header, its iovecs and the bytes they point to (own buffers and
+        // shared frames the outbox holds a reference to) neither move, change nor go away
+        // while `send_in_flight` (the outbox's rule), and the slot is not freed before the
+        // completion.
         let pushed = unsafe { self.push(&entry) };
         if pushed.is_err() {
             self.in_flight -= 1;

@@ -1,8 +1,7 @@
 //! One io_uring connection's output between `write` and the kernel: a queue of its own bytes
 //! (copied, as `write` must return before the kernel takes them) and shared frames (held by
 //! reference: a crowd's broadcast is never copied per connection here either), sent with one
-//! `sendmsg` over up to [`IOV_BATCH`] entries at a time, or a plain `send` when one entry is
-//! queued (most replies: the kernel then copies no header and imports no iovec).
+//! `sendmsg` over up to [`IOV_BATCH`] entries at a time.
 //!
 //! Owns the rule the kernel needs: while a send is in flight, the entries it reads (the first
 //! `flying`), the iovec array and the message header neither move, change nor go away. New
@@ -40,15 +39,6 @@ impl Entry {
 struct Message {
     iov: [libc::iovec; IOV_BATCH],
     header: libc::msghdr,
-}
-
-/// A send [`Outbox::arm`] made ready: what the kernel reads while it flies.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Armed {
-    /// One entry's bytes (from where the last send stopped), for `IORING_OP_SEND`.
-    One(*const u8, usize),
-    /// Several entries through this header, for `IORING_OP_SENDMSG`.
-    Many(*const libc::msghdr),
 }
 
 /// Output accepted by `write` and not yet taken by the kernel, in order.
@@ -131,22 +121,14 @@ impl Outbox {
         self.entries.push_back(Entry::Shared(frames.clone(), range));
     }
 
-    /// Arms a send of the first entries (up to [`IOV_BATCH`], from where the last send
-    /// stopped) and marks them in flight: one entry as plain bytes, several through the
-    /// message header. `None` when nothing is queued or a send is in flight already.
+    /// Makes the message of a send of the first entries (the front one from where the kernel
+    /// stopped) and marks them in flight; its header, for `IORING_OP_SENDMSG`. `None` when
+    /// nothing is queued or a send is in flight already.
     ///
-    /// The bytes, and the header and its iovecs, stay where they are, unchanged, until
-    /// [`Outbox::sent`] or [`Outbox::abandon`] says the send is over.
-    pub(super) fn arm(&mut self) -> Option<Armed> {
-        if self.flying > 0 {
-            return None;
-        }
-        if self.entries.len() == 1 {
-            let bytes = &self.entries[0].bytes()[self.front_sent..];
-            self.flying = 1;
-            return Some(Armed::One(bytes.as_ptr(), bytes.len()));
-        }
-        if self.entries.is_empty() {
+    /// The header, its iovecs and the bytes they point to stay where they are, unchanged,
+    /// until [`Outbox::sent`] or [`Outbox::abandon`] says the send is over.
+    pub(super) fn arm(&mut self) -> Option<*const libc::msghdr> {
+        if self.flying > 0 || self.entries.is_empty() {
             return None;
         }
         let message = self.message.get_or_insert_with(|| {
@@ -172,7 +154,7 @@ impl Outbox {
         message.header.msg_iov = message.iov.as_mut_ptr();
         message.header.msg_iovlen = count as _;
         self.flying = count;
-        Some(Armed::Many(&raw const message.header))
+        Some(&raw const message.header)
     }
 
     /// The send in flight took `n` bytes: the entries it finished go, the next one starts
@@ -238,14 +220,7 @@ mod tests {
 
     // `msg_iovlen` is a `usize` with glibc, an `i32` with musl.
     #[allow(clippy::unnecessary_cast)]
-    fn message_bytes(armed: Armed) -> Vec<u8> {
-        let header = match armed {
-            // SAFETY: the outbox keeps the bytes where they are while the send is armed.
-            Armed::One(bytes, len) => {
-                return unsafe { std::slice::from_raw_parts(bytes, len) }.to_vec();
-            }
-            Armed::Many(header) => header,
-        };
+    fn message_bytes(header: *const libc::msghdr) -> Vec<u8> {
         // SAFETY: the header and iovecs `arm` made, read while the outbox is untouched.
         unsafe {
             let header = &*header;
@@ -311,24 +286,5 @@ mod tests {
         assert_eq!(outbox.queued(), 3);
         outbox.sent(3);
         assert!(outbox.is_empty());
-    }
-
-    #[test]
-    fn one_entry_is_a_plain_send_from_where_the_kernel_stopped() {
-        let mut outbox = Outbox::default();
-        outbox.take(&mut [Piece::Bytes(b"hello")].into_iter(), 100);
-        let armed = outbox.arm().unwrap();
-        assert!(matches!(armed, Armed::One(_, 5)), "{armed:?}");
-        assert_eq!(message_bytes(armed), b"hello");
-        outbox.sent(2);
-        let armed = outbox.arm().unwrap();
-        assert!(matches!(armed, Armed::One(_, 3)), "{armed:?}");
-        assert_eq!(message_bytes(armed), b"llo");
-        // A second entry queued behind it: the next send covers both, through the header.
-        outbox.take(&mut [Piece::Bytes(b"!")].into_iter(), 100);
-        outbox.sent(0);
-        let armed = outbox.arm().unwrap();
-        assert!(matches!(armed, Armed::Many(_)), "{armed:?}");
-        assert_eq!(message_bytes(armed), b"llo!");
     }
 }
