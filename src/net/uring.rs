@@ -1810,9 +1810,10 @@ impl Driver for LoopDriver {
 }
 
 impl Drop for LoopDriver {
-    /// The reactor let go (the ring was done, or its loop went): the thread no longer offers
-    /// this ring, which nothing would drive now; the next `listen` makes another. Sockets
-    /// still on this one keep it until they go.
+    /// The reactor let go (the ring was done, the thread's last loop went, or a new ring's
+    /// driver replaced this dead one's): the thread no longer offers this ring, which nothing
+    /// would drive now; the next `listen` makes another. Sockets still on this one keep it
+    /// until they go.
     fn drop(&mut self) {
         forget_ring(&self.0);
     }

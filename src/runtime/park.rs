@@ -130,6 +130,7 @@
 //!
 //! This module must never decide *whether* to park or for how long: the loop does.
 
+use std::cell::Cell;
 use std::future::poll_fn;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -171,6 +172,23 @@ pub(crate) struct Park {
     /// Parks that blocked in the own wait (for tests).
     #[cfg(test)]
     pub(crate) own_parks: u64,
+    /// Counts this park among its thread's (see `impl Drop for Park`).
+    _counted: Counted,
+}
+
+thread_local! {
+    /// Parks alive on this thread: one per event loop.
+    static PARKS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A park's place in [`PARKS`], taken when it is made; `Park`'s drop gives it back.
+struct Counted(());
+
+impl Default for Counted {
+    fn default() -> Self {
+        PARKS.with(|p| p.set(p.get() + 1));
+        Counted(())
+    }
 }
 
 impl Park {
@@ -451,13 +469,19 @@ impl OwnWait {
 }
 
 impl Drop for Park {
-    /// The loop is going: the thread's reactor hands the kernel what its driver (the
-    /// io_uring ring) has queued and lets go of it, since nothing would turn it now; the
-    /// ring's sockets, if still held, keep it.
+    /// The last loop of the thread is going: the thread's reactor hands the kernel what its
+    /// driver (the io_uring ring) has queued and lets go of it, since nothing would turn it
+    /// now; the ring's sockets, if still held, keep it. While another loop lives on the
+    /// thread, its turns go on driving the ring. (Whether this loop ever turned the reactor
+    /// does not matter: one that ended in its first iteration may have installed the driver.)
     fn drop(&mut self) {
-        // Only a park that turned the reactor (a loop that never did leaves another loop's
-        // driver alone).
-        if let Some(Some(reactor)) = &self.reactor {
+        let last = PARKS
+            .try_with(|p| {
+                p.set(p.get() - 1);
+                p.get() == 0
+            })
+            .unwrap_or(true);
+        if last && let Some(reactor) = Reactor::existing() {
             reactor.finish_driver();
         }
     }

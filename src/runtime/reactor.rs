@@ -82,8 +82,9 @@ pub(crate) trait Driver {
 pub(crate) enum Drove {
     /// Nothing for the thread to see now: it may block.
     Idle,
-    /// The thread must not block now: work is left queued, or something completed (its wake
-    /// raised the loop's signal quietly, after the park last looked at it).
+    /// The thread must not block now: work is left queued, something completed (its wake
+    /// raised the loop's signal quietly, after the park last looked at it), or the driver
+    /// started a loop timer (the park must choose its deadline again).
     Busy,
     /// Nothing is in flight and nobody but the reactor holds the driver: the reactor lets go
     /// of it (the backend's next user installs a new one).
@@ -113,7 +114,8 @@ pub(crate) struct Reactor {
     park_taken: Cell<bool>,
     /// The backend driven by every turn, if one is installed. It holds the reactor in turn
     /// (through its descriptor's registration); the cycle ends when the driver says
-    /// [`Drove::Done`], or when the loop's park goes ([`Reactor::finish_driver`]).
+    /// [`Drove::Done`], when the thread's last loop goes ([`Reactor::finish_driver`]), or
+    /// when a new backend's driver replaces it ([`Reactor::set_driver`]).
     driver: RefCell<Option<Rc<dyn Driver>>>,
 }
 
@@ -216,6 +218,14 @@ impl Reactor {
         self.park_taken.set(false);
     }
 
+    /// This thread's reactor, if something holds one.
+    pub(crate) fn existing() -> Option<Rc<Reactor>> {
+        THREAD_REACTOR
+            .try_with(|r| r.borrow().upgrade())
+            .ok()
+            .flatten()
+    }
+
     /// Makes `driver` the backend every turn drives, in place of any other. (A backend offers
     /// one driver per thread while it lives and lets it go when it dies, so the one replaced
     /// is a dead backend's, kept only by its last sockets.)
@@ -259,8 +269,12 @@ impl Reactor {
             Drove::Idle => false,
             Drove::Busy => true,
             Drove::Done => {
+                let done = {
+                    let mut slot = self.driver.borrow_mut();
+                    let same = slot.as_ref().is_some_and(|d| Rc::ptr_eq(d, &driver));
+                    if same { slot.take() } else { None }
+                };
                 drop(driver);
-                let done = self.driver.borrow_mut().take();
                 drop(done); // outside the borrow: the backend's drop deregisters its descriptor
                 false
             }

@@ -1348,3 +1348,37 @@ fn on_a_loops_thread_a_lingering_connection_is_given_up_on_time() {
         );
     });
 }
+
+/// A loop that ends in its first iteration, before it ever turned its reactor, still lets go
+/// of the ring it listened on when it goes (else the reactor and the ring would hold each
+/// other alive, and the listening socket with them); while another loop lives on the thread,
+/// a loop that goes leaves the ring to it.
+#[test]
+fn the_threads_last_loop_to_go_lets_go_of_the_ring() {
+    run(async {
+        let listen = || {
+            let listener = crate::net::bind("127.0.0.1:0".parse().unwrap(), 262_144).unwrap();
+            Uring.listen(listener, loop_waker()).expect("listen")
+        };
+        let mut first = crate::runtime::EventLoop::builder()
+            .owns_its_thread(true)
+            .build();
+        let acceptor = first.run_until(async move { listen() }).await;
+        let ring = THREAD_RING.with(|r| r.borrow().clone());
+        assert!(ring_alive());
+        // A second loop comes and goes: the first still needs the ring driven.
+        drop(crate::runtime::EventLoop::builder().build());
+        assert!(
+            ring_alive(),
+            "another loop's going took the ring from the first"
+        );
+        drop(first);
+        assert!(
+            !ring_alive(),
+            "the ring outlived the thread's last loop as its offer"
+        );
+        assert!(ring.upgrade().is_some(), "the acceptor keeps the ring");
+        drop(acceptor);
+        assert!(ring.upgrade().is_none(), "the ring outlived its sockets");
+    });
+}
