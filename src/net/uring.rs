@@ -1712,7 +1712,7 @@ impl Ring {
         } else if sending {
             let deadline = Instant::now() + LINGER;
             self.lingering.push_back((deadline, key));
-            if self.readable.is_none() {
+            if self.in_reactor.is_some() {
                 // Loop-driven: a loop timer, started now, while the iteration that closed it
                 // has yet to choose how long to park.
                 self.wake_the_loop_at(deadline);

@@ -234,9 +234,9 @@ impl Reactor {
         drop(replaced); // outside the borrow: its drop may deregister its descriptor
     }
 
-    /// Lets go of the driver: the loop that turned this reactor is going, and nothing else
-    /// would hand the kernel what its sockets queued last (the goodbyes of a shard that
-    /// stops). So the driver first runs until nothing is left queued, at most
+    /// Lets go of the driver: the thread's last loop, whose turns drove it, is going, and
+    /// nothing else would hand the kernel what its sockets queued last (the goodbyes of a
+    /// shard that stops). So the driver first runs until nothing is left queued, at most
     /// [`FINISHING_PASSES`] passes, without waiting for anything. What else holds the backend
     /// keeps it; when that goes, the backend closes.
     pub(crate) fn finish_driver(&self) {

@@ -1161,6 +1161,16 @@ fn watchdog(ctx: crate::LoopContext) -> std::sync::mpsc::Sender<()> {
     guard
 }
 
+/// A loop that parks for an hour when it has nothing to do and never spins first, so that
+/// every wake-up comes from outside it (a lost one fails the test's bound); in its own wait
+/// if `owns`, else through tokio's park.
+fn parking_loop(owns: bool) -> crate::runtime::EventLoopBuilder {
+    crate::runtime::EventLoop::builder()
+        .idle_wait(Duration::from_secs(3_600))
+        .spin_before_park(Duration::ZERO)
+        .owns_its_thread(owns)
+}
+
 /// A waker for this thread's event loop (call it on the loop).
 fn loop_waker() -> Waker {
     Waker::from(Arc::new(WakeLoop(crate::LoopContext::current())))
@@ -1243,16 +1253,9 @@ fn on_a_loops_thread_the_reactor_drives_the_ring() {
                 ..Echo::default()
             }));
             let in_slot = echo.clone();
-            let waker = Rc::new(RefCell::new(None::<Waker>));
-            let slot_waker = waker.clone();
-            let mut el = crate::runtime::EventLoop::builder()
-                .idle_wait(Duration::from_secs(3_600))
-                .spin_before_park(Duration::ZERO)
-                .owns_its_thread(owns)
+            let mut el = parking_loop(owns)
                 .slot(crate::runtime::Phase::Network, move || {
-                    let mut waker = slot_waker.borrow_mut();
-                    let waker = waker.get_or_insert_with(loop_waker);
-                    in_slot.borrow_mut().phase(waker)
+                    in_slot.borrow_mut().phase(&loop_waker())
                 })
                 .build();
             let watch = watchdog(el.context());
@@ -1300,10 +1303,7 @@ fn on_a_loops_thread_a_lingering_connection_is_given_up_on_time() {
         let acceptor = RefCell::new(None::<Box<dyn Acceptor>>);
         let freed = Rc::new(RefCell::new(Vec::<Duration>::new()));
         let in_slot = freed.clone();
-        let mut el = crate::runtime::EventLoop::builder()
-            .idle_wait(Duration::from_secs(3_600))
-            .spin_before_park(Duration::ZERO)
-            .owns_its_thread(true)
+        let mut el = parking_loop(true)
             .slot(crate::runtime::Phase::Network, move || {
                 let waker = loop_waker();
                 if let Some(listener) = listener.borrow_mut().take() {
